@@ -1,0 +1,1 @@
+"""AMD kernels in Triton, tuned for CDNA3 (MI300X, gfx942)."""

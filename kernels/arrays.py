@@ -1,0 +1,60 @@
+"""Framework-neutral facts about the arrays an op receives.
+
+The ops accept PyTorch tensors or JAX arrays and return the kind they got.
+Validation works on the small description here (shape, dtype name, device
+kind), so one spec serves both frameworks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+DTYPE_NAMES = ("float16", "bfloat16", "float32", "float64")
+
+
+@dataclass(frozen=True)
+class ArrayInfo:
+    framework: str  # "torch" or "jax"
+    shape: tuple[int, ...]
+    dtype: str  # numpy-style name: "float16", "bfloat16", "float32", ...
+    device: str  # "cpu", "cuda:0", "tpu:0", ...
+    strides: tuple[int, ...] | None  # in elements; None where the framework hides them
+
+
+def framework_of(x: Any) -> str | None:
+    module = type(x).__module__
+    if module.startswith("torch"):
+        return "torch"
+    if module.startswith("jax") or module.startswith("jaxlib"):
+        return "jax"
+    return None
+
+
+def describe(x: Any) -> ArrayInfo | None:
+    fw = framework_of(x)
+    if fw == "torch":
+        dtype = str(x.dtype).removeprefix("torch.")
+        return ArrayInfo("torch", tuple(x.shape), dtype, str(x.device), tuple(x.stride()))
+    if fw == "jax":
+        import jax
+
+        try:
+            devices = list(x.devices())
+            device = f"{devices[0].platform}:{devices[0].id}"
+        except (jax.errors.ConcretizationTypeError, AttributeError, IndexError):
+            # A tracer under jit or grad has no committed device: it will run on the default one.
+            device = f"{jax.default_backend()}:0"
+        return ArrayInfo("jax", tuple(x.shape), str(x.dtype), device, None)
+    return None
+
+
+def device_kind(device: str) -> str:
+    """'cuda:0' -> 'cuda', 'cpu' -> 'cpu', 'gpu:0' -> 'gpu'."""
+    return device.split(":")[0]
+
+
+def torch_dtype(name: str):
+    import torch
+
+    return getattr(torch, name)

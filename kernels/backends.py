@@ -1,0 +1,151 @@
+"""Which backends exist, which of them can run each op on this machine, and how.
+
+A backend is a vendor's kernels (``nvidia``, ``amd``, ``tpu``, ``trainium``) or the
+plain-framework ``reference``. Each runs in one of these modes:
+
+* ``native``: on the vendor's device;
+* ``interpreted``: the same Triton or Pallas source under its interpreter on the CPU;
+* ``emulated``: the same NKI source on ``kernels.trainium.emulator``;
+* ``unavailable``: it cannot run here; ``reason`` says why.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from dataclasses import dataclass
+
+BACKENDS = ("reference", "nvidia", "amd", "tpu", "trainium")
+
+# op -> backend -> module implementing it. An op lists only the backends it has.
+OPS: dict[str, dict[str, str]] = {
+    "gemm": {
+        "reference": "kernels.gemm.reference",
+        "nvidia": "kernels.nvidia.gemm",
+        "amd": "kernels.amd.gemm",
+    },
+}
+
+
+@dataclass(frozen=True)
+class Availability:
+    backend: str
+    mode: str  # "native", "interpreted", "emulated" or "unavailable"
+    reason: str
+
+    @property
+    def runs(self) -> bool:
+        return self.mode != "unavailable"
+
+
+@functools.cache
+def gpu_vendor() -> str | None:
+    """'nvidia' or 'amd' when PyTorch sees a GPU of that vendor, else None."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    return "amd" if getattr(torch.version, "hip", None) else "nvidia"
+
+
+@functools.cache
+def gpu_name() -> str | None:
+    if gpu_vendor() is None:
+        return None
+    import torch
+
+    return torch.cuda.get_device_name()
+
+
+def _has_module(name: str) -> tuple[bool, str]:
+    try:
+        importlib.import_module(name)
+    except ImportError as exc:
+        return False, f"{name} is not installed ({exc.__class__.__name__}: {exc})"
+    return True, ""
+
+
+@functools.cache
+def availability(backend: str) -> Availability:
+    """How ``backend`` would run here, independent of any op."""
+    if backend == "reference":
+        return Availability(backend, "native", "plain PyTorch/JAX math on any device")
+    if backend in ("nvidia", "amd"):
+        ok, why = _has_module("triton")
+        if not ok:
+            return Availability(backend, "unavailable", why)
+        vendor = gpu_vendor()
+        if vendor == backend:
+            if backend == "nvidia":
+                import torch
+
+                major, minor = torch.cuda.get_device_capability()
+                if major < 9:
+                    return Availability(
+                        backend,
+                        "unavailable",
+                        f"the kernels target Hopper (sm_90) and later; this GPU is sm_{major}{minor}",
+                    )
+            return Availability(backend, "native", f"{gpu_name()}")
+        seen = f"a {vendor} GPU is present" if vendor else "no GPU is visible to PyTorch"
+        return Availability(backend, "interpreted", f"{seen}: the Triton interpreter runs the kernel on the CPU")
+    if backend == "tpu":
+        ok, why = _has_module("jax")
+        if not ok:
+            return Availability(backend, "unavailable", why)
+        import jax
+
+        if any(d.platform == "tpu" for d in jax.devices()):
+            return Availability(backend, "native", jax.devices()[0].device_kind)
+        return Availability(backend, "interpreted", "no TPU: Pallas interpret mode runs the kernel on the CPU")
+    if backend == "trainium":
+        try:
+            importlib.import_module("nki")
+            real = True
+        except ImportError:
+            real = False
+        if real:
+            return Availability(backend, "native", "the Neuron toolchain (nki) is importable")
+        return Availability(
+            backend,
+            "emulated",
+            "no Neuron toolchain (its registry packages are empty): kernels run on kernels.trainium.emulator",
+        )
+    raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
+
+
+def op_availability(op: str, backend: str) -> Availability:
+    """Availability of ``backend`` for ``op``, including whether the op has that backend."""
+    impls = OPS.get(op)
+    if impls is None:
+        raise ValueError(f"op: expected one of {sorted(OPS)}, got {op!r}")
+    if backend not in impls:
+        return Availability(backend, "unavailable", f"{op} has no {backend} kernel yet")
+    base = availability(backend)
+    if not base.runs:
+        return base
+    ok, why = _has_module(impls[backend])
+    if not ok:
+        return Availability(backend, "unavailable", why)
+    return base
+
+
+def implementation(op: str, backend: str):
+    """The module that implements ``op`` on ``backend``; raises if it cannot run here."""
+    from kernels.errors import BackendUnavailable
+
+    avail = op_availability(op, backend)
+    if not avail.runs:
+        raise BackendUnavailable(f"{op} on backend={backend!r} cannot run here: {avail.reason}")
+    return importlib.import_module(OPS[op][backend])
+
+
+def report() -> list[dict[str, str]]:
+    """One row per (op, backend): mode and reason, for ``ceiling backends``."""
+    return [
+        {"op": op, "backend": b, "mode": (a := op_availability(op, b)).mode, "reason": a.reason}
+        for op in OPS
+        for b in BACKENDS
+    ]

@@ -1,0 +1,59 @@
+"""GEMM: ``activation(a @ b + bias)`` on every backend."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kernels.gemm.spec import ACTIVATIONS, DTYPES, GemmProblem, check, default_backend
+
+__all__ = ["gemm", "ACTIVATIONS", "DTYPES", "GemmProblem"]
+
+
+def gemm(
+    a: Any,
+    b: Any,
+    *,
+    bias: Any = None,
+    activation: str | None = None,
+    out_dtype: Any = None,
+    backend: str | None = None,
+    config: dict | None = None,
+) -> Any:
+    """``activation(a @ b + bias)`` with float32 accumulation.
+
+    Args:
+        a: (M, K) or (batch, M, K), float16, bfloat16 or float32; PyTorch or JAX.
+            Row-major or a transposed view (``x.mT``).
+        b: (K, N), or (batch, K, N) when ``a`` is batched; same dtype as ``a``.
+        bias: optional (N,) vector, added in float32 before the activation.
+        activation: None, "relu", "gelu" (exact erf form) or "silu".
+        out_dtype: dtype of the result; defaults to ``a``'s.
+        backend: "reference", "nvidia", "amd", "tpu" or "trainium". None picks
+            the device's vendor, and the reference for CPU arrays. A Triton
+            backend named for CPU tensors runs its kernel under the Triton
+            interpreter; see ``kernels.backends``.
+        config: a kernel config for the chosen backend (block sizes, stages...),
+            overriding the tuned table and the heuristic.
+
+    float32 inputs run on the tensor cores as TF32 on the GPU backends
+    (10-bit mantissa products, float32 accumulation); use the reference backend
+    for full float32 products.
+
+    Returns the same kind of array as ``a``, of shape (M, N) or (batch, M, N).
+    Raises ``kernels.errors.InputError`` naming the argument for bad input.
+    """
+    problem = check(a, b, bias, activation, out_dtype)
+    from kernels.backends import BACKENDS
+
+    if backend is not None and backend not in BACKENDS:
+        from kernels.errors import InputError
+
+        raise InputError("backend", f"one of {BACKENDS} or None", repr(backend))
+    chosen = backend or default_backend(problem)
+    if problem.framework == "torch":
+        from kernels.gemm import torch_op
+
+        return torch_op.gemm(a, b, bias, activation, problem.out_dtype, chosen, config)
+    from kernels.gemm import jax_op
+
+    return jax_op.gemm(a, b, bias, activation, problem.out_dtype, chosen, config)

@@ -1,0 +1,1 @@
+"""NVIDIA kernels in Triton, written for Hopper (sm_90a) first."""

@@ -1,0 +1,1 @@
+"""TPU kernels in JAX Pallas (Mosaic TPU)."""

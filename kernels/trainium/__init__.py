@@ -1,0 +1,1 @@
+"""Trainium kernels in NKI, and the NKI emulator they run on where no Neuron toolchain exists."""

@@ -1,0 +1,1 @@
+"""Hardware characterization: device sources, runners, timing, analytic models, records."""

@@ -1,0 +1,1 @@
+"""Measurement store views, ceilings, performance models, reports and search templates."""

@@ -1,0 +1,1 @@
+"""One module per ``ceiling`` subcommand; each defines ``register(app)``."""

@@ -1,0 +1,35 @@
+"""``ceiling backends``: which backends can run each op here, and why the others cannot."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+
+def backends(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
+    """Report, for this machine, how each op would run on each backend.
+
+    Modes: native (on the vendor's device), interpreted (Triton or Pallas
+    interpreter on the CPU), emulated (the NKI emulator), unavailable (with the
+    reason).
+    """
+    from kernels.backends import report
+
+    rows = report()
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    table = Table(title="Backends on this machine")
+    for col in ("op", "backend", "mode", "reason"):
+        table.add_column(col)
+    colors = {"native": "green", "interpreted": "yellow", "emulated": "yellow", "unavailable": "red"}
+    for r in rows:
+        table.add_row(r["op"], r["backend"], f"[{colors[r['mode']]}]{r['mode']}[/]", r["reason"])
+    Console().print(table)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("backends")(backends)
