@@ -8,5 +8,6 @@
 from kernels import backends
 from kernels.errors import BackendUnavailable, InputError
 from kernels.gemm import gemm
+from kernels.triangle import triangle_attention, triangle_multiplicative_update
 
-__all__ = ["gemm", "backends", "InputError", "BackendUnavailable"]
+__all__ = ["gemm", "triangle_attention", "triangle_multiplicative_update", "backends", "InputError", "BackendUnavailable"]

@@ -24,6 +24,16 @@ OPS: dict[str, dict[str, str]] = {
         "nvidia": "kernels.nvidia.gemm",
         "amd": "kernels.amd.gemm",
     },
+    "triangle_attention": {
+        "reference": "kernels.triangle.reference",
+        "nvidia": "kernels.nvidia.triangle_attention",
+        "amd": "kernels.amd.triangle_attention",
+    },
+    "triangle_multiplicative_update": {
+        "reference": "kernels.triangle.reference",
+        "nvidia": "kernels.nvidia.triangle_multiplication",
+        "amd": "kernels.amd.triangle_multiplication",
+    },
 }
 
 

@@ -179,3 +179,4 @@ def trimul_jax(x, direction, mask, norm_in_weight, norm_in_bias, p_in_weight, p_
     y = jnp.einsum(eq, a, b, precision=hi)
     out = jax.nn.sigmoid(linear(xn, g_out_weight, g_out_bias)) * linear(ln(y, norm_out_weight, norm_out_bias), p_out_weight, p_out_bias)
     return out.astype(x.dtype)
+

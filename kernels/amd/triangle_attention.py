@@ -1,0 +1,33 @@
+"""Triangle attention on CDNA3 (MI300X, gfx942): the pointer-based Triton kernels of
+:mod:`kernels.nvidia.triangle_attention` with their own config table.
+
+What differs on CDNA3 is in the configs (``configs/triangle_attention.json``):
+a wavefront is 64 lanes, so 4 warps are 256 threads and a 64x64 fp32 tile costs
+half the VGPRs per lane that it does on a 32-lane warp; the software pipeliner
+gains little from more than one or two stages (LDS is 64 KiB per CU); and
+``waves_per_eu`` / ``matrix_instr_nonkdim`` (16x16 MFMA for a 32-wide head) are
+passed as launch options.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kernels.nvidia import triangle_attention as _triton
+
+CONFIG_FILE = Path(__file__).with_name("configs") / "triangle_attention.json"
+AMD_OPTIONS = ("waves_per_eu", "matrix_instr_nonkdim")
+
+
+def triangle_attention_fwd(q, k, v, bias, mask, scale, config=None):
+    return _triton.triangle_attention_fwd(q, k, v, bias, mask, scale, config, table=CONFIG_FILE, extra_keys=AMD_OPTIONS)
+
+
+def triangle_attention_bwd(q, k, v, bias, mask, scale, out, lse, dout, config=None):
+    return _triton.triangle_attention_bwd(q, k, v, bias, mask, scale, out, lse, dout, config, table=CONFIG_FILE,
+                                          extra_keys=AMD_OPTIONS)
+
+
+def compile_specs(dtype: str = "bfloat16", head_dim: int = 32, device: str = "MI300X") -> list:
+    return _triton.compile_specs(dtype, head_dim, device, table=CONFIG_FILE, prefix="triangle_attention_cdna3",
+                                 extra_keys=AMD_OPTIONS)
