@@ -1,0 +1,30 @@
+"""The triangle multiplicative update on CDNA3 (MI300X, gfx942): the pointer-based
+Triton kernels of :mod:`kernels.nvidia.triangle_multiplication` with their own
+config table (``configs/triangle_multiplication.json``): 64-lane wavefronts, one or
+two pipeline stages, 16x16 MFMA for the row kernels' thin dots and 32x32 MFMA for
+the contraction, ``waves_per_eu`` set per kernel.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kernels.nvidia import triangle_multiplication as _triton
+
+CONFIG_FILE = Path(__file__).with_name("configs") / "triangle_multiplication.json"
+AMD_OPTIONS = ("waves_per_eu", "matrix_instr_nonkdim")
+trimul_saved_shapes = _triton.trimul_saved_shapes
+
+
+def trimul_fwd(x, direction, mask, weights, eps, config=None):
+    return _triton.trimul_fwd(x, direction, mask, weights, eps, config, table=CONFIG_FILE, extra_keys=AMD_OPTIONS)
+
+
+def trimul_bwd(x, direction, mask, weights, eps, saved, dout, config=None):
+    return _triton.trimul_bwd(x, direction, mask, weights, eps, saved, dout, config, table=CONFIG_FILE,
+                              extra_keys=AMD_OPTIONS)
+
+
+def compile_specs(dtype: str = "bfloat16", c_z: int = 128, c: int = 128, device: str = "MI300X") -> list:
+    return _triton.compile_specs(dtype, c_z, c, device, table=CONFIG_FILE, prefix="trimul_cdna3",
+                                 extra_keys=AMD_OPTIONS)
