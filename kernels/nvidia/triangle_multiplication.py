@@ -478,7 +478,9 @@ def trimul_bwd(x, direction, mask, weights, eps, saved, dout, config=None, *, ta
         dlni += part.sum(0)
         del dp, dg, xn
 
-    grads = (dx, dlni[:CZ], dlni[CZ:], dwp, dbp, dwg, dbg, dlno[:C], dlno[C:], dwpo, dbpo, dwgo, dbgo)
+    # (LayerNorm halves are cloned: a custom op's outputs may not alias each other.)
+    grads = (dx, dlni[:CZ].clone(), dlni[CZ:].clone(), dwp, dbp, dwg, dbg, dlno[:C].clone(), dlno[C:].clone(), dwpo, dbpo,
+             dwgo, dbgo)
     return tuple(g if i == 0 else g.to(w.dtype) for i, (g, w) in enumerate(zip(grads, (x, *weights))))
 
 

@@ -56,7 +56,7 @@ def attention(q, k, v, bias, mask=None, scale=None, compute_dtype=None):
     p = e / torch.where(denom > 0, denom, torch.ones_like(denom))
     out = torch.einsum("bihjk,bihkd->bihjd", p, v.to(compute))
     lse = torch.where(denom[..., 0] > 0, m[..., 0] + torch.log(denom[..., 0]), torch.full_like(m[..., 0], float("inf")))
-    return out.to(q.dtype), lse.float()
+    return out.to(q.dtype), lse
 
 
 def attention_bwd(q, k, v, bias, mask, scale, out, lse, dout, compute_dtype=None):

@@ -1,0 +1,426 @@
+"""Triangle attention and the triangle multiplicative update, on every backend's CPU path.
+
+Every check compares against a float64 oracle with the error-ratio rule: our error
+may be at most twice the error of the plain float32 PyTorch computation of the
+same math, plus a small absolute floor. Inputs are fresh random draws; outputs are
+poisoned (NaN) before each run so an unwritten element fails; backward checks use
+a random output gradient and every input gradient, the bias's included. The Triton
+backends run their kernels under the Triton interpreter.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import kernels
+from kernels.errors import InputError
+from kernels.triangle import reference as ref
+from kernels.triangle.modules import TriangleAttention, TriangleMultiplication, swap_ab_halves
+
+TRITON_BACKENDS = ["nvidia", "amd"]
+F64 = torch.float64
+
+
+@pytest.fixture(autouse=True)
+def _no_tf32():
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+
+
+@pytest.fixture
+def poisoned(monkeypatch):
+    """torch.empty / empty_like return NaN-filled floating tensors."""
+    empty, empty_like = torch.empty, torch.empty_like
+
+    def fill(t):
+        if t.is_floating_point():
+            t.fill_(float("nan"))
+        return t
+
+    monkeypatch.setattr(torch, "empty", lambda *a, **k: fill(empty(*a, **k)))
+    monkeypatch.setattr(torch, "empty_like", lambda *a, **k: fill(empty_like(*a, **k)))
+
+
+def assert_close_ratio(name, ours, exact, framework, atol):
+    """|ours - exact| <= 2 |framework - exact| + atol, elementwise maximum; NaN never passes."""
+    assert torch.isfinite(ours).all(), f"{name}: non-finite values"
+    err = (ours.to(F64) - exact).abs().max().item()
+    ferr = (framework.to(F64) - exact).abs().max().item()
+    floor = atol * max(1.0, exact.abs().max().item())
+    assert err <= 2 * ferr + floor, f"{name}: error {err:.3e} > 2 x framework {ferr:.3e} + {floor:.1e}"
+
+
+# ----------------------------------------------------------------------------- triangle attention
+
+
+def attention_inputs(B, N, H, D, dtype=torch.float32, seed=0, fully_masked_rows=(1,)):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(B, N, H, N, D, generator=g).to(dtype) for _ in range(3))
+    bias = (2 * torch.randn(B, 1, H, N, N, generator=g)).float()
+    mask = torch.rand(B, N, 1, 1, N, generator=g) > 0.3
+    mask[..., 0] = True
+    for i in fully_masked_rows:
+        mask[:, i] = False
+    return q, k, v, bias, mask
+
+
+def attention_grads(q, k, v, bias, mask, dout, backend):
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v, bias)]
+    out = kernels.triangle_attention(*leaves, mask=mask, backend=backend)
+    grads = torch.autograd.grad(out, leaves, dout)
+    return out.detach(), grads
+
+
+def exact_attention(q, k, v, bias, mask, dout):
+    leaves = [t.detach().to(F64).requires_grad_() for t in (q, k, v, bias)]
+    out, _ = ref.attention(*leaves, mask=mask, compute_dtype=F64)
+    return out.detach(), torch.autograd.grad(out, leaves, dout.to(F64))
+
+
+def framework_attention(q, k, v, bias, mask, dout):
+    """Plain PyTorch in the inputs' dtype: the yardstick for the error ratio."""
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v, bias)]
+    s = torch.einsum("bihjd,bihkd->bihjk", leaves[0], leaves[1]) / math.sqrt(q.shape[-1]) + leaves[3].to(q.dtype)
+    s = s.masked_fill(~mask, float("-inf"))
+    p = torch.softmax(s.float(), -1).nan_to_num(0.0).to(q.dtype)
+    out = torch.einsum("bihjk,bihkd->bihjd", p, leaves[2])
+    return out.detach(), torch.autograd.grad(out, leaves, dout)
+
+
+@pytest.mark.parametrize("backend", ["reference", *TRITON_BACKENDS])
+@pytest.mark.parametrize("B,N,H,D", [(1, 7, 2, 16), (2, 11, 2, 8)])
+def test_triangle_attention_fp32(backend, B, N, H, D, poisoned):
+    q, k, v, bias, mask = attention_inputs(B, N, H, D, seed=N + D)
+    dout = torch.randn(B, N, H, N, D)
+    out, grads = attention_grads(q, k, v, bias, mask, dout, backend)
+    exact_out, exact_grads = exact_attention(q, k, v, bias, mask, dout)
+    fw_out, fw_grads = framework_attention(q, k, v, bias, mask, dout)
+    assert_close_ratio("out", out, exact_out, fw_out, 1e-6)
+    for name, g, e, f in zip(("dq", "dk", "dv", "dbias"), grads, exact_grads, fw_grads):
+        assert g.shape == e.shape and g.dtype == (torch.float32)
+        assert_close_ratio(name, g, e, f, 1e-6)
+    # the fully masked row: zeros, and nothing flows back through it
+    assert (out[:, 1] == 0).all()
+    for g in grads[:3]:
+        assert (g[:, 1] == 0).all()
+
+
+@pytest.mark.parametrize("backend", TRITON_BACKENDS)
+def test_triangle_attention_bf16(backend, poisoned):
+    B, N, H, D = 1, 11, 2, 32
+    q, k, v, bias, mask = attention_inputs(B, N, H, D, torch.bfloat16, seed=3)
+    dout = torch.randn(B, N, H, N, D).to(torch.bfloat16)
+    out, grads = attention_grads(q, k, v, bias, mask, dout, backend)
+    exact_out, exact_grads = exact_attention(q, k, v, bias, mask, dout)
+    fw_out, fw_grads = framework_attention(q, k, v, bias, mask, dout)
+    assert out.dtype == torch.bfloat16 and grads[3].dtype == torch.float32
+    assert_close_ratio("out", out, exact_out, fw_out, 1e-2)
+    for name, g, e, f in zip(("dq", "dk", "dv", "dbias"), grads, exact_grads, fw_grads):
+        assert_close_ratio(name, g, e, f, 2e-2)
+
+
+def test_triangle_attention_reference_odd_37_no_mask():
+    q, k, v, bias, _ = attention_inputs(1, 37, 2, 8, seed=37, fully_masked_rows=())
+    dout = torch.randn_like(q)
+    out, grads = attention_grads(q, k, v, bias, None, dout, "reference")
+    leaves = [t.detach().to(F64).requires_grad_() for t in (q, k, v, bias)]
+    exact, _ = ref.attention(*leaves, compute_dtype=F64)
+    exact_grads = torch.autograd.grad(exact, leaves, dout.to(F64))
+    for g, e in zip((out, *grads), (exact, *exact_grads)):
+        torch.testing.assert_close(g.to(F64), e, atol=1e-5, rtol=1e-5)
+
+
+def test_triangle_attention_lse_and_torch_compile():
+    q, k, v, bias, mask = attention_inputs(1, 7, 2, 16, seed=5)
+    out, lse = kernels.triangle_attention(q, k, v, bias, mask, backend="nvidia", return_lse=True)
+    _, exact_lse = ref.attention(q.double(), k.double(), v.double(), bias.double(), mask, compute_dtype=F64)
+    assert torch.isinf(lse[:, 1]).all() and (lse[:, 1] > 0).all()
+    finite = torch.isfinite(exact_lse)
+    torch.testing.assert_close(lse[finite].double(), exact_lse[finite], atol=1e-5, rtol=1e-5)
+
+    leaves = [t.clone().requires_grad_() for t in (q, k, v, bias)]
+
+    @torch.compile(fullgraph=True, backend="aot_eager")
+    def f(q, k, v, bias):
+        return kernels.triangle_attention(q, k, v, bias, mask, backend="nvidia").sum()
+
+    f(*leaves).backward()
+    assert all(t.grad is not None and torch.isfinite(t.grad).all() for t in leaves)
+
+
+# ----------------------------------------------------------------------------- triangle multiplicative update
+
+
+def trimul_inputs(B, N, CZ, C, dtype=torch.float32, seed=0, bias=True):
+    g = torch.Generator().manual_seed(seed)
+
+    def r(*shape, s=1.0, o=0.0):
+        return (o + s * torch.randn(*shape, generator=g)).to(dtype)
+
+    x = r(B, N, N, CZ)
+    mask = (torch.rand(B, N, N, generator=g) > 0.25).to(dtype)
+    mask[:, 2, :] = 0  # a fully masked row of the pair mask
+    w = {
+        "norm_in_weight": r(CZ, s=0.3, o=1.0), "norm_in_bias": r(CZ, s=0.1),
+        "p_in_weight": r(2 * C, CZ, s=CZ**-0.5), "p_in_bias": r(2 * C, s=0.1) if bias else None,
+        "g_in_weight": r(2 * C, CZ, s=CZ**-0.5), "g_in_bias": r(2 * C, s=0.1) if bias else None,
+        "norm_out_weight": r(C, s=0.3, o=1.0), "norm_out_bias": r(C, s=0.1),
+        "p_out_weight": r(CZ, C, s=C**-0.5), "p_out_bias": r(CZ, s=0.1) if bias else None,
+        "g_out_weight": r(CZ, CZ, s=CZ**-0.5), "g_out_bias": r(CZ, s=0.1) if bias else None,
+    }
+    return x, mask, w
+
+
+def trimul_run(x, direction, mask, w, backend, dout, dtype=None, eps=1e-5):
+    names = [n for n in ref.TRIMUL_WEIGHTS if w[n] is not None]
+    leaves = {n: (w[n].to(dtype) if dtype else w[n]).detach().clone().requires_grad_() for n in names}
+    xl = (x.to(dtype) if dtype else x).detach().clone().requires_grad_()
+    out = kernels.triangle_multiplicative_update(xl, direction, mask, **leaves, eps=eps, backend=backend)
+    grads = torch.autograd.grad(out, [xl, *leaves.values()], dout.to(out.dtype))
+    return out.detach(), dict(zip(["x", *names], grads))
+
+
+def trimul_exact(x, direction, mask, w, dout, compute):
+    names = [n for n in ref.TRIMUL_WEIGHTS if w[n] is not None]
+    leaves = {n: w[n].detach().to(compute).requires_grad_() for n in names}
+    xl = x.detach().to(compute).requires_grad_()
+    full = {n: leaves.get(n) for n in ref.TRIMUL_WEIGHTS}
+    out = ref.trimul(xl, direction, mask.to(compute), *full.values(), compute_dtype=compute)
+    grads = torch.autograd.grad(out, [xl, *leaves.values()], dout.to(compute))
+    return out.detach(), dict(zip(["x", *names], grads))
+
+
+@pytest.mark.parametrize("direction", ["outgoing", "incoming"])
+@pytest.mark.parametrize("backend,N,CZ,C", [("reference", 37, 16, 8), ("nvidia", 7, 16, 16), ("nvidia", 11, 16, 8),
+                                            ("amd", 11, 16, 8)])
+def test_trimul_fp32(backend, N, CZ, C, direction, poisoned):
+    x, mask, w = trimul_inputs(1 if N != 11 else 2, N, CZ, C, seed=N + C)
+    dout = torch.randn_like(x)
+    out, grads = trimul_run(x, direction, mask, w, backend, dout)
+    exact_out, exact_grads = trimul_exact(x, direction, mask, w, dout, F64)
+    fw_out, fw_grads = trimul_exact(x, direction, mask, w, dout, torch.float32)
+    assert_close_ratio("out", out, exact_out, fw_out, 1e-6)
+    assert set(grads) == set(exact_grads) and len(grads) == 13
+    for name in grads:
+        assert grads[name].shape == exact_grads[name].shape
+        assert_close_ratio(f"d{name}", grads[name], exact_grads[name], fw_grads[name], 1e-5)
+
+
+@pytest.mark.parametrize("direction", ["outgoing", "incoming"])
+def test_trimul_bf16_interpreted(direction, poisoned):
+    x, mask, w = trimul_inputs(1, 9, 16, 16, seed=9, bias=False)
+    dout = torch.randn_like(x)
+    out, grads = trimul_run(x, direction, mask, w, "nvidia", dout, dtype=torch.bfloat16)
+    exact_out, exact_grads = trimul_exact(x.bfloat16(), direction, mask, {n: None if t is None else t.bfloat16()
+                                          for n, t in w.items()}, dout.bfloat16(), F64)
+    fw_out, fw_grads = trimul_run(x, direction, mask, w, "reference", dout, dtype=torch.bfloat16)
+    assert out.dtype == torch.bfloat16
+    assert_close_ratio("out", out, exact_out, fw_out, 2e-2)
+    for name in grads:
+        assert_close_ratio(f"d{name}", grads[name], exact_grads[name], fw_grads[name], 3e-2)
+
+
+def test_trimul_torch_compile_and_3d_input():
+    x, mask, w = trimul_inputs(1, 7, 16, 8, seed=1)
+    weights = {n: t.clone().requires_grad_() if t is not None else None for n, t in w.items()}
+
+    @torch.compile(fullgraph=True, backend="aot_eager")
+    def f(x):
+        return kernels.triangle_multiplicative_update(x, "incoming", mask, **weights, backend="nvidia")
+
+    f(x).square().sum().backward()
+    assert all(t.grad is not None and torch.isfinite(t.grad).all() for t in weights.values() if t is not None)
+    out3 = kernels.triangle_multiplicative_update(x[0], "outgoing", mask[0], **w, backend="reference")
+    out4 = kernels.triangle_multiplicative_update(x, "outgoing", mask, **w, backend="reference")
+    torch.testing.assert_close(out3, out4[0])
+
+
+# ----------------------------------------------------------------------------- modules and state dicts
+
+
+def openfold_trimul_forward(sd, x, mask, outgoing, eps=1e-5):
+    """OpenFold's TriangleMultiplicativeUpdate math, written from its state-dict keys."""
+    F = torch.nn.functional
+
+    def lin(name, t):
+        return F.linear(t, sd[f"{name}.weight"], sd.get(f"{name}.bias"))
+
+    z = F.layer_norm(x, x.shape[-1:], sd["layer_norm_in.weight"], sd["layer_norm_in.bias"], eps)
+    a = torch.sigmoid(lin("linear_a_g", z)) * lin("linear_a_p", z) * mask[..., None]
+    b = torch.sigmoid(lin("linear_b_g", z)) * lin("linear_b_p", z) * mask[..., None]
+    y = torch.einsum("bikc,bjkc->bijc" if outgoing else "bkic,bkjc->bijc", a, b)
+    y = F.layer_norm(y, y.shape[-1:], sd["layer_norm_out.weight"], sd["layer_norm_out.bias"], eps)
+    return lin("linear_z", y) * torch.sigmoid(lin("linear_g", z))
+
+
+@pytest.mark.parametrize("direction", ["outgoing", "incoming"])
+def test_trimul_module_loads_openfold_and_boltz(direction):
+    CZ, C, N = 16, 8, 6
+    g = torch.Generator().manual_seed(2)
+    names = {"linear_a_p": (C, CZ), "linear_a_g": (C, CZ), "linear_b_p": (C, CZ), "linear_b_g": (C, CZ),
+             "linear_g": (CZ, CZ), "linear_z": (CZ, C)}
+    sd = {}
+    for name, shape in names.items():
+        sd[f"{name}.weight"] = torch.randn(*shape, generator=g) / 4
+        sd[f"{name}.bias"] = torch.randn(shape[0], generator=g) / 10
+    for name, c in (("layer_norm_in", CZ), ("layer_norm_out", C)):
+        sd[f"{name}.weight"] = 1 + torch.randn(c, generator=g) / 5
+        sd[f"{name}.bias"] = torch.randn(c, generator=g) / 10
+    x = torch.randn(1, N, N, CZ, generator=g)
+    mask = (torch.rand(1, N, N, generator=g) > 0.2).float()
+    expected = openfold_trimul_forward(sd, x, mask, direction == "outgoing")
+
+    module = TriangleMultiplication(CZ, C, direction, bias=True)
+    module.load_state_dict(sd)  # OpenFold keys, rewritten on load
+    torch.testing.assert_close(module(x, mask), expected, atol=1e-5, rtol=1e-5)
+    boltz_sd = module.state_dict()
+    assert {"norm_in.weight", "p_in.weight", "g_in.weight", "norm_out.bias", "p_out.weight", "g_out.weight"} <= set(boltz_sd)
+    again = TriangleMultiplication.from_state_dict(boltz_sd, direction)
+    torch.testing.assert_close(again(x, mask), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_trimul_alphafold3_incoming_swap():
+    CZ, C, N = 16, 8, 5
+    module = TriangleMultiplication(CZ, C, "incoming")
+    x = torch.randn(1, N, N, CZ)
+    sd = module.state_dict()
+    # AlphaFold 3's released incoming layer: y_ij = sum_k a_kj b_ki with the same [a; b] projections.
+    F = torch.nn.functional
+    z = F.layer_norm(x, (CZ,), sd["norm_in.weight"], sd["norm_in.bias"])
+    ab = torch.sigmoid(F.linear(z, sd["g_in.weight"])) * F.linear(z, sd["p_in.weight"])
+    a, b = ab[..., :C], ab[..., C:]
+    y = torch.einsum("bkjc,bkic->bijc", a, b)
+    expected = F.linear(F.layer_norm(y, (C,), sd["norm_out.weight"], sd["norm_out.bias"]), sd["p_out.weight"]) \
+        * torch.sigmoid(F.linear(z, sd["g_out.weight"]))
+    swapped = TriangleMultiplication.from_state_dict(sd, "incoming", alphafold3_incoming=True)
+    torch.testing.assert_close(swapped(x), expected, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(module(x), expected, atol=1e-3)
+    torch.testing.assert_close(swap_ab_halves(swap_ab_halves(sd["p_in.weight"])), sd["p_in.weight"])
+
+
+def openfold_triangle_attention(module, x, mask, starting, inf=1e9):
+    """OpenFold's TriangleAttention math (additive mask), from the module's parameters."""
+    if not starting:
+        x, mask = x.transpose(-2, -3), mask.transpose(-1, -2)
+    x = module.layer_norm(x)
+    B, N, _, _ = x.shape
+    H, c = module.no_heads, module.c_hidden
+    mask_bias = (inf * (mask - 1))[..., :, None, None, :]
+    tri_bias = module.linear(x).permute(0, 3, 1, 2).unsqueeze(1)
+    q, k, v = (lin(x).view(B, N, N, H, c).transpose(-2, -3) for lin in (module.mha.linear_q, module.mha.linear_k,
+                                                                        module.mha.linear_v))
+    a = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(c) + mask_bias + tri_bias, -1)
+    o = (a @ v).transpose(-2, -3).reshape(B, N, N, H * c) * torch.sigmoid(module.mha.linear_g(x))
+    out = module.mha.linear_o(o)
+    return out.transpose(-2, -3) if not starting else out
+
+
+@pytest.mark.parametrize("starting", [True, False])
+@pytest.mark.parametrize("backend", ["reference", "nvidia"])
+def test_triangle_attention_module_orientations(starting, backend):
+    CZ, N = 16, 7
+    torch.manual_seed(11)
+    module = TriangleAttention(CZ, c_hidden=8, no_heads=2, starting=starting, backend=backend)
+    for p in module.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+    openfold_sd = {k: v.clone() for k, v in module.state_dict().items()}
+    assert {"layer_norm.weight", "linear.weight", "mha.linear_q.weight", "mha.linear_o.bias",
+            "mha.linear_g.bias"} == {k for k in openfold_sd if k in {"layer_norm.weight", "linear.weight",
+                                     "mha.linear_q.weight", "mha.linear_o.bias", "mha.linear_g.bias"}}
+    x = torch.randn(1, N, N, CZ, requires_grad=True)
+    mask = (torch.rand(1, N, N) > 0.3).float()
+    mask[:, :, 0] = 1
+    mask[:, 0, :] = 1
+    dout = torch.randn(1, N, N, CZ)
+    out = module(x, mask)
+    grads = torch.autograd.grad(out, [x, *module.parameters()], dout)
+    expected = openfold_triangle_attention(module, x, mask, starting)
+    exp_grads = torch.autograd.grad(expected, [x, *module.parameters()], dout)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-4)
+    for g, e in zip(grads, exp_grads):
+        torch.testing.assert_close(g, e, atol=1e-4, rtol=1e-4)
+
+
+# ----------------------------------------------------------------------------- JAX
+
+
+def test_jax_triangle_attention_custom_vjp():
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", False)
+    jnp = jax.numpy
+    q, k, v, bias, mask = attention_inputs(1, 9, 2, 8, seed=21)
+    dout = torch.randn_like(q)
+    jq, jk, jv, jb = (jnp.asarray(t.numpy()) for t in (q, k, v, bias))
+    jm = jnp.asarray(mask.numpy())
+
+    def loss(q, k, v, b):
+        return (kernels.triangle_attention(q, k, v, b, jm) * jnp.asarray(dout.numpy())).sum()
+
+    out = kernels.triangle_attention(jq, jk, jv, jb, jm)
+    grads = jax.grad(loss, argnums=(0, 1, 2, 3))(jq, jk, jv, jb)
+    exact_out, exact_grads = exact_attention(q, k, v, bias, mask, dout)
+    np.testing.assert_allclose(np.asarray(out), exact_out.numpy(), atol=2e-5)
+    for g, e in zip(grads, exact_grads):
+        assert np.isfinite(np.asarray(g)).all()
+        np.testing.assert_allclose(np.asarray(g), e.numpy(), atol=5e-5)
+    assert (np.asarray(out)[:, 1] == 0).all()
+
+
+@pytest.mark.parametrize("direction", ["outgoing", "incoming"])
+def test_jax_trimul_custom_vjp(direction):
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+    x, mask, w = trimul_inputs(1, 7, 16, 8, seed=4)
+    dout = torch.randn_like(x)
+    names = list(ref.TRIMUL_WEIGHTS)
+    jw = {n: jnp.asarray(w[n].numpy()) for n in names}
+    jx, jm, jd = jnp.asarray(x.numpy()), jnp.asarray(mask.numpy()), jnp.asarray(dout.numpy())
+
+    def loss(x, ws):
+        return (kernels.triangle_multiplicative_update(x, direction, jm, **ws) * jd).sum()
+
+    gx, gw = jax.grad(loss, argnums=(0, 1))(jx, jw)
+    exact_out, exact_grads = trimul_exact(x, direction, mask, w, dout, F64)
+    out = kernels.triangle_multiplicative_update(jx, direction, jm, **jw)
+    np.testing.assert_allclose(np.asarray(out), exact_out.numpy(), atol=2e-5)
+    np.testing.assert_allclose(np.asarray(gx), exact_grads["x"].numpy(), atol=1e-4)
+    for n in names:
+        np.testing.assert_allclose(np.asarray(gw[n]), exact_grads[n].numpy(), atol=2e-4, rtol=1e-4)
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+def test_bad_input_names_the_argument():
+    q, k, v, bias, mask = attention_inputs(1, 5, 2, 8)
+    with pytest.raises(InputError, match="bias"):
+        kernels.triangle_attention(q, k, v, bias[:, :, :1])
+    with pytest.raises(InputError, match="mask"):
+        kernels.triangle_attention(q, k, v, bias, mask.float())
+    with pytest.raises(InputError, match="k"):
+        kernels.triangle_attention(q, k.double(), v, bias)
+    with pytest.raises(InputError, match="q"):
+        kernels.triangle_attention(q[0], k, v, bias)
+    x, m, w = trimul_inputs(1, 5, 16, 8)
+    with pytest.raises(InputError, match="direction"):
+        kernels.triangle_multiplicative_update(x, "sideways", m, **w)
+    with pytest.raises(InputError, match="g_out_weight"):
+        kernels.triangle_multiplicative_update(x, "outgoing", m, **{**w, "g_out_weight": w["g_out_weight"][:3]})
+    with pytest.raises(InputError, match="p_in_weight"):
+        kernels.triangle_multiplicative_update(x, "outgoing", m, **{**w, "p_in_weight": None})
+    with pytest.raises(InputError, match="backend"):
+        kernels.triangle_multiplicative_update(x, "outgoing", m, **w, backend="cuda")
+
+
+def test_backends_report_lists_the_triangle_ops():
+    from kernels import backends
+
+    rows = {(r["op"], r["backend"]): r["mode"] for r in backends.report()}
+    for op in ("triangle_attention", "triangle_multiplicative_update"):
+        assert rows[(op, "reference")] == "native"
+        assert rows[(op, "nvidia")] in ("native", "interpreted")
+        assert rows[(op, "amd")] in ("native", "interpreted")
