@@ -177,11 +177,15 @@ def ln_out_gate_kernel(X, Yc, Lw_in, Lb_in, Lw_out, Lb_out, Wpo, Bpo, Wgo, Bgo, 
 
 @triton.jit
 def ln_out_gate_bwd_kernel(X, Yc, DOut, Lw_in, Lb_in, Lw_out, Lb_out, Wpo, Bpo, Wgo, Bgo,
-                           DYc, DXg, DU, DGz, Yn, Xn, Part, row0, M_rows, NN, CZ, C, eps,
+                           DYc, DU, DGz, Yn, Xn, Part, row0, M_rows, NN, CZ, C, eps,
                            PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                            CZ_BLOCK: tl.constexpr, C_BLOCK: tl.constexpr):
-    """Rows [row0, row0 + M_rows): dy (channel-first), the gate's share of dxn, and the
-    operands of the weight-gradient GEMMs (d_u, d_gz, yn, xn) for this block of rows."""
+    """Rows [row0, row0 + M_rows): dy (channel-first), d_gz (kept for stage 1, which
+    turns it into the gate's share of dxn), and d_u, yn, xn for the weight gradients.
+
+    Only yn, xn (16-bit) and the d_yn accumulator live across the channel loop;
+    LayerNorm_out's xhat is recomputed after it, to stay within the register file.
+    """
     pid_m = tl.program_id(0)
     local = pid_m * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)
     offs_m = row0 + local
@@ -191,40 +195,38 @@ def ln_out_gate_bwd_kernel(X, Yc, DOut, Lw_in, Lb_in, Lw_out, Lb_out, Wpo, Bpo, 
     dtype = DOut.dtype.element_ty
 
     src = channel_first_offsets(offs_m, NN, C)[:, None] + offs_c[None, :].to(tl.int64) * NN
-    y = tl.load(Yc + src, mask=in_m[:, None] & in_c[None, :], other=0.0).to(tl.float32)
+    y_mask = in_m[:, None] & in_c[None, :]
     lw_out = tl.load(Lw_out + offs_c, mask=in_c, other=0.0).to(tl.float32)
     lb_out = tl.load(Lb_out + offs_c, mask=in_c, other=0.0).to(tl.float32)
-    yhat, yn, rstd_y = layer_norm_rows(y, lw_out, lb_out, in_c, C, eps)
+    _, yn, _ = layer_norm_rows(tl.load(Yc + src, mask=y_mask, other=0.0).to(tl.float32), lw_out, lb_out, in_c, C, eps)
+    yn_lo = yn.to(dtype)
     _, xn, _ = load_ln_input(X, Lw_in, Lb_in, offs_m, in_m, offs_cz, in_cz, CZ, eps)
-    yn_lo, xn_lo = yn.to(dtype), xn.to(dtype)
-    tl.store(Yn + local[:, None] * C + offs_c[None, :], yn_lo, mask=in_m[:, None] & in_c[None, :])
+    xn_lo = xn.to(dtype)
+    tl.store(Yn + local[:, None] * C + offs_c[None, :], yn_lo, mask=y_mask)
     tl.store(Xn + local[:, None] * CZ + offs_cz[None, :], xn_lo, mask=in_m[:, None] & in_cz[None, :])
 
     d_yn = tl.zeros([BLOCK_M, C_BLOCK], tl.float32)
-    d_xn = tl.zeros([BLOCK_M, CZ_BLOCK], tl.float32)
     for n0 in range(0, CZ, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         in_n = offs_n < CZ
         tile = in_m[:, None] & in_n[None, :]
         wpo_t = load_weight_t(Wpo, offs_n, in_n, offs_c, in_c, C)       # (C, BLOCK_N)
-        wgo_t = load_weight_t(Wgo, offs_n, in_n, offs_cz, in_cz, CZ)    # (CZ, BLOCK_N)
         u = tl.dot(yn_lo, wpo_t, input_precision=PRECISION)
         u += tl.load(Bpo + offs_n, mask=in_n, other=0.0).to(tl.float32)[None, :]
-        gz = tl.dot(xn_lo, wgo_t, input_precision=PRECISION)
+        gz = tl.dot(xn_lo, load_weight_t(Wgo, offs_n, in_n, offs_cz, in_cz, CZ), input_precision=PRECISION)
         gz += tl.load(Bgo + offs_n, mask=in_n, other=0.0).to(tl.float32)[None, :]
         g = tl.sigmoid(gz)
         do = tl.load(DOut + offs_m[:, None] * CZ + offs_n[None, :], mask=tile, other=0.0).to(tl.float32)
         d_u = (do * g).to(dtype)
-        d_gz = (do * u * g * (1.0 - g)).to(dtype)
         tl.store(DU + local[:, None] * CZ + offs_n[None, :], d_u, mask=tile)
-        tl.store(DGz + local[:, None] * CZ + offs_n[None, :], d_gz, mask=tile)
+        tl.store(DGz + offs_m[:, None] * CZ + offs_n[None, :], (do * u * g * (1.0 - g)).to(dtype), mask=tile)
         d_yn += tl.dot(d_u, tl.trans(wpo_t), input_precision=PRECISION)
-        d_xn += tl.dot(d_gz, tl.trans(wgo_t), input_precision=PRECISION)
 
+    yhat, _, rstd_y = layer_norm_rows(tl.load(Yc + src, mask=y_mask, other=0.0).to(tl.float32), lw_out, lb_out,
+                                      in_c, C, eps)
     dy = layer_norm_rows_bwd(yhat, d_yn, lw_out, rstd_y, in_c, C)
     dst = channel_first_offsets(offs_m, NN, C)[:, None] + offs_c[None, :].to(tl.int64) * NN
-    tl.store(DYc + dst, dy.to(DYc.dtype.element_ty), mask=in_m[:, None] & in_c[None, :])
-    tl.store(DXg + offs_m[:, None] * CZ + offs_cz[None, :], d_xn, mask=in_m[:, None] & in_cz[None, :])
+    tl.store(DYc + dst, dy.to(DYc.dtype.element_ty), mask=y_mask)
     # LayerNorm_out parameter gradients: this program's partial sums over its rows.
     part = Part + pid_m.to(tl.int64) * 2 * C
     tl.store(part + offs_c, tl.sum(tl.where(in_m[:, None], d_yn * yhat, 0.0), 0), mask=in_c)
@@ -232,11 +234,15 @@ def ln_out_gate_bwd_kernel(X, Yc, DOut, Lw_in, Lb_in, Lw_out, Lb_out, Wpo, Bpo, 
 
 
 @triton.jit
-def ln_gate_proj_bwd_kernel(X, Mask, DABc, DXg, Lw, Lb, Wp, Bp, Wg, Bg, DX, DP, DG, Xn, Part,
+def ln_gate_proj_bwd_kernel(X, Mask, DABc, DGz, Lw, Lb, Wp, Bp, Wg, Bg, Wgo, DX, DP, DG, Xn, Part,
                             row0, M_rows, NN, CZ, C2, eps,
                             HAS_MASK: tl.constexpr, PRECISION: tl.constexpr,
                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CZ_BLOCK: tl.constexpr):
-    """Rows [row0, row0 + M_rows): dx, and dP, dG, xn for the input weight gradients."""
+    """Rows [row0, row0 + M_rows): dx, and dP, dG, xn for the input weight gradients.
+
+    dxn gathers three terms: the output gate's (d_gz @ W_go) and the two input
+    projections' (dP @ W_p + dG @ W_g); then LayerNorm_in backward.
+    """
     pid_m = tl.program_id(0)
     local = pid_m * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)
     offs_m = row0 + local
@@ -244,12 +250,20 @@ def ln_gate_proj_bwd_kernel(X, Mask, DABc, DXg, Lw, Lb, Wp, Bp, Wg, Bg, DX, DP, 
     in_m, in_cz = local < M_rows, offs_cz < CZ
     dtype = DP.dtype.element_ty
 
-    xhat, xn, rstd = load_ln_input(X, Lw, Lb, offs_m, in_m, offs_cz, in_cz, CZ, eps)
+    _, xn, _ = load_ln_input(X, Lw, Lb, offs_m, in_m, offs_cz, in_cz, CZ, eps)
     xn_lo = xn.to(dtype)
     tl.store(Xn + local[:, None] * CZ + offs_cz[None, :], xn_lo, mask=in_m[:, None] & in_cz[None, :])
     if HAS_MASK:
         m = tl.load(Mask + offs_m, mask=in_m, other=0.0)
-    d_xn = tl.load(DXg + offs_m[:, None] * CZ + offs_cz[None, :], mask=in_m[:, None] & in_cz[None, :], other=0.0)
+
+    d_xn = tl.zeros([BLOCK_M, CZ_BLOCK], tl.float32)
+    for k0 in range(0, CZ, BLOCK_N):  # the output gate's share: d_gz @ W_go
+        offs_k = k0 + tl.arange(0, BLOCK_N)
+        in_k = offs_k < CZ
+        dgz = tl.load(DGz + offs_m[:, None] * CZ + offs_k[None, :], mask=in_m[:, None] & in_k[None, :], other=0.0)
+        wgo = tl.load(Wgo + offs_k[:, None] * CZ + offs_cz[None, :], mask=in_k[:, None] & in_cz[None, :], other=0.0)
+        d_xn += tl.dot(dgz, wgo, input_precision=PRECISION)
+
     src_rows = channel_first_offsets(offs_m, NN, C2)
     for n0 in range(0, C2, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
@@ -274,6 +288,7 @@ def ln_gate_proj_bwd_kernel(X, Mask, DABc, DXg, Lw, Lb, Wp, Bp, Wg, Bg, DX, DP, 
         d_xn += tl.dot(dg, tl.trans(wg_t), input_precision=PRECISION)
 
     lw = tl.load(Lw + offs_cz, mask=in_cz, other=0.0).to(tl.float32)
+    xhat, _, rstd = load_ln_input(X, Lw, Lb, offs_m, in_m, offs_cz, in_cz, CZ, eps)
     dx = layer_norm_rows_bwd(xhat, d_xn, lw, rstd, in_cz, CZ)
     tl.store(DX + offs_m[:, None] * CZ + offs_cz[None, :], dx.to(DX.dtype.element_ty), mask=in_m[:, None] & in_cz[None, :])
     part = Part + pid_m.to(tl.int64) * 2 * CZ
@@ -413,27 +428,26 @@ def trimul_bwd(x, direction, mask, weights, eps, saved, dout, config=None, *, ta
     cfg = cfgs["ln_out_gate_bwd"]
     rows = cfgs["bwd_rows"]
     dy = torch.empty((B, C, N, N), device=dev, dtype=dt)
-    dxg = torch.empty((B, N, N, CZ), device=dev, dtype=f32)
+    dgz = torch.empty((M, CZ), device=dev, dtype=dt)  # kept whole: stage 1 needs it
     dwpo, dwgo = torch.zeros((CZ, C), device=dev, dtype=f32), torch.zeros((CZ, CZ), device=dev, dtype=f32)
     dbpo, dbgo = torch.zeros(CZ, device=dev, dtype=f32), torch.zeros(CZ, device=dev, dtype=f32)
     dlno = torch.zeros(2 * C, device=dev, dtype=f32)
     for row0, m_rows in _row_blocks(M, rows, cfg["BLOCK_M"]):
         grid = (triton.cdiv(m_rows, cfg["BLOCK_M"]),)
         du = torch.empty((m_rows, CZ), device=dev, dtype=dt)
-        dgz = torch.empty((m_rows, CZ), device=dev, dtype=dt)
         yn = torch.empty((m_rows, C), device=dev, dtype=dt)
         xn = torch.empty((m_rows, CZ), device=dev, dtype=dt)
         part = torch.empty((grid[0], 2 * C), device=dev, dtype=f32)
         launcher(ln_out_gate_bwd_kernel, on_gpu=on_gpu)[grid](
-            x, y, dout, lnw, lnb, lnw_o, lnb_o, wpo, bpo, wgo, bgo, dy, dxg, du, dgz, yn, xn, part,
+            x, y, dout, lnw, lnb, lnw_o, lnb_o, wpo, bpo, wgo, bgo, dy, du, dgz, yn, xn, part,
             row0, m_rows, NN, CZ, C, eps, PRECISION=prec, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
             CZ_BLOCK=czb, C_BLOCK=cb, **_opts(cfg, on_gpu, extra_keys))
         dwpo += _wgrad(du, yn)
-        dwgo += _wgrad(dgz, xn)
+        dwgo += _wgrad(dgz[row0:row0 + m_rows], xn)
         dbpo += du.sum(0, dtype=f32)
-        dbgo += dgz.sum(0, dtype=f32)
+        dbgo += dgz[row0:row0 + m_rows].sum(0, dtype=f32)
         dlno += part.sum(0)
-        del du, dgz, yn, xn
+        del du, yn, xn
 
     # Contraction backward: dA, dB into one channel-first (B, 2c, N, N) buffer.
     dab = torch.empty((B, C2, N, N), device=dev, dtype=dt)
@@ -468,7 +482,7 @@ def trimul_bwd(x, direction, mask, weights, eps, saved, dout, config=None, *, ta
         xn = torch.empty((m_rows, CZ), device=dev, dtype=dt)
         part = torch.empty((grid[0], 2 * CZ), device=dev, dtype=f32)
         launcher(ln_gate_proj_bwd_kernel, on_gpu=on_gpu)[grid](
-            x, mask_rows, dab, dxg, lnw, lnb, wp, bp, wg, bg, dx, dp, dg, xn, part,
+            x, mask_rows, dab, dgz, lnw, lnb, wp, bp, wg, bg, wgo, dx, dp, dg, xn, part,
             row0, m_rows, NN, CZ, C2, eps, HAS_MASK=has_mask, PRECISION=prec,
             BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], CZ_BLOCK=czb, **_opts(cfg, on_gpu, extra_keys))
         dwp += _wgrad(dp, xn)
@@ -515,8 +529,6 @@ def compile_specs(dtype: str = "bfloat16", c_z: int = 128, c: int = 128, device:
     cfgs = config_for(device, dtype, table)
     prec = "ieee" if dtype == "float32" else "tf32"
     czb, cb = triton.next_power_of_2(c_z), triton.next_power_of_2(c)
-    w = {name: f"*{t}" for name in ()}
-    del w
     kinds = {
         "ln_gate_proj": (ln_gate_proj_kernel, {
             "X": f"*{t}", "Mask": "*fp32", "Lw": f"*{t}", "Lb": f"*{t}", "Wp": f"*{t}", "Bp": f"*{t}",
@@ -533,12 +545,12 @@ def compile_specs(dtype: str = "bfloat16", c_z: int = 128, c: int = 128, device:
         "ln_out_gate_bwd": (ln_out_gate_bwd_kernel, {
             "X": f"*{t}", "Yc": f"*{t}", "DOut": f"*{t}", "Lw_in": f"*{t}", "Lb_in": f"*{t}", "Lw_out": f"*{t}",
             "Lb_out": f"*{t}", "Wpo": f"*{t}", "Bpo": f"*{t}", "Wgo": f"*{t}", "Bgo": f"*{t}", "DYc": f"*{t}",
-            "DXg": "*fp32", "DU": f"*{t}", "DGz": f"*{t}", "Yn": f"*{t}", "Xn": f"*{t}", "Part": "*fp32",
+            "DU": f"*{t}", "DGz": f"*{t}", "Yn": f"*{t}", "Xn": f"*{t}", "Part": "*fp32",
             "row0": "i32", "M_rows": "i32", "NN": "i32", "CZ": "i32", "C": "i32", "eps": "fp32"},
             {"CZ_BLOCK": czb, "C_BLOCK": cb}),
         "ln_gate_proj_bwd": (ln_gate_proj_bwd_kernel, {
-            "X": f"*{t}", "Mask": "*fp32", "DABc": f"*{t}", "DXg": "*fp32", "Lw": f"*{t}", "Lb": f"*{t}",
-            "Wp": f"*{t}", "Bp": f"*{t}", "Wg": f"*{t}", "Bg": f"*{t}", "DX": f"*{t}", "DP": f"*{t}", "DG": f"*{t}",
+            "X": f"*{t}", "Mask": "*fp32", "DABc": f"*{t}", "DGz": f"*{t}", "Lw": f"*{t}", "Lb": f"*{t}",
+            "Wp": f"*{t}", "Bp": f"*{t}", "Wg": f"*{t}", "Bg": f"*{t}", "Wgo": f"*{t}", "DX": f"*{t}", "DP": f"*{t}", "DG": f"*{t}",
             "Xn": f"*{t}", "Part": "*fp32", "row0": "i32", "M_rows": "i32", "NN": "i32", "CZ": "i32", "C2": "i32",
             "eps": "fp32"}, {"HAS_MASK": True, "CZ_BLOCK": czb}),
     }
