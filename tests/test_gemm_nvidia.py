@@ -151,3 +151,14 @@ def test_on_gpu_backward():
     base = torch.autograd.grad(low, (a_, w_, b_), grad)
     for name, g, w_, b_ in zip(("grad a", "grad w", "grad bias"), got, want, base):
         assert_close_by_ratio(g, b_.to(g.dtype), w_, ratio=2.0, atol=5e-2, name=name)
+
+
+@pytest.mark.parametrize("split_k", [2, 3])
+def test_split_k(split_k):
+    """Skinny-M split-K: partial planes in fp32, then a reduction launch that applies the epilogue."""
+    gen = torch.Generator().manual_seed(30 + split_k)
+    a = torch.randn(13, 70, dtype=torch.bfloat16, generator=gen)
+    b = operand((70, 41), torch.bfloat16, True, gen)
+    bias = torch.randn(41, dtype=torch.bfloat16, generator=gen)
+    check(a, b, bias=bias, activation="silu", config=dict(SMALL, SPLIT_K=split_k))
+    check(a.float(), b.float(), config=dict(SMALL, SPLIT_K=split_k))
