@@ -439,9 +439,12 @@ def inspect_tpu(target: str, dtype: Any = "bfloat16") -> list[dict]:
     against the generation's budgets, and whether the Mosaic lowering passed."""
     kdtype, _ = kernel_dtypes(dtype, dtype)
     table = load_configs()[generation(target).target][kdtype]
-    rows = []
+    rows, seen = [], set()
     for entry in [*table["entries"], {**table["fallback"], "provenance": "fallback"}]:
         config = {key: entry[key] for key in ("bm", "bn", "bk")}
+        if (key := tuple(config.values())) in seen:
+            continue
+        seen.add(key)
         report = export_for_tpu(target, dtype, config, m=2 * config["bm"], n=2 * config["bn"], k=2 * config["bk"])
         report["provenance"] = entry.get("provenance", "")
         rows.append(report)
