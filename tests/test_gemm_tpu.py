@@ -171,8 +171,7 @@ def test_torch_backward(request):
         torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("activation", ["gelu", None])
-@pytest.mark.parametrize("shared_b", [False, True])
+@pytest.mark.parametrize("activation,shared_b", [("gelu", False), (None, True)])
 def test_jax_grad_random_cotangent(request, activation, shared_b):
     rng = _rng(request)
     a = _randn(rng, (2, 19, 27), "float32")
@@ -308,7 +307,21 @@ def test_selected_configs_follow_the_rules(target, dtype, shape):
     config = tpu_gemm.select_config(target, dtype, dtype, m, n, k)
     kdtype, kout = tpu_gemm.kernel_dtypes(dtype, dtype)
     check_config(config, kdtype, kout, target)
-    # Fitted: padding never exceeds one block's alignment step per axis.
-    assert -(-m // config["bm"]) * config["bm"] - m < config["bm"]
+    # Fitted: the padding on each axis is less than one alignment step per block.
+    for dim, block, align in ((m, config["bm"], 16), (n, config["bn"], 128), (k, config["bk"], 128)):
+        steps = -(-dim // block)
+        assert steps * block - dim < steps * align, (dim, block)
     if GENERATIONS[target].tensorcores > 1 and n > 128:
         assert -(-m // config["bm"]) * -(-n // config["bn"]) >= 2, "megacore needs two parallel blocks"
+
+
+def test_torch_opcheck(request):
+    # The custom op's fake, schema and autograd registrations agree with the TPU kernel.
+    torch = pytest.importorskip("torch")
+    from kernels.gemm.torch_op import encode_config, gemm_op
+
+    gen = torch.Generator().manual_seed(int(_rng(request).integers(1 << 30)))
+    a = torch.randn(2, 9, 20, generator=gen, requires_grad=True)
+    b = torch.randn(20, 11, generator=gen, requires_grad=True)
+    bias = torch.randn(11, generator=gen, requires_grad=True)
+    torch.library.opcheck(gemm_op, (a, b, bias, "relu", torch.float32, "tpu", encode_config(SMALL)))

@@ -220,12 +220,17 @@ def select_config(target: str, dtype: Any, out_dtype: Any, m: int, n: int, k: in
             break
     rows = max(sublane_multiple(kdtype), sublane_multiple(kout))
 
-    def lane_align(dim: int, block: int) -> int:
-        return gen.mxu_size if dim >= gen.mxu_size and block % gen.mxu_size == 0 else LANES
+    def fit_lanes(dim: int, block: int) -> int:
+        # MXU-wide blocks (256 on v6e) unless they cost more padding than 128-wide ones.
+        narrow = _fit(dim, block, LANES)
+        if block % gen.mxu_size or dim < gen.mxu_size:
+            return narrow
+        wide = _fit(dim, block, gen.mxu_size)
+        return wide if _round_up(dim, wide) <= _round_up(dim, narrow) else narrow
 
     bm = _fit(m, base["bm"], rows)
-    bn = _fit(n, base["bn"], lane_align(n, base["bn"]))
-    bk = _fit(k, base["bk"], lane_align(k, base["bk"]))
+    bn = fit_lanes(n, base["bn"])
+    bk = fit_lanes(k, base["bk"])
     if gen.tensorcores > 1 and batch * (-(-m // bm)) * (-(-n // bn)) < gen.tensorcores:
         # Megacore splits only parallel axes: give it two blocks to split.
         if n > LANES:
