@@ -248,22 +248,30 @@ def device_key(name: str | None) -> str | None:
     return None
 
 
+H100_H200_SMS = 132
+
+
 def heuristic_config(m: int, n: int, k: int, dtype: str) -> GemmConfig:
     """A config for a shape nobody tuned, from the shape class.
 
     wgmma wants BLOCK_M a multiple of 64 per warpgroup and a wide BLOCK_N; a tile
-    that leaves most SMs idle is worse than a smaller one, so the tile shrinks
-    until the grid covers the 132 SMs about once.
+    grid that leaves most SMs idle is worse than a smaller tile. Skinny M (decode,
+    small batches) is bound by streaming B: narrow tiles and split-K give every SM
+    a share of B to stream.
     """
     if dtype == "float32":  # 4-byte operands: half the K depth for the same shared memory
-        return GemmConfig(128, 128, 32, 8, 3, 8)
-    if m <= 64:
-        return GemmConfig(64, 128, 128, 8, 4, 4)
-    tiles_big = triton.cdiv(m, 128) * triton.cdiv(n, 256)
-    if tiles_big >= 132:
+        return GemmConfig(128, 128, 32, 8, 3, 8) if m > 256 else GemmConfig(64, 64, 64, 8, 3, 4)
+    if m <= 256:
+        tiles = triton.cdiv(m, 64) * triton.cdiv(n, 64)
+        k_tiles = triton.cdiv(k, 128)
+        split = 1
+        while split < 8 and tiles * split * 2 <= 2 * H100_H200_SMS and k_tiles >= 4 * split * 2:
+            split *= 2
+        return GemmConfig(64, 64, 128, 8, 5, 4, SPLIT_K=split)
+    if triton.cdiv(m, 128) * triton.cdiv(n, 256) >= H100_H200_SMS:
         return GemmConfig(128, 256, 64, 8, 3, 8, EPILOGUE_SUBTILE=True)
-    if triton.cdiv(m, 128) * triton.cdiv(n, 128) >= 132:
-        return GemmConfig(128, 128, 64, 8, 4, 8)
+    if triton.cdiv(m, 128) * triton.cdiv(n, 128) >= H100_H200_SMS:
+        return GemmConfig(128, 128, 64, 8, 5, 8)
     return GemmConfig(64, 128, 64, 8, 4, 4)
 
 
@@ -284,7 +292,7 @@ def shipped_configs(dtype: str = "bfloat16") -> list[GemmConfig]:
         for entry in entries:
             if entry["dtype"] == dtype:
                 seen[GemmConfig.from_dict(entry["config"])] = None
-    for shape in ((16, 4096, 4096), (512, 512, 512), (1024, 2048, 1024), (4096, 4096, 4096)):
+    for shape in ((16, 4096, 4096), (128, 4096, 4096), (512, 512, 512), (1024, 2048, 1024), (2048, 2048, 2048), (4096, 4096, 4096)):
         seen[heuristic_config(*shape, dtype)] = None
     return list(seen)
 
