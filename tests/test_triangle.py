@@ -424,3 +424,59 @@ def test_backends_report_lists_the_triangle_ops():
         assert rows[(op, "reference")] == "native"
         assert rows[(op, "nvidia")] in ("native", "interpreted")
         assert rows[(op, "amd")] in ("native", "interpreted")
+
+
+# ----------------------------------------------------------------------------- bench cases (CPU smoke run)
+
+
+def test_bench_cases_run_on_the_cpu():
+    from kernels.triangle.bench import bench_cases
+
+    cases = bench_cases("tiny", "cpu")
+    assert {c.op for c in cases} == {"triangle_attention", "triangle_multiplicative_update"}
+    for case in cases:
+        inputs = case.make_inputs(0, "cpu")
+        outs = [impl.make(inputs)() for impl in case.impls if impl.make is not None]
+        assert len(outs) >= 2  # ours and the eager baseline
+        first = outs[0][0] if isinstance(outs[0], tuple) else outs[0]
+        other = outs[1][0] if isinstance(outs[1], tuple) else outs[1]
+        torch.testing.assert_close(first, other, atol=1e-4, rtol=1e-4)
+
+
+# ----------------------------------------------------------------------------- on the device
+
+
+ON_NVIDIA = pytest.mark.skipif(kernels.backends.gpu_vendor() != "nvidia",
+                               reason="needs an NVIDIA GPU; the tests above run the same kernels interpreted")
+
+
+@pytest.mark.gpu
+@ON_NVIDIA
+@pytest.mark.parametrize("N", [129, 384])
+def test_on_gpu_triangle_attention_bf16(N):
+    q, k, v, bias, mask = (t.cuda() for t in attention_inputs(1, N, 4, 32, torch.bfloat16, seed=N, fully_masked_rows=(3,)))
+    dout = torch.randn_like(q)
+    out, grads = attention_grads(q, k, v, bias, mask, dout, "nvidia")
+    exact_out, exact_grads = exact_attention(q, k, v, bias, mask, dout)  # float64 on the device
+    fw_out, fw_grads = framework_attention(q, k, v, bias, mask, dout)
+    assert_close_ratio("out", out, exact_out, fw_out, 1e-2)
+    for name, g, e, f in zip(("dq", "dk", "dv", "dbias"), grads, exact_grads, fw_grads):
+        assert_close_ratio(name, g, e, f, 2e-2)
+    assert (out[:, 3] == 0).all()
+
+
+@pytest.mark.gpu
+@ON_NVIDIA
+@pytest.mark.parametrize("direction", ["outgoing", "incoming"])
+def test_on_gpu_trimul_bf16(direction):
+    x, mask, w = trimul_inputs(1, 193, 128, 128, seed=7)
+    x, mask = x.cuda(), mask.cuda()
+    w = {n: None if t is None else t.cuda() for n, t in w.items()}
+    dout = torch.randn_like(x)
+    out, grads = trimul_run(x, direction, mask, w, "nvidia", dout, dtype=torch.bfloat16)
+    wb = {n: None if t is None else t.bfloat16() for n, t in w.items()}
+    exact_out, exact_grads = trimul_exact(x.bfloat16(), direction, mask, wb, dout.bfloat16(), F64)
+    fw_out, fw_grads = trimul_run(x, direction, mask, w, "reference", dout, dtype=torch.bfloat16)
+    assert_close_ratio("out", out, exact_out, fw_out, 2e-2)
+    for name in grads:
+        assert_close_ratio(f"d{name}", grads[name], exact_grads[name], fw_grads[name], 3e-2)

@@ -19,10 +19,11 @@ The output LayerNorm couples all c channels of y_ij while the contraction produc
 one channel per GEMM, so y (B, c, N, N) is materialized once, as every fused
 implementation does.
 
-The backward mirrors the forward: ``ln_out_gate_bwd_kernel`` (gate and output
-projection backward, LayerNorm_out backward, dy channel-first), two channel GEMMs
-(da, db), then ``ln_gate_proj_bwd_kernel`` (gate/projection backward,
-LayerNorm_in backward, dx). Weight gradients are GEMMs over all N^2 pair rows
+The backward mirrors the forward: ``out_gate_bwd_kernel`` (the output gating's
+backward: d_u and d_gz), ``ln_out_bwd_kernel`` (d_u @ W_po and LayerNorm_out
+backward to dy, channel-first), two channel GEMMs (da, db), then
+``ln_gate_proj_bwd_kernel`` (gate/projection backward, the output gate's share
+d_gz @ W_go, LayerNorm_in backward, dx). Weight gradients are GEMMs over all N^2 pair rows
 (a (M x c_z)^T (M x c) product); the row kernels emit their operands for a block of
 rows at a time and ``torch.matmul`` reduces them, so the backward's transient
 memory is bounded by the row-block size, not by N^2. LayerNorm parameter
@@ -176,16 +177,13 @@ def ln_out_gate_kernel(X, Yc, Lw_in, Lb_in, Lw_out, Lb_out, Wpo, Bpo, Wgo, Bgo, 
 
 
 @triton.jit
-def ln_out_gate_bwd_kernel(X, Yc, DOut, Lw_in, Lb_in, Lw_out, Lb_out, Wpo, Bpo, Wgo, Bgo,
-                           DYc, DU, DGz, Yn, Xn, Part, row0, M_rows, NN, CZ, C, eps,
-                           PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                           CZ_BLOCK: tl.constexpr, C_BLOCK: tl.constexpr):
-    """Rows [row0, row0 + M_rows): dy (channel-first), d_gz (kept for stage 1, which
-    turns it into the gate's share of dxn), and d_u, yn, xn for the weight gradients.
-
-    Only yn, xn (16-bit) and the d_yn accumulator live across the channel loop;
-    LayerNorm_out's xhat is recomputed after it, to stay within the register file.
-    """
+def out_gate_bwd_kernel(X, Yc, DOut, Lw_in, Lb_in, Lw_out, Lb_out, Wpo, Bpo, Wgo, Bgo,
+                        DU, DGz, Yn, Xn, row0, M_rows, NN, CZ, C, eps,
+                        PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                        CZ_BLOCK: tl.constexpr, C_BLOCK: tl.constexpr):
+    """Rows [row0, row0 + M_rows): the output gating's backward. Recomputes u and the
+    gate from yn and xn and writes d_u = dout * g and d_gz = dout * u * g (1 - g),
+    plus yn and xn, the operands of the output weight gradients."""
     pid_m = tl.program_id(0)
     local = pid_m * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)
     offs_m = row0 + local
@@ -205,29 +203,49 @@ def ln_out_gate_bwd_kernel(X, Yc, DOut, Lw_in, Lb_in, Lw_out, Lb_out, Wpo, Bpo, 
     tl.store(Yn + local[:, None] * C + offs_c[None, :], yn_lo, mask=y_mask)
     tl.store(Xn + local[:, None] * CZ + offs_cz[None, :], xn_lo, mask=in_m[:, None] & in_cz[None, :])
 
-    d_yn = tl.zeros([BLOCK_M, C_BLOCK], tl.float32)
     for n0 in range(0, CZ, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         in_n = offs_n < CZ
         tile = in_m[:, None] & in_n[None, :]
-        wpo_t = load_weight_t(Wpo, offs_n, in_n, offs_c, in_c, C)       # (C, BLOCK_N)
-        u = tl.dot(yn_lo, wpo_t, input_precision=PRECISION)
+        u = tl.dot(yn_lo, load_weight_t(Wpo, offs_n, in_n, offs_c, in_c, C), input_precision=PRECISION)
         u += tl.load(Bpo + offs_n, mask=in_n, other=0.0).to(tl.float32)[None, :]
         gz = tl.dot(xn_lo, load_weight_t(Wgo, offs_n, in_n, offs_cz, in_cz, CZ), input_precision=PRECISION)
         gz += tl.load(Bgo + offs_n, mask=in_n, other=0.0).to(tl.float32)[None, :]
         g = tl.sigmoid(gz)
         do = tl.load(DOut + offs_m[:, None] * CZ + offs_n[None, :], mask=tile, other=0.0).to(tl.float32)
-        d_u = (do * g).to(dtype)
-        tl.store(DU + local[:, None] * CZ + offs_n[None, :], d_u, mask=tile)
+        tl.store(DU + local[:, None] * CZ + offs_n[None, :], (do * g).to(dtype), mask=tile)
         tl.store(DGz + offs_m[:, None] * CZ + offs_n[None, :], (do * u * g * (1.0 - g)).to(dtype), mask=tile)
-        d_yn += tl.dot(d_u, tl.trans(wpo_t), input_precision=PRECISION)
 
-    yhat, _, rstd_y = layer_norm_rows(tl.load(Yc + src, mask=y_mask, other=0.0).to(tl.float32), lw_out, lb_out,
-                                      in_c, C, eps)
-    dy = layer_norm_rows_bwd(yhat, d_yn, lw_out, rstd_y, in_c, C)
-    dst = channel_first_offsets(offs_m, NN, C)[:, None] + offs_c[None, :].to(tl.int64) * NN
-    tl.store(DYc + dst, dy.to(DYc.dtype.element_ty), mask=y_mask)
-    # LayerNorm_out parameter gradients: this program's partial sums over its rows.
+
+@triton.jit
+def ln_out_bwd_kernel(Yc, DU, Lw_out, Lb_out, Wpo, DYc, Part, row0, M_rows, NN, CZ, C, eps,
+                      PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+                      C_BLOCK: tl.constexpr):
+    """Rows [row0, row0 + M_rows): d_yn = d_u @ W_po, then LayerNorm_out backward to
+    dy (channel-first, for the contraction's backward) and the LayerNorm_out
+    parameter gradients' per-program partial sums."""
+    pid_m = tl.program_id(0)
+    local = pid_m * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)
+    offs_m = row0 + local
+    offs_c = tl.arange(0, C_BLOCK)
+    in_m, in_c = local < M_rows, offs_c < C
+
+    d_yn = tl.zeros([BLOCK_M, C_BLOCK], tl.float32)
+    for k0 in range(0, CZ, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        in_k = offs_k < CZ
+        du = tl.load(DU + local[:, None] * CZ + offs_k[None, :], mask=in_m[:, None] & in_k[None, :], other=0.0)
+        w = tl.load(Wpo + offs_k[:, None] * C + offs_c[None, :], mask=in_k[:, None] & in_c[None, :], other=0.0)
+        d_yn += tl.dot(du, w, input_precision=PRECISION)
+
+    src = channel_first_offsets(offs_m, NN, C)[:, None] + offs_c[None, :].to(tl.int64) * NN
+    y_mask = in_m[:, None] & in_c[None, :]
+    lw_out = tl.load(Lw_out + offs_c, mask=in_c, other=0.0).to(tl.float32)
+    lb_out = tl.load(Lb_out + offs_c, mask=in_c, other=0.0).to(tl.float32)
+    yhat, _, rstd = layer_norm_rows(tl.load(Yc + src, mask=y_mask, other=0.0).to(tl.float32), lw_out, lb_out,
+                                    in_c, C, eps)
+    dy = layer_norm_rows_bwd(yhat, d_yn, lw_out, rstd, in_c, C)
+    tl.store(DYc + src, dy.to(DYc.dtype.element_ty), mask=y_mask)
     part = Part + pid_m.to(tl.int64) * 2 * C
     tl.store(part + offs_c, tl.sum(tl.where(in_m[:, None], d_yn * yhat, 0.0), 0), mask=in_c)
     tl.store(part + C + offs_c, tl.sum(tl.where(in_m[:, None], d_yn, 0.0), 0), mask=in_c)
@@ -425,23 +443,26 @@ def trimul_bwd(x, direction, mask, weights, eps, saved, dout, config=None, *, ta
     dev, dt = x.device, x.dtype
 
     # Stage 3 backward, one block of rows at a time.
-    cfg = cfgs["ln_out_gate_bwd"]
+    cfg, lcfg = cfgs["out_gate_bwd"], cfgs["ln_out_bwd"]
     rows = cfgs["bwd_rows"]
     dy = torch.empty((B, C, N, N), device=dev, dtype=dt)
     dgz = torch.empty((M, CZ), device=dev, dtype=dt)  # kept whole: stage 1 needs it
     dwpo, dwgo = torch.zeros((CZ, C), device=dev, dtype=f32), torch.zeros((CZ, CZ), device=dev, dtype=f32)
     dbpo, dbgo = torch.zeros(CZ, device=dev, dtype=f32), torch.zeros(CZ, device=dev, dtype=f32)
     dlno = torch.zeros(2 * C, device=dev, dtype=f32)
-    for row0, m_rows in _row_blocks(M, rows, cfg["BLOCK_M"]):
-        grid = (triton.cdiv(m_rows, cfg["BLOCK_M"]),)
+    for row0, m_rows in _row_blocks(M, rows, max(cfg["BLOCK_M"], lcfg["BLOCK_M"])):
         du = torch.empty((m_rows, CZ), device=dev, dtype=dt)
         yn = torch.empty((m_rows, C), device=dev, dtype=dt)
         xn = torch.empty((m_rows, CZ), device=dev, dtype=dt)
-        part = torch.empty((grid[0], 2 * C), device=dev, dtype=f32)
-        launcher(ln_out_gate_bwd_kernel, on_gpu=on_gpu)[grid](
-            x, y, dout, lnw, lnb, lnw_o, lnb_o, wpo, bpo, wgo, bgo, dy, du, dgz, yn, xn, part,
+        launcher(out_gate_bwd_kernel, on_gpu=on_gpu)[(triton.cdiv(m_rows, cfg["BLOCK_M"]),)](
+            x, y, dout, lnw, lnb, lnw_o, lnb_o, wpo, bpo, wgo, bgo, du, dgz, yn, xn,
             row0, m_rows, NN, CZ, C, eps, PRECISION=prec, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
             CZ_BLOCK=czb, C_BLOCK=cb, **_opts(cfg, on_gpu, extra_keys))
+        grid = (triton.cdiv(m_rows, lcfg["BLOCK_M"]),)
+        part = torch.empty((grid[0], 2 * C), device=dev, dtype=f32)
+        launcher(ln_out_bwd_kernel, on_gpu=on_gpu)[grid](
+            y, du, lnw_o, lnb_o, wpo, dy, part, row0, m_rows, NN, CZ, C, eps, PRECISION=prec,
+            BLOCK_M=lcfg["BLOCK_M"], BLOCK_K=lcfg["BLOCK_K"], C_BLOCK=cb, **_opts(lcfg, on_gpu, extra_keys))
         dwpo += _wgrad(du, yn)
         dwgo += _wgrad(dgz[row0:row0 + m_rows], xn)
         dbpo += du.sum(0, dtype=f32)
@@ -542,12 +563,16 @@ def compile_specs(dtype: str = "bfloat16", c_z: int = 128, c: int = 128, device:
             "X": f"*{t}", "Yc": f"*{t}", "Lw_in": f"*{t}", "Lb_in": f"*{t}", "Lw_out": f"*{t}", "Lb_out": f"*{t}",
             "Wpo": f"*{t}", "Bpo": f"*{t}", "Wgo": f"*{t}", "Bgo": f"*{t}", "Out": f"*{t}", "M": "i32", "NN": "i32",
             "CZ": "i32", "C": "i32", "eps": "fp32"}, {"CZ_BLOCK": czb, "C_BLOCK": cb}),
-        "ln_out_gate_bwd": (ln_out_gate_bwd_kernel, {
+        "out_gate_bwd": (out_gate_bwd_kernel, {
             "X": f"*{t}", "Yc": f"*{t}", "DOut": f"*{t}", "Lw_in": f"*{t}", "Lb_in": f"*{t}", "Lw_out": f"*{t}",
-            "Lb_out": f"*{t}", "Wpo": f"*{t}", "Bpo": f"*{t}", "Wgo": f"*{t}", "Bgo": f"*{t}", "DYc": f"*{t}",
-            "DU": f"*{t}", "DGz": f"*{t}", "Yn": f"*{t}", "Xn": f"*{t}", "Part": "*fp32",
+            "Lb_out": f"*{t}", "Wpo": f"*{t}", "Bpo": f"*{t}", "Wgo": f"*{t}", "Bgo": f"*{t}",
+            "DU": f"*{t}", "DGz": f"*{t}", "Yn": f"*{t}", "Xn": f"*{t}",
             "row0": "i32", "M_rows": "i32", "NN": "i32", "CZ": "i32", "C": "i32", "eps": "fp32"},
             {"CZ_BLOCK": czb, "C_BLOCK": cb}),
+        "ln_out_bwd": (ln_out_bwd_kernel, {
+            "Yc": f"*{t}", "DU": f"*{t}", "Lw_out": f"*{t}", "Lb_out": f"*{t}", "Wpo": f"*{t}", "DYc": f"*{t}",
+            "Part": "*fp32", "row0": "i32", "M_rows": "i32", "NN": "i32", "CZ": "i32", "C": "i32", "eps": "fp32"},
+            {"C_BLOCK": cb}),
         "ln_gate_proj_bwd": (ln_gate_proj_bwd_kernel, {
             "X": f"*{t}", "Mask": "*fp32", "DABc": f"*{t}", "DGz": f"*{t}", "Lw": f"*{t}", "Lb": f"*{t}",
             "Wp": f"*{t}", "Bp": f"*{t}", "Wg": f"*{t}", "Bg": f"*{t}", "Wgo": f"*{t}", "DX": f"*{t}", "DP": f"*{t}", "DG": f"*{t}",
@@ -557,8 +582,10 @@ def compile_specs(dtype: str = "bfloat16", c_z: int = 128, c: int = 128, device:
     specs = []
     for name, (fn, signature, extra_const) in kinds.items():
         cfg = cfgs[name]
-        constexprs = {"PRECISION": prec, "BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"], **extra_const}
-        if name == "contract":
+        constexprs = {"PRECISION": prec, "BLOCK_M": cfg["BLOCK_M"], **extra_const}
+        if "BLOCK_N" in cfg:
+            constexprs["BLOCK_N"] = cfg["BLOCK_N"]
+        if "BLOCK_K" in cfg:
             constexprs["BLOCK_K"] = cfg["BLOCK_K"]
         signature = {**signature, **{key: "constexpr" for key in constexprs}}
         opts = {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}
