@@ -351,7 +351,8 @@ def test_triangle_attention_module_orientations(starting, backend):
 # ----------------------------------------------------------------------------- JAX
 
 
-def test_jax_triangle_attention_custom_vjp():
+@pytest.mark.parametrize("backend", ["reference", "nvidia"])
+def test_jax_triangle_attention_custom_vjp(backend):
     jax = pytest.importorskip("jax")
     jax.config.update("jax_enable_x64", False)
     jnp = jax.numpy
@@ -361,9 +362,9 @@ def test_jax_triangle_attention_custom_vjp():
     jm = jnp.asarray(mask.numpy())
 
     def loss(q, k, v, b):
-        return (kernels.triangle_attention(q, k, v, b, jm) * jnp.asarray(dout.numpy())).sum()
+        return (kernels.triangle_attention(q, k, v, b, jm, backend=backend) * jnp.asarray(dout.numpy())).sum()
 
-    out = kernels.triangle_attention(jq, jk, jv, jb, jm)
+    out = kernels.triangle_attention(jq, jk, jv, jb, jm, backend=backend)
     grads = jax.grad(loss, argnums=(0, 1, 2, 3))(jq, jk, jv, jb)
     exact_out, exact_grads = exact_attention(q, k, v, bias, mask, dout)
     np.testing.assert_allclose(np.asarray(out), exact_out.numpy(), atol=2e-5)
@@ -373,8 +374,9 @@ def test_jax_triangle_attention_custom_vjp():
     assert (np.asarray(out)[:, 1] == 0).all()
 
 
-@pytest.mark.parametrize("direction", ["outgoing", "incoming"])
-def test_jax_trimul_custom_vjp(direction):
+@pytest.mark.parametrize("direction,backend", [("outgoing", "reference"), ("incoming", "reference"),
+                                               ("incoming", "nvidia")])
+def test_jax_trimul_custom_vjp(direction, backend):
     jax = pytest.importorskip("jax")
     jnp = jax.numpy
     x, mask, w = trimul_inputs(1, 7, 16, 8, seed=4)
@@ -384,11 +386,11 @@ def test_jax_trimul_custom_vjp(direction):
     jx, jm, jd = jnp.asarray(x.numpy()), jnp.asarray(mask.numpy()), jnp.asarray(dout.numpy())
 
     def loss(x, ws):
-        return (kernels.triangle_multiplicative_update(x, direction, jm, **ws) * jd).sum()
+        return (kernels.triangle_multiplicative_update(x, direction, jm, **ws, backend=backend) * jd).sum()
 
     gx, gw = jax.grad(loss, argnums=(0, 1))(jx, jw)
     exact_out, exact_grads = trimul_exact(x, direction, mask, w, dout, F64)
-    out = kernels.triangle_multiplicative_update(jx, direction, jm, **jw)
+    out = kernels.triangle_multiplicative_update(jx, direction, jm, **jw, backend=backend)
     np.testing.assert_allclose(np.asarray(out), exact_out.numpy(), atol=2e-5)
     np.testing.assert_allclose(np.asarray(gx), exact_grads["x"].numpy(), atol=1e-4)
     for n in names:
