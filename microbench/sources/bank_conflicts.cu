@@ -9,8 +9,18 @@
 // One block per SM; each block reports its own clock64 interval.
 #include "common.cuh"
 
-#define SMEM_BYTES 40960
+#define SMEM_BYTES 40960  // patterns up to 32 KB plus 32 shift steps of 128 B
 #define UNROLL 16
+
+// The assembler may merge or hoist identical non-volatile loads, which asm
+// volatile does not prevent (it only binds the front end). Plain loads and
+// stores use the .volatile forms; ldmatrix has none, so its address moves by
+// `shift` bytes per unrolled step and by 16*shift every other iteration. With
+// shift a multiple of 128 B every lane keeps its bank, and the assembler
+// cannot prove two addresses equal.
+__device__ __forceinline__ u32 step_addr(u32 addr, int it, int j, u32 shift) {
+    return addr + j * shift + (it & 1) * 16 * shift;
+}
 
 #define BANK_KERNEL_PROLOGUE                                                     \
     __shared__ __align__(128) u32 buf[SMEM_BYTES / 4];                           \
@@ -28,13 +38,13 @@
     if (acc == 0x9e3779b9u) sink[threadIdx.x] = acc; /* keeps the loads live */
 
 extern "C" __global__ void __launch_bounds__(1024)
-lds_b32(const u32* __restrict__ offsets, int iters, u64* cycles, u32* sink) {
+lds_b32(const u32* __restrict__ offsets, int iters, u32 shift, u64* cycles, u32* sink) {
     BANK_KERNEL_PROLOGUE
     for (int it = 0; it < iters; ++it) {
 #pragma unroll
         for (int j = 0; j < UNROLL; ++j) {
             u32 v;
-            asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
+            asm volatile("ld.volatile.shared.u32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
             acc ^= v;
         }
     }
@@ -42,13 +52,13 @@ lds_b32(const u32* __restrict__ offsets, int iters, u64* cycles, u32* sink) {
 }
 
 extern "C" __global__ void __launch_bounds__(1024)
-lds_b64(const u32* __restrict__ offsets, int iters, u64* cycles, u32* sink) {
+lds_b64(const u32* __restrict__ offsets, int iters, u32 shift, u64* cycles, u32* sink) {
     BANK_KERNEL_PROLOGUE
     for (int it = 0; it < iters; ++it) {
 #pragma unroll
         for (int j = 0; j < UNROLL; ++j) {
             u32 a, b;
-            asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(a), "=r"(b) : "r"(addr) : "memory");
+            asm volatile("ld.volatile.shared.v2.u32 {%0, %1}, [%2];" : "=r"(a), "=r"(b) : "r"(addr) : "memory");
             acc ^= a + b;
         }
     }
@@ -56,13 +66,13 @@ lds_b64(const u32* __restrict__ offsets, int iters, u64* cycles, u32* sink) {
 }
 
 extern "C" __global__ void __launch_bounds__(1024)
-lds_b128(const u32* __restrict__ offsets, int iters, u64* cycles, u32* sink) {
+lds_b128(const u32* __restrict__ offsets, int iters, u32 shift, u64* cycles, u32* sink) {
     BANK_KERNEL_PROLOGUE
     for (int it = 0; it < iters; ++it) {
 #pragma unroll
         for (int j = 0; j < UNROLL; ++j) {
             u32 a, b, c, d;
-            asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+            asm volatile("ld.volatile.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
                          : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "r"(addr) : "memory");
             acc ^= (a + b) ^ (c + d);
         }
@@ -71,12 +81,12 @@ lds_b128(const u32* __restrict__ offsets, int iters, u64* cycles, u32* sink) {
 }
 
 extern "C" __global__ void __launch_bounds__(1024)
-sts_b32(const u32* __restrict__ offsets, int iters, u64* cycles, u32* sink) {
+sts_b32(const u32* __restrict__ offsets, int iters, u32 shift, u64* cycles, u32* sink) {
     BANK_KERNEL_PROLOGUE
     for (int it = 0; it < iters; ++it) {
 #pragma unroll
         for (int j = 0; j < UNROLL; ++j) {
-            asm volatile("st.shared.u32 [%0], %1;" :: "r"(addr), "r"(acc + j) : "memory");
+            asm volatile("st.volatile.shared.u32 [%0], %1;" :: "r"(addr), "r"(acc + j) : "memory");
         }
         acc += it;
     }
@@ -84,12 +94,12 @@ sts_b32(const u32* __restrict__ offsets, int iters, u64* cycles, u32* sink) {
 }
 
 extern "C" __global__ void __launch_bounds__(1024)
-sts_b64(const u32* __restrict__ offsets, int iters, u64* cycles, u32* sink) {
+sts_b64(const u32* __restrict__ offsets, int iters, u32 shift, u64* cycles, u32* sink) {
     BANK_KERNEL_PROLOGUE
     for (int it = 0; it < iters; ++it) {
 #pragma unroll
         for (int j = 0; j < UNROLL; ++j) {
-            asm volatile("st.shared.v2.u32 [%0], {%1, %2};" :: "r"(addr), "r"(acc + j), "r"(acc ^ j) : "memory");
+            asm volatile("st.volatile.shared.v2.u32 [%0], {%1, %2};" :: "r"(addr), "r"(acc + j), "r"(acc ^ j) : "memory");
         }
         acc += it;
     }
@@ -97,12 +107,12 @@ sts_b64(const u32* __restrict__ offsets, int iters, u64* cycles, u32* sink) {
 }
 
 extern "C" __global__ void __launch_bounds__(1024)
-sts_b128(const u32* __restrict__ offsets, int iters, u64* cycles, u32* sink) {
+sts_b128(const u32* __restrict__ offsets, int iters, u32 shift, u64* cycles, u32* sink) {
     BANK_KERNEL_PROLOGUE
     for (int it = 0; it < iters; ++it) {
 #pragma unroll
         for (int j = 0; j < UNROLL; ++j) {
-            asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};"
+            asm volatile("st.volatile.shared.v4.u32 [%0], {%1, %2, %3, %4};"
                          :: "r"(addr), "r"(acc + j), "r"(acc ^ j), "r"(acc - j), "r"(acc * 3u) : "memory");
         }
         acc += it;
@@ -112,14 +122,14 @@ sts_b128(const u32* __restrict__ offsets, int iters, u64* cycles, u32* sink) {
 
 // ldmatrix.x4: lane 8*m + r gives the 16-byte row r of 8x8 b16 matrix m.
 extern "C" __global__ void __launch_bounds__(1024)
-ldsm_x4(const u32* __restrict__ offsets, int iters, u64* cycles, u32* sink) {
+ldsm_x4(const u32* __restrict__ offsets, int iters, u32 shift, u64* cycles, u32* sink) {
     BANK_KERNEL_PROLOGUE
     for (int it = 0; it < iters; ++it) {
 #pragma unroll
         for (int j = 0; j < UNROLL; ++j) {
             u32 a, b, c, d;
             asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                         : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "r"(addr) : "memory");
+                         : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "r"(step_addr(addr, it, j, shift)) : "memory");
             acc ^= (a + b) ^ (c + d);
         }
     }
@@ -127,14 +137,14 @@ ldsm_x4(const u32* __restrict__ offsets, int iters, u64* cycles, u32* sink) {
 }
 
 extern "C" __global__ void __launch_bounds__(1024)
-ldsm_x4_trans(const u32* __restrict__ offsets, int iters, u64* cycles, u32* sink) {
+ldsm_x4_trans(const u32* __restrict__ offsets, int iters, u32 shift, u64* cycles, u32* sink) {
     BANK_KERNEL_PROLOGUE
     for (int it = 0; it < iters; ++it) {
 #pragma unroll
         for (int j = 0; j < UNROLL; ++j) {
             u32 a, b, c, d;
             asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-                         : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "r"(addr) : "memory");
+                         : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "r"(step_addr(addr, it, j, shift)) : "memory");
             acc ^= (a + b) ^ (c + d);
         }
     }

@@ -58,7 +58,7 @@ extern "C" __global__ void __launch_bounds__(1024) smem_read(int iters, u64* cyc
         for (int j = 0; j < 16; ++j) {
             float a, b, c, d;
             const u32 addr = base + ((warp_off + j * 2048 + lane_off) & 32767);
-            asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+            asm volatile("ld.volatile.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
                          : "=f"(a), "=f"(b), "=f"(c), "=f"(d) : "r"(addr) : "memory");
             s += (a + b) + (c + d);
         }
