@@ -225,3 +225,20 @@ def amd_kernel_facts(asm: str) -> dict[str, dict[str, int]]:
         f["vgprs"] = min(total, accum)
         f["agprs"] = max(0, total - accum)
     return facts
+
+
+_RES = re.compile(r"Function (\S+):\s*\n\s*REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)")
+
+
+def resource_usage(cubin: bytes) -> dict[str, dict[str, int]]:
+    """Registers, stack, shared and local (spill) bytes per kernel, from ``cuobjdump -res-usage``."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        proc = subprocess.run([cuobjdump_path(), "-res-usage", f.name], capture_output=True, text=True, timeout=120)
+    if proc.returncode:
+        raise RuntimeError(f"cuobjdump -res-usage failed: {proc.stderr}")
+    return {
+        m.group(1): {"registers": int(m.group(2)), "stack": int(m.group(3)), "shared": int(m.group(4)), "local": int(m.group(5))}
+        for m in _RES.finditer(proc.stdout)
+    }

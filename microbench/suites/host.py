@@ -109,7 +109,7 @@ def _run(ctx: SuiteContext) -> list[Record]:
         )
     del a, b
 
-    sizes = (512, 1024) if ctx.quick else (1024, 2048, 4096)
+    sizes = (256, 512) if ctx.quick else (1024, 2048, 4096)
     for dtype in (np.float32, np.float64):
         best = None
         for size in sizes:
@@ -122,7 +122,7 @@ def _run(ctx: SuiteContext) -> list[Record]:
             flops = 2.0 * size**3
             s = spread([flops / t for t in times])
             rec = Record(
-                kind="host", op="host-blas", name=f"matmul-{np.dtype(dtype).name}", metric="flops",
+                kind="host", op="host-blas", name=f"matmul-{np.dtype(dtype).name}-n{size}", metric="flops",
                 value=s["median"], unit="FLOP/s", backend="numpy",
                 shape={"m": size, "n": size, "k": size}, config={"dtype": np.dtype(dtype).name},
                 method="host-timer", repetitions=len(times), median=s["median"], p20=s["p20"], p80=s["p80"],
