@@ -363,7 +363,8 @@ def from_static(profile: Any, arch: str, threads: int | None = None, dynamic_sha
             threads = warps * (64 if amd else 32)
     if not threads:
         raise ValueError("threads per block is not in the profile; pass threads=")
-    regs = _fact(profile, "vgprs", "arch_vgprs", "registers", "num_regs") if amd else _fact(profile, "registers", "num_regs", "regs")
+    regs = (_fact(profile, "vgprs", "arch_vgprs", "registers", "num_regs") if amd
+            else _fact(profile, "registers", "num_regs", "n_regs", "regs"))
     shared = _fact(profile, "lds_bytes", "shared_bytes", "shared", "smem_bytes", "lds")
     if amd:
         return amd_occupancy(
