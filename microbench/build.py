@@ -128,7 +128,7 @@ def sass(cubin: bytes) -> str:
 
 
 _FUNCTION = re.compile(r"Function : (\S+)")
-_SASS_OP = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)")
+_SASS_OP = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*(?:\.[A-Za-z0-9_]+)*)")
 
 
 def opcodes(sass_text: str) -> dict[str, Counter]:

@@ -103,10 +103,15 @@ def checks(records: list[Record]) -> list[tuple[str, bool, str]]:
         ok = bw["hbm-bandwidth/read"] < bw["l2-bandwidth/read-cg"] < bw["smem-bandwidth/lds128-conflict-free"]
         out.append(("ceilings: HBM < L2 < shared-memory bandwidth", ok,
                     ", ".join(f"{k}={v / 1e12:.2f} TB/s" for k, v in bw.items())))
-    flops = {r.op: r.value for r in records if r.unit == "FLOP/s" and r.kind == "microbench"}
-    if {"fp32-fma", "tensor-core"} <= flops.keys():
-        out.append(("ceilings: tensor-core bf16 peak > FP32 FMA peak", flops["tensor-core"] > flops["fp32-fma"],
-                    ", ".join(f"{k}={v / 1e12:.1f} TFLOP/s" for k, v in flops.items())))
+    flops = {r.name: r.value for r in records if r.unit == "FLOP/s" and r.kind == "microbench"}
+    fma_peak = flops.get("ffma-8-chains")
+    mma_peak = flops.get("mma-sync-m16n8k16-bf16-f32")
+    wgmma_peak = flops.get("wgmma-m64n256k16-bf16-f32")
+    detail = ", ".join(f"{k}={v / 1e12:.1f} TFLOP/s" for k, v in flops.items())
+    if fma_peak and mma_peak:
+        out.append(("ceilings: mma.sync bf16 peak > FP32 FMA peak", mma_peak > fma_peak, detail))
+    if mma_peak and wgmma_peak:
+        out.append(("ceilings: wgmma bf16 peak > mma.sync bf16 peak", wgmma_peak > mma_peak, detail))
     errors = by_op.get("suite-error", [])
     out.append(("ceilings: no measurement failed", not errors, "; ".join(r.extra.get("error", "") for r in errors)[:300]))
 

@@ -50,6 +50,7 @@ EXPECTED_SASS = {
         "pointer_chase": ("LDG.E.64.STRONG.SM", 2),
     },
     "occupancy.cu": {"resident": ("FFMA", 64)},
+    "wgmma.cu": {"wgmma_bf16": ("HGMMA.64x256x16.F32.BF16", 16)},
     "clocks.cu": {"sm_frequency": ("CS2R", 2)},
 }
 

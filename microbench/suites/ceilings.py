@@ -1,5 +1,5 @@
 """Device ceilings on NVIDIA: HBM, L2 and shared-memory bandwidth, FP32 FMA and
-tensor-core (mma.sync) peaks, and a pointer-chase latency ladder.
+tensor-core (mma.sync, wgmma) peaks, and a pointer-chase latency ladder.
 
 Throughput kernels (sources/ceilings.cu) are timed with CUDA events, median of
 repeats after a warm-up, NVML sampled throughout. The latency ladder follows a
@@ -190,7 +190,27 @@ def _run(ctx: SuiteContext) -> list[Record]:
             if r.op == "latency":
                 r.provenance = ladder_prov
 
-    for label, step in (("hbm", hbm), ("l2", l2), ("smem", smem), ("fma", fma), ("mma", mma), ("latency", ladder)):
+    # ---- Tensor cores through wgmma (Hopper, sm_90a): the path that reaches the datasheet peak.
+    def wgmma():
+        if dev.major != 9:
+            ctx.progress(f"ceilings: wgmma needs sm_90a, this is {dev.arch}; skipped")
+            return
+        fn = load_module("wgmma.cu", dev.arch).get_function("wgmma_bf16")
+        iters, grid, threads = (50 if ctx.quick else 200), dev.sm_count * 2, 128
+        out = cupy.zeros(grid, dtype=cupy.float32)
+        clk = cupy.zeros(2, dtype=cupy.uint64)
+        flops = 2.0 * 64 * 256 * 16 * 16 * iters * grid
+        ctx.progress("ceilings: tensor cores, wgmma m64n256k16 bf16")
+        with ClockSampler(dev.index) as s:
+            times = time_launches(lambda: fn((grid,), (threads,), (cupy.int32(iters), out, clk)), repeats)
+        c, n = clk.get()
+        records.append(_throughput_record(dev, "tensor-core", "wgmma-m64n256k16-bf16-f32", "flops", flops, "FLOP/s",
+                                          times, {"grid": grid, "threads": threads, "iters": iters, "instruction": "wgmma"},
+                                          s.summary(), extra={"sm_mhz_in_kernel": 1e3 * float(c) / float(n)}))
+
+    # wgmma last: if the device faults on it, every other ceiling is already measured.
+    steps = (("hbm", hbm), ("l2", l2), ("smem", smem), ("fma", fma), ("mma", mma), ("latency", ladder), ("wgmma", wgmma))
+    for label, step in steps:
         guarded(label, step)
         cupy.get_default_memory_pool().free_all_blocks()
     return records
