@@ -10,6 +10,7 @@ the source itself for the plain architecture.
 from __future__ import annotations
 
 import functools
+import re
 import statistics
 import tempfile
 from dataclasses import dataclass
@@ -88,6 +89,12 @@ def cuda_device(index: int = 0) -> CudaDevice:
 _MODULE_DIR = tempfile.mkdtemp(prefix="microbench-cubin-")
 
 
+def kernel_names(source: str) -> list[str]:
+    """The ``extern "C" __global__`` functions a source defines, in order."""
+    text = build.source_path(source).read_text()
+    return re.findall(r'extern "C" __global__ void\s+(?:__launch_bounds__\(\d+\)\s+)?(\w+)\s*\(', text)
+
+
 @functools.cache
 def load_module(source: str, arch: str, defines: tuple[tuple[str, Any], ...] = (), extra: tuple[str, ...] = ()):
     """A ``cupy.RawModule`` for one source, compiled for ``arch`` (cached per process)."""
@@ -102,7 +109,13 @@ def load_module(source: str, arch: str, defines: tuple[tuple[str, Any], ...] = (
             continue
         path = Path(_MODULE_DIR) / f"{Path(source).stem}-{arch}-{abs(hash((defines, extra)))}.cubin"
         path.write_bytes(cubin)
-        return cupy.RawModule(path=str(path))
+        module = cupy.RawModule(path=str(path))
+        try:
+            module.get_function(kernel_names(source)[0])  # loads the cubin now, so a refusal falls through
+        except Exception as exc:  # noqa: BLE001
+            errors.append(f"{compile_.__name__}: cubin did not load: {exc}")
+            continue
+        return module
     # Last resort: CuPy's own NVRTC for the plain architecture (no arch-specific features).
     options = (f"-I{build.SOURCES}", "-std=c++17", *build._defines(dict(defines)), *extra)
     try:

@@ -108,7 +108,11 @@ def _run(ctx: SuiteContext) -> list[Record]:
     by_limiter: dict[str, int] = defaultdict(int)
     for name, threads, dyn in random_configs(n_configs, max_dyn):
         fn = kernels[name]
-        api = driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.kernel.ptr, threads, dyn)
+        dyn = min(dyn, fn.max_dynamic_shared_size_bytes)  # beyond it a launch is invalid, not just unoccupied
+        try:
+            api = driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.kernel.ptr, threads, dyn)
+        except Exception as exc:  # noqa: BLE001 - recorded as a disagreement with the reason
+            api = f"error: {exc}"
         m = model(name, threads, dyn)
         by_limiter[m.limiter] += 1
         agree_less_reserve += api == model(name, threads, dyn, static_less_reserve=True).blocks
