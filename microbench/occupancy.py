@@ -338,10 +338,13 @@ def normalize_arch(arch: str) -> str:
 
 
 def _fact(profile: Any, *names: str, default: int = 0) -> int:
-    for name in names:
-        value = profile.get(name) if isinstance(profile, Mapping) else getattr(profile, name, None)
-        if value is not None:
-            return int(value)
+    """First of ``names`` present on the profile, or in its ``extra`` mapping (AGPRs, SGPRs, ...)."""
+    extra = (profile.get("extra") if isinstance(profile, Mapping) else getattr(profile, "extra", None)) or {}
+    for source in (profile, extra):
+        for name in names:
+            value = source.get(name) if isinstance(source, Mapping) else getattr(source, name, None)
+            if value is not None:
+                return int(value)
     return default
 
 
@@ -371,3 +374,13 @@ def from_static(profile: Any, arch: str, threads: int | None = None, dynamic_sha
             arch, threads, regs, shared + dynamic_shared, agprs=_fact(profile, "agprs"), sgprs=_fact(profile, "sgprs")
         )
     return nvidia_occupancy(arch, threads, regs, shared, dynamic_shared)
+
+
+def from_static_profile(profile: Any, target: str) -> dict[str, Any]:
+    """Compact occupancy of a ``kernels.isa.StaticProfile`` (or its ``as_dict()``) for ``ceiling inspect``.
+
+    Returns blocks per SM (workgroups per CU), resident warps (waves), the
+    fraction of warp (wave) slots, and the binding resource.
+    """
+    o = from_static(profile, target)
+    return {"blocks": o.blocks, "warps": o.warps, "occupancy": round(o.occupancy, 4), "limiter": o.limiter}

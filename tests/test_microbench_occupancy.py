@@ -130,3 +130,12 @@ def test_arch_names_and_static_facts():
     assert (a.threads, a.blocks, a.warps) == (256, 4, 16)
     with pytest.raises(ValueError, match="threads"):
         occ.from_static({"registers": 32}, "sm_90")
+
+
+def test_static_profile_rows_as_ceiling_inspect_passes_them():
+    row = {"name": "gemm_128x256", "target": "sm_90a", "registers": 168, "spill_bytes": 0,
+           "shared_bytes": 160 * KB, "threads": 256, "num_warps": 8, "extra": {}}
+    assert occ.from_static_profile(row, "sm_90a") == {"blocks": 1, "warps": 8, "occupancy": 0.125, "limiter": "registers"}
+    amd = {"registers": 128, "shared_bytes": 32 * KB, "threads": 256, "extra": {"agprs": 128, "sgprs": 40}}
+    got = occ.from_static_profile(amd, "gfx942")
+    assert got == {"blocks": 2, "warps": 8, "occupancy": 0.25, "limiter": "vgprs"}
