@@ -127,8 +127,12 @@ def load_module(source: str, arch: str, defines: tuple[tuple[str, Any], ...] = (
     raise RuntimeError(f"could not build {source} for {arch}: " + " | ".join(errors))
 
 
-def time_launches(launch: Callable[[], None], repeats: int = 10, warmup: int = 2) -> list[float]:
-    """Seconds per call of ``launch`` (which enqueues GPU work), each timed with CUDA events."""
+def time_launches(launch: Callable[[], None], repeats: int = 10, warmup: int = 2, per_event: int = 1) -> list[float]:
+    """Seconds per call of ``launch`` (which enqueues GPU work), timed with CUDA events.
+
+    Each sample brackets ``per_event`` back-to-back calls and divides, so the
+    launch gap between kernels stays small next to short kernels.
+    """
     import cupy
 
     for _ in range(warmup):
@@ -138,10 +142,11 @@ def time_launches(launch: Callable[[], None], repeats: int = 10, warmup: int = 2
     for _ in range(repeats):
         start, stop = cupy.cuda.Event(), cupy.cuda.Event()
         start.record()
-        launch()
+        for _ in range(per_event):
+            launch()
         stop.record()
         stop.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, stop) / 1e3)
+        times.append(cupy.cuda.get_elapsed_time(start, stop) / 1e3 / per_event)
     return times
 
 

@@ -52,6 +52,7 @@ extern "C" __global__ void __launch_bounds__(128) wgmma_bf16(int iters, float* o
 #pragma unroll
     for (int i = 0; i < 128; ++i) d[i] = 0.0f;
     const u64 c0 = sm_clock64(), t0 = globaltimer_ns();
+#pragma unroll 1
     for (int it = 0; it < iters; ++it) {
         asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll

@@ -75,29 +75,31 @@ def _run(ctx: SuiteContext) -> list[Record]:
         b = cupy.empty_like(a)
         sink = cupy.zeros(dev.sm_count * 8, dtype=cupy.float32)
         grid, threads = dev.sm_count * 8, 256
+        read, write, copy = (mod.get_function(k) for k in ("read_f4", "write_f4", "copy_f4"))
         cases = {
-            "read": (lambda: mod.get_function("read_f4")((grid,), (threads,), (a, cupy.uint64(n), cupy.int32(1), sink)), nbytes),
-            "write": (lambda: mod.get_function("write_f4")((grid,), (threads,), (b, cupy.uint64(n), cupy.float32(2.0))), nbytes),
-            "copy": (lambda: mod.get_function("copy_f4")((grid,), (threads,), (a, b, cupy.uint64(n))), 2 * nbytes),
+            "read": (lambda: read((grid,), (threads,), (a, cupy.uint64(n), cupy.int32(1), sink)), nbytes),
+            "write": (lambda: write((grid,), (threads,), (b, cupy.uint64(n), cupy.float32(2.0))), nbytes),
+            "copy": (lambda: copy((grid,), (threads,), (a, b, cupy.uint64(n))), 2 * nbytes),
         }
         for name, (launch, moved) in cases.items():
             ctx.progress(f"ceilings: HBM {name} {nbytes >> 20} MiB")
             with ClockSampler(dev.index) as s:
-                times = time_launches(launch, repeats)
+                times = time_launches(launch, repeats, per_event=4)
             records.append(_throughput_record(dev, "hbm-bandwidth", name, "bandwidth", moved, "B/s", times,
                                               {"bytes": nbytes, "grid": grid, "threads": threads}, s.summary()))
 
     # ---- L2: an 8 MiB buffer (well inside the L2) read with ld.global.cg, many passes per launch.
     def l2():
         nbytes = min(8 << 20, dev.l2_bytes // 4)
-        n, reps = nbytes // 16, 64
+        n, reps = nbytes // 16, 256
         a = cupy.ones(n * 4, dtype=cupy.float32)
         grid, threads = dev.sm_count * 8, 256
         sink = cupy.zeros(grid, dtype=cupy.float32)
-        launch = lambda: mod.get_function("read_f4")((grid,), (threads,), (a, cupy.uint64(n), cupy.int32(reps), sink))  # noqa: E731
+        read = mod.get_function("read_f4")
+        launch = lambda: read((grid,), (threads,), (a, cupy.uint64(n), cupy.int32(reps), sink))  # noqa: E731
         ctx.progress(f"ceilings: L2 read {nbytes >> 20} MiB x {reps}")
         with ClockSampler(dev.index) as s:
-            times = time_launches(launch, repeats)
+            times = time_launches(launch, repeats, per_event=4)
         records.append(_throughput_record(dev, "l2-bandwidth", "read-cg", "bandwidth", nbytes * reps, "B/s", times,
                                           {"bytes": nbytes, "passes": reps, "grid": grid, "threads": threads}, s.summary()))
 
