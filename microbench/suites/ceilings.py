@@ -156,6 +156,7 @@ def _run(ctx: SuiteContext) -> list[Record]:
         rng = np.random.default_rng()
         out = cupy.zeros(4, dtype=cupy.uint64)
         sizes = LADDER_BYTES[:-2] if ctx.quick else LADDER_BYTES
+        measured = []
         with ClockSampler(dev.index) as s:
             for size in sizes:
                 nodes = size // LINE
@@ -175,21 +176,19 @@ def _run(ctx: SuiteContext) -> list[Record]:
                     cyc, ns, sm, _ = out.get().tolist()
                     samples.append((cyc / steps, ns / steps, sm))
                 del buf
-                cyc_med = float(np.median([x[0] for x in samples]))
-                records.append(Record(
-                    kind="microbench", op="latency", name=f"pointer-chase-{size >> 10}KiB", metric="latency",
-                    value=cyc_med, unit="cycles", backend="cuda", shape={"bytes": size, "stride": LINE},
-                    config={"variant": "raw-pointer", "load": "ld.global.ca", "warm_steps": warm, "steps": steps},
-                    method="clock64", repetitions=len(samples), median=cyc_med,
-                    p20=float(min(x[0] for x in samples)), p80=float(max(x[0] for x in samples)),
-                    extra={"ns_per_step": [x[1] for x in samples], "smid": [x[2] for x in samples]},
-                    provenance=gpu_provenance(dev),
-                ))
-        summary = s.summary()
-        ladder_prov = gpu_provenance(dev, summary)
-        for r in records:
-            if r.op == "latency":
-                r.provenance = ladder_prov
+                measured.append((size, warm, steps, samples))
+        ladder_prov = gpu_provenance(dev, s.summary())
+        for size, warm, steps, samples in measured:
+            cyc_med = float(np.median([x[0] for x in samples]))
+            records.append(Record(
+                kind="microbench", op="latency", name=f"pointer-chase-{size >> 10}KiB", metric="latency",
+                value=cyc_med, unit="cycles", backend="cuda", shape={"bytes": size, "stride": LINE},
+                config={"variant": "raw-pointer", "load": "ld.global.ca", "warm_steps": warm, "steps": steps},
+                method="clock64", repetitions=len(samples), median=cyc_med,
+                p20=float(min(x[0] for x in samples)), p80=float(max(x[0] for x in samples)),
+                extra={"ns_per_step": [x[1] for x in samples], "smid": [x[2] for x in samples]},
+                provenance=ladder_prov,
+            ))
 
     # ---- Tensor cores through wgmma (Hopper, sm_90a): the path that reaches the datasheet peak.
     def wgmma():
