@@ -463,3 +463,20 @@ def compile_specs(dtype: str = "bfloat16", b_trans: bool = False) -> list:
         specs.append(CompileSpec(name, gemm_kernel, signature, constexprs,
                                  {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}, cfg.as_dict()))
     return specs
+
+
+def gemm_jax(a, b, bias, activation, out_dtype, config=None):
+    """The same kernel on JAX arrays: interpreted through a host callback on a CPU."""
+    import jax
+
+    from kernels.arrays import torch_dtype
+    from kernels.jax_bridge import call_on_cpu
+
+    shape = (*a.shape[:-1], b.shape[-1])
+    result = jax.ShapeDtypeStruct(shape, out_dtype)
+    args = (a, b) if bias is None else (a, b, bias)
+
+    def run(x, y, z=None):
+        return gemm(x, y, z, activation, torch_dtype(str(out_dtype)), config)
+
+    return call_on_cpu(run, result, *args, backend="nvidia")
