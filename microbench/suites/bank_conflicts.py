@@ -102,7 +102,7 @@ def _run(ctx: SuiteContext) -> list[Record]:
 
     dev = cuda_device(ctx.device_index)
     module = load_module("bank_conflicts.cu", dev.arch)
-    iters = 16 if ctx.quick else 64
+    iters = 16 if ctx.quick else 256
     blocks = dev.sm_count
     cycles = cupy.zeros(blocks, dtype=cupy.uint64)
     sink = cupy.zeros(WARPS * 32, dtype=cupy.uint32)
