@@ -100,7 +100,8 @@ def _run_isolated(name: str, ctx: SuiteContext, timeout_s: float) -> tuple[str, 
 
 
 def run_suite(name: str, out_dir: str | os.PathLike | None, ctx: SuiteContext, gpu_index: int | None,
-              isolate: bool = True) -> SuiteOutcome:
+              isolate: bool | str = True) -> SuiteOutcome:
+    """Run one suite; ``isolate``: True runs GPU suites in a child process, "all" every suite, False none."""
     suite = get(name)
     t0 = time.perf_counter()
     if suite.needs_gpu and gpu_index is None:
@@ -111,7 +112,7 @@ def run_suite(name: str, out_dir: str | os.PathLike | None, ctx: SuiteContext, g
         why_not = f"availability check failed: {exc}"
     if why_not:
         return SuiteOutcome(name, "unavailable", why_not)
-    if suite.needs_gpu and isolate:
+    if isolate == "all" or (suite.needs_gpu and isolate):
         status, reason, recs = _run_isolated(name, ctx, suite.timeout_s)
     else:
         try:
@@ -136,7 +137,7 @@ def run(
     quick: bool = False,
     progress: Callable[[str], None] | None = None,
     on_outcome: Callable[[SuiteOutcome], None] | None = None,
-    isolate: bool = True,
+    isolate: bool | str = True,
 ) -> list[SuiteOutcome]:
     names = list(suites) if suites else list(ORDER)
     for n in names:

@@ -15,7 +15,10 @@ from roofline.cli import app
 @pytest.fixture(scope="module")
 def host_run(tmp_path_factory):
     store = tmp_path_factory.mktemp("store")
-    outcomes = runner.run(["host", "clocks", "bank-conflicts", "occupancy", "ceilings"], store, device="cpu", quick=True)
+    progress = []
+    outcomes = runner.run(["host", "clocks", "bank-conflicts", "occupancy", "ceilings"], store, device="cpu",
+                          quick=True, isolate="all", progress=progress.append)  # the host suite in a child process
+    assert any("host" in m for m in progress)  # progress messages cross the process boundary
     return store, outcomes
 
 
