@@ -84,10 +84,15 @@ def checks(records: list[Record]) -> list[tuple[str, bool, str]]:
         out.append(("occupancy: resident blocks counted on the device == calculator", not bad, f"mismatches={bad}"))
 
     clk = {r.name: r for r in by_op.get("sm-clock", [])}
+    loaded = clk.get("under-fma-load")
+    if loaded and loaded.extra.get("ratio_to_nvml_median"):
+        ratio = loaded.extra["ratio_to_nvml_median"]
+        out.append(("clocks: under load, clock64/globaltimer within 10% of NVML's SM clock", 0.9 <= ratio <= 1.1,
+                    f"ratio={ratio:.3f}, in-kernel {loaded.value:.0f} MHz"))
     spin = clk.get("spin-one-warp-per-sm")
-    if spin and spin.extra.get("ratio_to_nvml_median"):
-        ratio = spin.extra["ratio_to_nvml_median"]
-        out.append(("clocks: clock64/globaltimer within 10% of NVML's SM clock", 0.9 <= ratio <= 1.1, f"ratio={ratio:.3f}"))
+    if spin:
+        out.append(("clocks: one spinning warp per SM (informational)", True,
+                    f"in-kernel {spin.value:.0f} MHz, NVML {spin.extra['nvml'].get('sm_mhz')}"))
     for name in ("throttled-idle", "throttled-under-fma-load"):
         if name in clk:
             out.append((f"clocks: {name} recorded (informational)", True, f"reasons={clk[name].extra['reasons']}"))

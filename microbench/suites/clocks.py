@@ -75,6 +75,7 @@ def _run(ctx: SuiteContext) -> list[Record]:
         value=load_mhz[-1], unit="MHz", backend="cuda", config={"grid": grid, "threads": threads, "iters": iters},
         method="clock64/globaltimer", repetitions=1,
         extra={"nvml": loaded.as_dict(), "kernel_seconds": times,
+               "ratio_to_nvml_median": load_mhz[-1] / loaded.sm_mhz["median"] if loaded.sm_mhz else None,
                "ratio_to_nvml_max": load_mhz[-1] / loaded.max_sm_mhz if loaded.max_sm_mhz else None},
         provenance=gpu_provenance(dev, loaded),
     ))
