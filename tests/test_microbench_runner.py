@@ -124,3 +124,27 @@ def test_summary_folds_model_checks(host_run):
     assert ("bank-conflicts", "stride: cycles/access within 25% of model wavefronts", "2/3") in rows
     assert any(r[0] == "host-blas" and r[2].endswith("FLOP/s") for r in rows)
     assert summary.human(3.9e12, "B/s") == "3.9 TB/s"
+
+
+def test_selfcheck_passes_agreement_and_fails_disagreement():
+    from microbench import selfcheck
+
+    prov = records.host_provenance(device="test")
+
+    def bank(values):
+        models = [1, 2, 4, 8, 16, 32]
+        return [records.Record(kind="microbench", op="bank-conflicts", name=f"c{m}", metric="cycles-per-access",
+                               value=v, unit="cycles", config={"kernel": "lds_b32"},
+                               extra={"model_wavefronts": m, "model_ideal": 1}, provenance=prov)
+                for v, m in zip(values, models)]
+
+    def lat(values):
+        sizes = [16 << 10, 1 << 20, 16 << 20, 256 << 20]
+        return [records.Record(kind="microbench", op="latency", name=f"l{s}", metric="latency", value=v,
+                               unit="cycles", shape={"bytes": s}, provenance=prov) for v, s in zip(values, sizes)]
+
+    good = {n: ok for n, ok, _ in selfcheck.checks(bank([1.1, 2.1, 4.2, 8.1, 16.5, 32.9]) + lat([34, 260, 480, 700]))}
+    assert good and all(good.values()), good
+    bad = {n: ok for n, ok, _ in selfcheck.checks(bank([32.0, 16.0, 8.0, 4.0, 2.0, 1.0]) + lat([700, 260, 480, 34]))}
+    assert not bad["bank-conflicts: rank correlation of cycles/access with model wavefronts >= 0.9"]
+    assert not bad["latency: L1 < L2 < HBM by pointer chase"]
