@@ -10,7 +10,6 @@ check that the instruction a benchmark means to time is really there.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess

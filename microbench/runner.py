@@ -96,6 +96,8 @@ def _run_isolated(name: str, ctx: SuiteContext, timeout_s: float) -> tuple[str, 
     proc.join(timeout=10)
     if proc.is_alive():
         proc.kill()
+        proc.join(timeout=10)
+    parent.close()
     return status, reason, recs
 
 

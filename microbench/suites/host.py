@@ -107,7 +107,7 @@ def _run(ctx: SuiteContext) -> list[Record]:
                 provenance=provenance,
             )
         )
-    del a, b
+    a = b = cases = None  # free the arrays before the matmuls
 
     sizes = (256, 512) if ctx.quick else (1024, 2048, 4096)
     for dtype in (np.float32, np.float64):
