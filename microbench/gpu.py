@@ -86,7 +86,10 @@ def cuda_device(index: int = 0) -> CudaDevice:
     )
 
 
-_MODULE_DIR = tempfile.mkdtemp(prefix="microbench-cubin-")
+@functools.cache
+def _module_dir() -> Path:
+    """Where this process keeps the cubins it loads (RawModule loads from a path)."""
+    return Path(tempfile.mkdtemp(prefix="microbench-cubin-"))
 
 
 def kernel_names(source: str) -> list[str]:
@@ -107,7 +110,7 @@ def load_module(source: str, arch: str, defines: tuple[tuple[str, Any], ...] = (
         except Exception as exc:  # noqa: BLE001 - try the next compiler
             errors.append(f"{compile_.__name__}: {exc}")
             continue
-        path = Path(_MODULE_DIR) / f"{Path(source).stem}-{arch}-{abs(hash((defines, extra)))}.cubin"
+        path = _module_dir() / f"{Path(source).stem}-{arch}-{abs(hash((defines, extra)))}.cubin"
         path.write_bytes(cubin)
         module = cupy.RawModule(path=str(path))
         try:
