@@ -19,7 +19,7 @@ from .base import Suite, SuiteContext
 SMEM_BYTES = 40960  # the kernels' shared buffer (bank_conflicts.cu)
 SHIFT = 128  # bytes each unrolled ldmatrix step moves (keeps every lane's bank)
 UNROLL = 16
-WARPS = 8
+WARPS = 16  # enough loads in flight per SM to keep the shared-memory pipe busy
 STRIDES = tuple(range(1, 65))
 QUICK_STRIDES = (1, 2, 3, 4, 8, 16, 31, 32, 33, 64)
 
