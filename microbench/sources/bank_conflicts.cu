@@ -1,8 +1,8 @@
 // Shared-memory bank conflicts: cycles per warp-wide access for any per-lane pattern.
 //
-// Every warp of the block (16 warps, one block per SM) issues the same access pattern (lane i uses byte
-// offset offsets[i]) `iters * UNROLL` times, with independent loads so the
-// shared-memory pipe, not latency, sets the pace. The pipe serves one
+// Every warp of the block (16 warps, one block per SM) issues the same access
+// pattern (lane i uses byte offset offsets[i]) `iters * UNROLL` times, with
+// independent loads so the shared-memory pipe, not latency, sets the pace. The pipe serves one
 // wavefront per cycle per SM, so
 //     cycles per warp access = elapsed SM cycles / (iters * UNROLL * warps)
 // approaches the number of wavefronts the bank model predicts.
