@@ -10,16 +10,20 @@ suits CDNA3 rather than Hopper:
   specializes it and vectorizes along that dimension.
 * **LDS is 64 KB per CU.** With ``num_stages=2`` the AMD stream pipeliner keeps one
   K-slab of A and B in LDS while the next slab is already in flight in registers, so
-  a config needs ``(BLOCK_M + BLOCK_N) * BLOCK_K * bytes <= 64 KB``; 256x256x64 in
-  bf16 sits exactly at that limit. :func:`select_config` halves ``BLOCK_K`` for fp32.
+  a workgroup takes ``(BLOCK_M + BLOCK_N) * BLOCK_K * bytes`` of LDS, and a CU holds
+  ``64 KB`` over that many workgroups; the shipped configs size ``BLOCK_K`` so that
+  LDS admits the occupancy ``waves_per_eu`` asks for (:func:`lds_budget`), and
+  :func:`select_config` halves ``BLOCK_K`` for fp32 to stay within it.
 * **MFMA 16x16 or 32x32** (``matrix_instr_nonkdim``): 16x16x16 bf16 keeps more
   independent accumulators per wave and suits tiles of 16..64 rows; 32x32x8 halves
   the LDS reads per FLOP for big square tiles. ``kpack=2`` makes each lane read two
   K-packs per LDS load (a wider ``ds_read``) for 16-bit inputs.
-* **wave64 and ``waves_per_eu``.** A CU has four SIMDs with 512 VGPRs per lane each;
-  ``waves_per_eu=2`` tells the register allocator it may use up to half of them per
-  wave (two waves per SIMD), which big accumulators need; skinny tiles ask for more
-  waves to hide memory latency.
+* **wave64 and ``waves_per_eu``.** A CU has four SIMDs with 512 registers per lane
+  each (VGPRs and AGPRs share them); ``waves_per_eu=2`` tells the register allocator
+  a wave may use 256 of them (two waves per SIMD), which big accumulators need;
+  skinny tiles ask for more waves to hide memory latency. The largest tile is
+  256x128 with 8 waves: 256x256 needs 128 accumulator registers per lane plus the
+  prefetched operands and spills to scratch at 256 registers.
 * **304 CUs on 8 XCDs, each with its own 4 MB L2.** The dispatcher deals workgroups
   round-robin over the XCDs, so neighbouring program ids land on different L2s. The
   kernel renumbers programs (:func:`_xcd_contiguous`) so that each XCD gets a
@@ -264,16 +268,24 @@ def lds_budget(config: dict) -> int:
 
 
 def shape_class(problem: GemmProblem, device: str | None = None) -> str:
-    """Which shipped config class an untuned shape gets (rules in the JSON, in order)."""
+    """Which shipped config class an untuned shape gets: the first rule of the
+    device's list whose bounds (``max_m``, ``max_n``, ``max_mn``, ``n_exceeds_m``)
+    all hold for the effective M (the batch folded in when b is shared) and N."""
     entry = device_entry(device or current_device())
-    m = problem.m * (problem.batch or 1) if problem.b_shared else problem.m
-    tiles_hint = m * problem.n
+    m, n = _effective_m(problem), problem.n
     for rule in entry["rules"]:
-        if m <= rule.get("max_m", float("inf")) and problem.n <= rule.get("max_n", float("inf")) and tiles_hint <= rule.get(
-            "max_mn", float("inf")
+        if (
+            m <= rule.get("max_m", m)
+            and n <= rule.get("max_n", n)
+            and m * n <= rule.get("max_mn", m * n)
+            and (n > m or not rule.get("n_exceeds_m", False))
         ):
             return rule["config"]
-    raise AssertionError("the last rule of every device must match everything")
+    raise AssertionError(f"no rule of {device} matches (the last rule must match everything)")
+
+
+def _effective_m(problem: GemmProblem) -> int:
+    return problem.m * (problem.batch or 1) if problem.b_shared else problem.m
 
 
 def _split_k(tiles: int, k: int, block_k: int, num_cus: int, max_split: int) -> int:
@@ -294,19 +306,13 @@ def select_config(problem: GemmProblem, device: str | None = None, config: dict 
         unknown = sorted(set(config) - set(CONFIG_KEYS))
         if unknown:
             raise InputError("config", f"keys among {CONFIG_KEYS}", f"unknown keys {unknown}")
-    chosen = dict(entry["configs"][shape_class(problem, device)])
-    elem = torch.empty((), dtype=getattr(torch, problem.dtype)).element_size()
-    if elem == 4:
-        # fp32 tiles take twice the LDS, and the XF32 MFMA has no kpack>1 variant.
-        chosen["kpack"] = 1
-        while lds_bytes(chosen, 4) > lds_budget(chosen) and chosen["BLOCK_K"] > 16:
-            chosen["BLOCK_K"] //= 2
+    chosen = fit_to_dtype(entry["configs"][shape_class(problem, device)], problem.dtype)
     chosen.setdefault("SPLIT_K", 1)
     if not (config and "SPLIT_K" in config) and entry.get("max_split_k", 1) > 1:
         bm = (config or {}).get("BLOCK_M", chosen["BLOCK_M"])
         bn = (config or {}).get("BLOCK_N", chosen["BLOCK_N"])
         bk = (config or {}).get("BLOCK_K", chosen["BLOCK_K"])
-        m = problem.m * (problem.batch or 1) if problem.b_shared else problem.m
+        m = _effective_m(problem)
         batch = 1 if problem.b_shared else (problem.batch or 1)
         tiles = batch * triton.cdiv(m, bm) * triton.cdiv(problem.n, bn)
         chosen["SPLIT_K"] = _split_k(tiles, problem.k, bk, entry["num_cus"], entry["max_split_k"])
@@ -436,3 +442,78 @@ def gemm(
             num_warps=4,
         )
     return out
+
+
+# ----------------------------------------------------------------------------- compile specs
+
+try:
+    from kernels.isa import CompileSpec
+except ImportError:  # kernels.isa not merged yet: the same fields, plus divisibility hints
+    CompileSpec = namedtuple("CompileSpec", "name fn signature constexprs options attrs", defaults=(None,))
+
+_TRITON_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+
+
+def fit_to_dtype(config: dict, dtype: str) -> dict:
+    """A 16-bit config made fit for ``dtype``: for fp32 operands, ``kpack=1`` (the XF32
+    MFMA reads one K-pack per lane) and ``BLOCK_K`` halved until LDS fits the occupancy."""
+    cfg = dict(config)
+    if torch.empty((), dtype=getattr(torch, dtype)).element_size() == 4:
+        cfg["kpack"] = 1
+        while lds_bytes(cfg, 4) > lds_budget(cfg) and cfg["BLOCK_K"] > 16:
+            cfg["BLOCK_K"] //= 2
+    return cfg
+
+
+def kernel_signature(dtype: str, config: dict, *, activation: str | None = "gelu", bias: bool = True,
+                     transposed_a: bool = False, transposed_b: bool = False, out_dtype: str | None = None):
+    """(signature, constexprs, attrs) that ``triton.compile`` needs for ``gemm_kernel``
+    as a launch with these operands would specialize it: the unit strides become
+    constants (that is what makes the loads wide), pointers are 16-byte aligned, and
+    N, K and the leading strides are multiples of 16."""
+    t = _TRITON_DTYPES[dtype]
+    out = _TRITON_DTYPES[out_dtype or dtype] if config.get("SPLIT_K", 1) == 1 else "fp32"
+    unit = {"stride_ak": not transposed_a, "stride_am": transposed_a,
+            "stride_bn": not transposed_b, "stride_bk": transposed_b, "stride_cn": True}
+    signature = {"a_ptr": f"*{t}", "b_ptr": f"*{t}", "bias_ptr": f"*{t}", "c_ptr": f"*{out}"}
+    for name in ("M", "N", "K", "K_PER_SPLIT", "stride_ab", "stride_am", "stride_ak", "stride_bb",
+                 "stride_bk", "stride_bn", "stride_cs", "stride_cb", "stride_cm", "stride_cn"):
+        signature[name] = "constexpr" if unit.get(name) else "i32"
+    constexprs = {name: 1 for name, is_unit in unit.items() if is_unit}
+    constexprs.update(
+        BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"], BLOCK_K=config["BLOCK_K"],
+        GROUP_M=config["GROUP_M"], SPLIT_K=config.get("SPLIT_K", 1), NUM_XCDS=8,
+        EVEN_K=True, HAS_BIAS=bias, ACTIVATION=ACTIVATION_CODES[activation],
+        INPUT_PRECISION=fp32_precision(TARGET_ARCH) if dtype == "float32" else "ieee",
+        LARGE_OFFSETS=False,
+    )
+    for name in constexprs:
+        signature[name] = "constexpr"
+    names = gemm_kernel.arg_names
+    aligned = [n for n, ty in signature.items() if ty.startswith("*") or (ty == "i32" and n != "M")]
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in aligned}
+    return signature, constexprs, attrs
+
+
+def compile_specs(dtype: str = "bfloat16") -> list:
+    """One spec per shipped config class of the default device (row-major operands,
+    bias + gelu epilogue, the heaviest on registers), plus the split-K reduction."""
+    entry = device_entry(_table()["default_device"])
+    specs = []
+    for name, config in entry["configs"].items():
+        cfg = fit_to_dtype(config, dtype)
+        signature, constexprs, attrs = kernel_signature(dtype, cfg)
+        options = {key: cfg[key] for key in COMPILE_KEYS}
+        specs.append(CompileSpec(f"amd_gemm_{name}_{dtype}", gemm_kernel, signature, constexprs, options, attrs))
+    t = _TRITON_DTYPES[dtype]
+    signature = {"ws_ptr": "*fp32", "bias_ptr": f"*{t}", "c_ptr": f"*{t}", "M": "i32", "N": "i32",
+                 "stride_ws": "i32", "stride_wb": "i32", "stride_wm": "i32", "stride_cb": "i32", "stride_cm": "i32",
+                 "stride_cn": "constexpr"}
+    constexprs = {"stride_cn": 1, "SPLIT_K": 4, "BLOCK_M": 64, "BLOCK_N": 64, "HAS_BIAS": True, "ACTIVATION": 2}
+    for name in constexprs:
+        signature[name] = "constexpr"
+    names = splitk_reduce_kernel.arg_names
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in signature if signature[n] != "constexpr" and n != "M"}
+    specs.append(CompileSpec(f"amd_gemm_splitk_reduce_{dtype}", splitk_reduce_kernel, signature, constexprs,
+                             {"num_warps": 4}, attrs))
+    return specs
