@@ -243,6 +243,7 @@ def device_entry(device: str) -> dict:
     return merged
 
 
+@functools.cache
 def current_device() -> str:
     """The config table key for the visible AMD GPU; MI300X off-device (the compile target)."""
     if torch.cuda.is_available() and getattr(torch.version, "hip", None):
@@ -374,7 +375,14 @@ def gemm(
     config: dict | None = None,
 ) -> torch.Tensor:
     """``activation(a @ b + bias)`` cast to ``out_dtype``; inputs already validated by
-    ``kernels.gemm.spec``. Runs compiled on a ROCm GPU, interpreted on the CPU."""
+    ``kernels.gemm.spec``. Runs compiled on a ROCm GPU, interpreted on the CPU.
+
+    Operands are passed by strides, so transposed views are read in place. A 3-D
+    ``a`` against a 2-D ``b`` becomes one (batch*M, K) product when ``a``'s rows
+    stack (row-major, batch-contiguous); otherwise it stays batched with ``b``'s
+    batch stride 0, again without a copy. ``config`` keys (see ``CONFIG_KEYS``)
+    override the selected config; ``SPLIT_K`` > 1 adds the reduction kernel.
+    """
     from kernels.gemm.spec import check
 
     if isinstance(out_dtype, str):
