@@ -36,6 +36,10 @@ class CompileSpec:
     constexprs: dict[str, Any]
     options: dict[str, Any]  # num_warps, num_stages (+ waves_per_eu, matrix_instr_nonkdim, kpack on AMD)
     config: dict[str, Any] = field(default_factory=dict)  # the user-facing config it came from
+    # What a launch would specialize on, keyed by argument index, e.g.
+    # {(0,): [["tt.divisibility", 16]]} for a 16-byte-aligned pointer; without it
+    # pointer-based loads compile as scalar loads.
+    attrs: dict[tuple[int, ...], Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -69,7 +73,7 @@ def compile_for(spec: CompileSpec, target: str):
     if backend == "cuda":  # options that only the AMD backend knows
         for key in ("waves_per_eu", "matrix_instr_nonkdim", "kpack"):
             options.pop(key, None)
-    src = ASTSource(fn=spec.fn, signature=spec.signature, constexprs=spec.constexprs)
+    src = ASTSource(fn=spec.fn, signature=spec.signature, constexprs=spec.constexprs, attrs=spec.attrs or None)
     return triton.compile(src, target=GPUTarget(backend, arch, warp), options=options)
 
 

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import functools
 import json
-from collections import namedtuple
 from pathlib import Path
 from typing import Any
 
@@ -454,11 +453,6 @@ def gemm(
 
 # ----------------------------------------------------------------------------- compile specs
 
-try:
-    from kernels.isa import CompileSpec
-except ImportError:  # kernels.isa not merged yet: the same fields, plus divisibility hints
-    CompileSpec = namedtuple("CompileSpec", "name fn signature constexprs options attrs", defaults=(None,))
-
 _TRITON_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 
@@ -504,15 +498,18 @@ def kernel_signature(dtype: str, config: dict, *, activation: str | None = "gelu
 
 
 def compile_specs(dtype: str = "bfloat16") -> list:
-    """One spec per shipped config class of the default device (row-major operands,
+    """A ``kernels.isa.CompileSpec`` per shipped config class of the default device (row-major operands,
     bias + gelu epilogue, the heaviest on registers), plus the split-K reduction."""
+    from kernels.isa import CompileSpec
+
     entry = device_entry(_table()["default_device"])
     specs = []
     for name, config in entry["configs"].items():
         cfg = fit_to_dtype(config, dtype)
         signature, constexprs, attrs = kernel_signature(dtype, cfg)
         options = {key: cfg[key] for key in COMPILE_KEYS}
-        specs.append(CompileSpec(f"amd_gemm_{name}_{dtype}", gemm_kernel, signature, constexprs, options, attrs))
+        specs.append(CompileSpec(f"amd_gemm_{name}_{dtype}", gemm_kernel, signature, constexprs, options,
+                                 config={"class": name, **cfg}, attrs=attrs))
     t = _TRITON_DTYPES[dtype]
     signature = {"ws_ptr": "*fp32", "bias_ptr": f"*{t}", "c_ptr": f"*{t}", "M": "i32", "N": "i32",
                  "stride_ws": "i32", "stride_wb": "i32", "stride_wm": "i32", "stride_cb": "i32", "stride_cm": "i32",
@@ -523,5 +520,5 @@ def compile_specs(dtype: str = "bfloat16") -> list:
     names = splitk_reduce_kernel.arg_names
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in signature if signature[n] != "constexpr" and n != "M"}
     specs.append(CompileSpec(f"amd_gemm_splitk_reduce_{dtype}", splitk_reduce_kernel, signature, constexprs,
-                             {"num_warps": 4}, attrs))
+                             {"num_warps": 4}, config={"class": "splitk_reduce", "SPLIT_K": 4}, attrs=attrs))
     return specs
