@@ -5,18 +5,19 @@ the epilogue (bias, activation, cast) fused before the single store. Why this sh
 suits CDNA3 rather than Hopper:
 
 * **No TMA, no warpgroup MMA.** Operands move global -> VGPR -> LDS with ordinary
-  (buffer) loads, so the kernel addresses them with pointers and strides, which also
-  serve transposed views (``x.mT``) without a copy: when a stride is 1, Triton
-  specializes it and vectorizes along that dimension.
+  vector loads (``global_load_dwordx4``), so the kernel addresses them with pointers
+  and strides, which also serve transposed views (``x.mT``) without a copy: when a
+  stride is 1, Triton specializes it and vectorizes along that dimension. Edge rows
+  and columns wrap around (modulo) rather than being masked, so the loads stay wide.
 * **LDS is 64 KB per CU.** With ``num_stages=2`` the AMD stream pipeliner keeps one
   K-slab of A and B in LDS while the next slab is already in flight in registers, so
   a workgroup takes ``(BLOCK_M + BLOCK_N) * BLOCK_K * bytes`` of LDS, and a CU holds
   ``64 KB`` over that many workgroups; the shipped configs size ``BLOCK_K`` so that
   LDS admits the occupancy ``waves_per_eu`` asks for (:func:`lds_budget`), and
   :func:`select_config` halves ``BLOCK_K`` for fp32 to stay within it.
-* **MFMA 16x16 or 32x32** (``matrix_instr_nonkdim``): 16x16x16 bf16 keeps more
-  independent accumulators per wave and suits tiles of 16..64 rows; 32x32x8 halves
-  the LDS reads per FLOP for big square tiles. ``kpack=2`` makes each lane read two
+* **MFMA 16x16 or 32x32** (``matrix_instr_nonkdim``): a 16x16x16 bf16 MFMA fits
+  tiles of 16..64 rows without idle lanes; a 32x32x8 one does twice the MACs for the
+  same operand registers, so it needs half the LDS reads per FLOP on square tiles. ``kpack=2`` makes each lane read two
   K-packs per LDS load (a wider ``ds_read``) for 16-bit inputs.
 * **wave64 and ``waves_per_eu``.** A CU has four SIMDs with 512 registers per lane
   each (VGPRs and AGPRs share them); ``waves_per_eu=2`` tells the register allocator
@@ -31,8 +32,8 @@ suits CDNA3 rather than Hopper:
   of B share one L2.
 * **Not persistent.** The hardware dispatcher refills CUs cheaply, there are no
   descriptors to amortize, and Triton on CDNA3 has no warp specialization to overlap
-  an epilogue with the next mainloop, so a plain grid is as fast and simpler
-  (the ROCm tutorials and aiter's a16w16 kernel make the same choice).
+  an epilogue with the next mainloop, so a plain grid is the simpler choice (the
+  ROCm tutorials and aiter's a16w16 kernel make the same one).
 * **Split-K for skinny problems.** When the output has too few tiles to fill 304
   CUs and K is long, programs also split K; each writes an fp32 partial and a small
   second kernel sums them in a fixed order (deterministic) and runs the epilogue.
