@@ -417,7 +417,9 @@ def gemm(
     num_xcds = device_entry(current_device())["num_xcds"]
     options = {key: cfg[key] for key in COMPILE_KEYS}
     act = ACTIVATION_CODES[activation]
-    bias_arg = bias if bias is not None else out  # never read when HAS_BIAS is False
+    # The kernels read bias with unit stride (a strided view is copied: N elements);
+    # without bias they get any pointer, never read when HAS_BIAS is False.
+    bias_arg = bias.contiguous() if bias is not None else out
 
     tiles = triton.cdiv(m, cfg["BLOCK_M"]) * triton.cdiv(n, cfg["BLOCK_N"])
     grid = (batch * tiles * split,)
