@@ -238,7 +238,7 @@ def test_xcd_renumbering_gives_each_xcd_a_contiguous_run(num_pids):
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_shipped_configs_compile_for_gfx942(dtype):
     specs = amd.compile_specs(dtype)
-    assert len(specs) == len(amd.device_entry("MI300X")["configs"]) + 1
+    assert len(specs) == len(amd.device_entry("MI300X")["configs"]) + 2
     mfma = "v_mfma_f32_\\d+x\\d+x\\d+_" + ("xf32" if dtype == "float32" else "bf16")
     for spec in specs:
         kernel = compile_for(spec, "gfx942")
@@ -252,12 +252,15 @@ def test_shipped_configs_compile_for_gfx942(dtype):
             assert kernel.metadata.shared == amd.lds_bytes(spec.config, 4 if dtype == "float32" else 2), spec.name
 
 
-def test_transposed_operands_compile_to_mfma():
+@pytest.mark.parametrize("variant", ["transposed", "uneven_k"])
+def test_other_specializations_compile_to_mfma(variant):
+    # Transposed a and b (unit stride along M and K), and the masked-K main loop.
     from kernels.isa import CompileSpec, profile
 
     cfg = amd.device_entry("MI300X")["configs"]["large"]
-    signature, constexprs, attrs = amd.kernel_signature("bfloat16", cfg, transposed_a=True, transposed_b=True)
-    spec = CompileSpec("t", amd.gemm_kernel, signature, constexprs, {k: cfg[k] for k in amd.COMPILE_KEYS}, attrs=attrs)
+    flags = {"transposed_a": True, "transposed_b": True} if variant == "transposed" else {"even_k": False}
+    signature, constexprs, attrs = amd.kernel_signature("bfloat16", cfg, **flags)
+    spec = CompileSpec(variant, amd.gemm_kernel, signature, constexprs, {k: cfg[k] for k in amd.COMPILE_KEYS}, attrs=attrs)
     facts = profile(spec, "gfx942")
     assert facts.tensor_core_instructions > 0 and facts.spill_bytes == 0
     assert facts.instruction_mix.get("v_mfma_f32_16x16x16_bf16", 0) == facts.tensor_core_instructions

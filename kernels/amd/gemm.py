@@ -471,7 +471,8 @@ def fit_to_dtype(config: dict, dtype: str) -> dict:
 
 
 def kernel_signature(dtype: str, config: dict, *, activation: str | None = "gelu", bias: bool = True,
-                     transposed_a: bool = False, transposed_b: bool = False, out_dtype: str | None = None):
+                     transposed_a: bool = False, transposed_b: bool = False, out_dtype: str | None = None,
+                     even_k: bool = True):
     """(signature, constexprs, attrs) that ``triton.compile`` needs for ``gemm_kernel``
     as a launch with these operands would specialize it: the unit strides become
     constants (that is what makes the loads wide), pointers are 16-byte aligned, and
@@ -488,7 +489,7 @@ def kernel_signature(dtype: str, config: dict, *, activation: str | None = "gelu
     constexprs.update(
         BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"], BLOCK_K=config["BLOCK_K"],
         GROUP_M=config["GROUP_M"], SPLIT_K=config.get("SPLIT_K", 1), NUM_XCDS=8,
-        EVEN_K=True, HAS_BIAS=bias, ACTIVATION=ACTIVATION_CODES[activation],
+        EVEN_K=even_k, HAS_BIAS=bias, ACTIVATION=ACTIVATION_CODES[activation],
         INPUT_PRECISION=fp32_precision(TARGET_ARCH) if dtype == "float32" else "ieee",
         LARGE_OFFSETS=False,
     )
@@ -502,7 +503,8 @@ def kernel_signature(dtype: str, config: dict, *, activation: str | None = "gelu
 
 def compile_specs(dtype: str = "bfloat16") -> list:
     """A ``kernels.isa.CompileSpec`` per shipped config class of the default device (row-major operands,
-    bias + gelu epilogue, the heaviest on registers), plus the split-K reduction."""
+    bias + gelu epilogue, the heaviest on registers), plus the split-K partial-product
+    variant and the split-K reduction."""
     from kernels.isa import CompileSpec
 
     entry = device_entry(_table()["default_device"])
@@ -513,6 +515,11 @@ def compile_specs(dtype: str = "bfloat16") -> list:
         options = {key: cfg[key] for key in COMPILE_KEYS}
         specs.append(CompileSpec(f"amd_gemm_{name}_{dtype}", gemm_kernel, signature, constexprs, options,
                                  config={"class": name, **cfg}, attrs=attrs))
+    # Split-K: the partial-product variant of the skinniest class (fp32 workspace out).
+    cfg = {**fit_to_dtype(entry["configs"]["skinny_m16"], dtype), "SPLIT_K": 4}
+    signature, constexprs, attrs = kernel_signature(dtype, cfg)
+    specs.append(CompileSpec(f"amd_gemm_skinny_m16_splitk4_{dtype}", gemm_kernel, signature, constexprs,
+                             {key: cfg[key] for key in COMPILE_KEYS}, config={"class": "skinny_m16", **cfg}, attrs=attrs))
     t = _TRITON_DTYPES[dtype]
     signature = {"ws_ptr": "*fp32", "bias_ptr": f"*{t}", "c_ptr": f"*{t}", "M": "i32", "N": "i32",
                  "stride_ws": "i32", "stride_wb": "i32", "stride_wm": "i32", "stride_cb": "i32", "stride_cm": "i32",
