@@ -243,6 +243,9 @@ def test_shipped_configs_compile_for_gfx942(dtype):
         if spec.fn is amd.gemm_kernel:
             assert re.search(mfma, asm), spec.name
             assert kernel.metadata.shared == amd.lds_bytes(spec.config, 4 if dtype == "float32" else 2), spec.name
+            # Registers and LDS together admit the occupancy the config asks for.
+            occupancy = int(re.search(r"; Occupancy: (\d+)", asm).group(1))
+            assert occupancy >= spec.options["waves_per_eu"], (spec.name, occupancy)
 
 
 @pytest.mark.parametrize("variant", ["transposed", "uneven_k"])
