@@ -57,13 +57,6 @@ def _library_twins():
     with contextlib.suppress(ImportError):
         import triton.experimental.gluon  # noqa: F401
 
-    # The interpreter patches triton.language for a launch and restores it after,
-    # but a call to a helper (`InterpretedFunction.__call__`) patches the modules
-    # the helper's globals name (``core`` for tl.standard's functions) and never
-    # restores them; a later real compile in this process then fails. Snapshot
-    # what it touches and put it back.
-    touched = (tl, tl.core, tl.math, tl.standard, tl.tensor)
-    saved = [(owner, dict(vars(owner))) for owner in touched]
     swapped = []
     for module in (tl, tl.math, tl.standard):
         for name, member in list(vars(module).items()):
@@ -75,13 +68,8 @@ def _library_twins():
         yield
     finally:
         _patch_depth = 0
-        for owner, before in saved:
-            for name in set(vars(owner)) - set(before):
-                if not isinstance(vars(owner)[name], types.ModuleType):  # keep lazily imported submodules
-                    delattr(owner, name)
-            for name, member in before.items():
-                if vars(owner).get(name) is not member:
-                    setattr(owner, name, member)
+        for module, name, member in reversed(swapped):
+            setattr(module, name, member)
 
 
 def _interpreter_fixes() -> None:
