@@ -288,7 +288,7 @@ def test_sbuf_is_released_when_a_tile_dies():
         assert ctx.sbuf_live == 0 and ctx.sbuf_peak == 60 * 1024
         for _ in range(10):
             t = nl.ndarray((128, 60 * 1024), nl.uint8)  # rebinding frees the old tile after the new one exists
-        assert ctx.sbuf_peak == 2 * 60 * 1024
+        assert t.shape == (128, 60 * 1024) and ctx.sbuf_peak == 2 * 60 * 1024
 
 
 def test_rule_psum_capacity():

@@ -44,7 +44,8 @@ def _gelu_tanh(x):
 
 
 def _sigmoid(x):
-    return np.float32(1.0) / (np.float32(1.0) + np.exp(-x))
+    # tanh form: no overflow for large |x|
+    return np.float32(0.5) * (np.float32(1.0) + np.tanh(np.float32(0.5) * x))
 
 
 BINARY = {

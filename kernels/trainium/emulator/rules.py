@@ -13,7 +13,7 @@ import numpy as np
 
 from kernels.trainium.emulator import state
 from kernels.trainium.emulator.errors import HardwareRuleError
-from kernels.trainium.emulator.memory import HBM_BUFFERS, ON_CHIP, Tensor, dtype_name
+from kernels.trainium.emulator.memory import ON_CHIP, Tensor, dtype_name
 
 # nc_matmul input dtypes on NeuronCore-v2/-v3 (fp8 e4m3/e5m2, bf16, fp16, tf32, fp32).
 MATMUL_INPUT_DTYPES = ("float8_e4m3fn", "float8_e5m2", "bfloat16", "float16", "float32")
@@ -182,4 +182,3 @@ def axis(data: Tensor, axes: tuple[int, ...], instruction: str) -> None:
         fail("reduce-axis", instruction, f"reduce over the last free axes only, never the partition axis 0; got axis={axes} for shape {data.shape}")
 
 
-__all__ = [n for n in dir() if not n.startswith("_")] + ["HBM_BUFFERS"]
