@@ -143,3 +143,12 @@ def test_default_target_is_never_the_newer_chip(monkeypatch):
     monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn2")
     assert trn_gemm.default_target(None) == "trn2"
     assert trn_gemm.default_target({"target": "trn1"}) == "trn1"
+
+
+def test_config_resolution_shrinks_blocks_to_fit_sbuf():
+    """fp32 inputs with a bias overflow trn1's SBUF with the m8n4k8 block; the resolver halves
+    TILES_IN_BLOCK_K and the dry run's capacity checks pass."""
+    cfg = next(c for c in trn_gemm.configs("trn1") if c["name"] == "m8n4k8")
+    report, resolved, ctx = trn_gemm.estimate(1024, 2048, 1024, dtype="float32", target="trn1", config=cfg, bias=True, out_dtype="float32")
+    assert resolved["TILES_IN_BLOCK_K"] < cfg["TILES_IN_BLOCK_K"]
+    assert ctx.sbuf_peak <= ctx.target.sbuf_bytes_per_partition

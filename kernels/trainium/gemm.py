@@ -216,8 +216,10 @@ def _sbuf_bytes(cfg: dict, resident: int, in_itemsize: int, out_itemsize: int, h
     acc = resident * cfg["TILES_IN_BLOCK_M"] * block_n * 4
     lhs = cfg["TILES_IN_BLOCK_K"] * 128 * cfg["TILES_IN_BLOCK_M"] * in_itemsize
     rhs = cfg["TILES_IN_BLOCK_K"] * block_n * in_itemsize
-    bias = (block_n * 4 * 2 + 128 * 4) if has_bias else 0
-    return acc + lhs + rhs + bias + block_n * out_itemsize
+    # Tiles re-created per iteration (bias row/tile/ones per N block, the packed output row)
+    # briefly exist twice: the new one is allocated before the old name is rebound.
+    bias = 2 * (block_n * 4 * 2 + 128 * 4) if has_bias else 0
+    return acc + lhs + rhs + bias + 2 * block_n * out_itemsize
 
 
 def resolve_config(m: int, n: int, k: int, target: str, dtype: str, out_dtype: str, has_bias: bool, config: dict | None) -> dict:
@@ -236,6 +238,12 @@ def resolve_config(m: int, n: int, k: int, target: str, dtype: str, out_dtype: s
     }
     in_size, out_size = np.dtype(_np_dtype(dtype)).itemsize, np.dtype(_np_dtype(out_dtype)).itemsize
     budget = targets.get(target).sbuf_bytes_per_partition
+    # Shrink the block (K first, then N, then M) until one M block's working set fits.
+    while _sbuf_bytes(cfg, 1, in_size, out_size, has_bias) > budget:
+        key = next((k_ for k_ in ("TILES_IN_BLOCK_K", "TILES_IN_BLOCK_N", "TILES_IN_BLOCK_M") if cfg[k_] > 1), None)
+        if key is None:
+            break
+        cfg[key] = max(1, cfg[key] // 2)
     blocks_m = _cdiv(m, 128 * cfg["TILES_IN_BLOCK_M"])
     fits = 1
     while fits < blocks_m and _sbuf_bytes(cfg, fits + 1, in_size, out_size, has_bias) <= budget:
