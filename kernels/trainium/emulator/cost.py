@@ -132,6 +132,14 @@ class _Timeline:
         j = bisect.bisect_left(self.starts, t)
         self.starts.insert(j, t)
         self.ends.insert(j, t + duration)
+        # Merge touching intervals so a saturated pipe stays one interval (keeps placing fast).
+        eps = 1e-15
+        if j + 1 < len(self.starts) and self.starts[j + 1] <= self.ends[j] + eps:
+            self.ends[j] = self.ends[j + 1]
+            del self.starts[j + 1], self.ends[j + 1]
+        if j > 0 and self.starts[j] <= self.ends[j - 1] + eps:
+            self.ends[j - 1] = self.ends[j]
+            del self.starts[j], self.ends[j]
         return t
 
 
