@@ -12,6 +12,7 @@ from kernels.gemm import gemm
 from kernels.gemm import reference
 from kernels.trainium import gemm as trn_gemm
 from kernels.trainium.inspection import inspect_trainium
+from tests.numerics import assert_close_by_ratio
 
 # TensorE fraction of peak the 4096^3 bf16 estimate must reach on trn2. 0.80 is the project's
 # target, and under the 85% HFU AWS published for this algorithm on trn1 (the tutorial's
@@ -21,20 +22,18 @@ from kernels.trainium.inspection import inspect_trainium
 # below (see test_a_poor_config_falls_below_the_threshold), so the bound can fail.
 PEAK_FRACTION_THRESHOLD = 0.80
 
-ATOL = {torch.bfloat16: 2e-2, torch.float32: 1e-5}
+ATOL = {torch.bfloat16: 2e-2, torch.float16: 2e-3, torch.float32: 1e-5}
 
 
 def _check(out, a, b, bias, activation, out_dtype):
     """Error-ratio rule: our error vs float64 <= 2x PyTorch's own error at the input precision, + atol."""
-    assert out.dtype == out_dtype and torch.isfinite(out).all()
+    assert out.dtype == out_dtype
     exact = reference.gemm(a, b, bias, activation, torch.float64, compute_dtype=torch.float64)
     z = torch.matmul(a, b)
     if bias is not None:
         z = z + bias.to(z.dtype)
     framework = reference.activate_torch(z, activation).to(out_dtype)
-    ours_err = (out.double() - exact).abs().max().item()
-    fw_err = (framework.double() - exact).abs().max().item()
-    assert ours_err <= 2 * fw_err + ATOL[out_dtype] * max(1.0, exact.abs().max().item()), (ours_err, fw_err)
+    assert_close_by_ratio(out, framework, exact, atol=ATOL[out_dtype] * max(1.0, exact.abs().max().item()))
 
 
 SHAPES = [(1, 1, 1), (130, 700, 300), (257, 513, 129), (64, 1030, 1000)]
@@ -49,6 +48,12 @@ def test_gemm_odd_shapes(m, n, k, dtype, activation):
     bias = torch.randn(n, dtype=dtype) if activation != "relu" else None  # relu runs without bias
     out = gemm(a, b, bias=bias, activation=activation, backend="trainium", config={"target": "trn2"})
     _check(out, a, b, bias, activation, dtype)
+
+
+def test_gemm_float16_with_float32_output():
+    a, b, bias = torch.randn(200, 300, dtype=torch.float16), torch.randn(300, 520, dtype=torch.float16), torch.randn(520)
+    out = gemm(a, b, bias=bias, activation="silu", out_dtype=torch.float32, backend="trainium", config={"target": "trn1"})
+    _check(out, a, b, bias, "silu", torch.float32)
 
 
 def test_gemm_multi_block_edges_and_resident_groups():
@@ -155,3 +160,15 @@ def test_config_resolution_shrinks_blocks_to_fit_sbuf():
     report, resolved, ctx = trn_gemm.estimate(1024, 2048, 1024, dtype="float32", target="trn1", config=cfg, bias=True, out_dtype="float32")
     assert resolved["TILES_IN_BLOCK_K"] < cfg["TILES_IN_BLOCK_K"]
     assert ctx.sbuf_peak <= ctx.target.sbuf_bytes_per_partition
+
+
+@pytest.mark.parametrize(
+    "config,what",
+    [({"target": "trn3"}, "target"), ({"TILES_IN_BLOCK_M": 0}, "TILES_IN_BLOCK_M"), ({"BLOCK": 4}, "unknown keys")],
+)
+def test_bad_config_is_an_input_error(config, what):
+    from kernels.errors import InputError
+
+    with pytest.raises(InputError, match=what) as info:
+        gemm(torch.randn(8, 8), torch.randn(8, 8), backend="trainium", config=config)
+    assert info.value.argument == "config"

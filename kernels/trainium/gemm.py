@@ -222,11 +222,31 @@ def _sbuf_bytes(cfg: dict, resident: int, in_itemsize: int, out_itemsize: int, h
     return acc + lhs + rhs + bias + 2 * block_n * out_itemsize
 
 
+CONFIG_KEYS = ("target", "name", "TILES_IN_BLOCK_M", "TILES_IN_BLOCK_N", "TILES_IN_BLOCK_K", "resident_m_blocks")
+
+
+def _validate_config(config: dict | None) -> None:
+    from kernels.errors import InputError
+
+    if not config:
+        return
+    unknown = sorted(set(config) - set(CONFIG_KEYS))
+    if unknown:
+        raise InputError("config", f"keys among {CONFIG_KEYS}", f"unknown keys {unknown}")
+    if config.get("target") not in (None, "trn1", "trn2"):
+        raise InputError("config", "target 'trn1' or 'trn2'", repr(config["target"]))
+    for key in CONFIG_KEYS[2:]:
+        v = config.get(key)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+            raise InputError("config", f"{key} a positive int", repr(v))
+
+
 def resolve_config(m: int, n: int, k: int, target: str, dtype: str, out_dtype: str, has_bias: bool, config: dict | None) -> dict:
     """The config a problem runs with: the given one or the target's default, blocks shrunk to
     the problem, and the number of resident M blocks that fits in SBUF."""
     from kernels.trainium.emulator import targets
 
+    _validate_config(config)
     base = dict(configs(target)[0])
     if config:
         base.update({key: v for key, v in config.items() if key != "target"})
@@ -276,12 +296,19 @@ def _run_2d(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, activation, o
         bias_row = ShapeDtype((1, n), np.float32) if dry else np.asarray(bias, dtype=np.float32).reshape(1, n)
     else:
         bias_row = ShapeDtype((1, 1), np.float32) if dry else np.zeros((1, 1), np.float32)  # unused placeholder
-    args = (lhsT, rhs, bias_row, getattr(nl, out_dtype), activation, bias is not None)
-    meta = (cfg["TILES_IN_BLOCK_M"], cfg["TILES_IN_BLOCK_N"], cfg["TILES_IN_BLOCK_K"], cfg["RESIDENT_M_BLOCKS"])
-    if not EMULATED:  # the real Neuron toolchain: target comes from the Neuron environment
-        return gemm_kernel(*args, *meta), None
+    consts = dict(
+        out_dtype=getattr(nl, out_dtype),
+        activation=activation,
+        has_bias=bias is not None,
+        TILES_IN_BLOCK_M=cfg["TILES_IN_BLOCK_M"],
+        TILES_IN_BLOCK_N=cfg["TILES_IN_BLOCK_N"],
+        TILES_IN_BLOCK_K=cfg["TILES_IN_BLOCK_K"],
+        RESIDENT_M_BLOCKS=cfg["RESIDENT_M_BLOCKS"],
+    )
+    if not EMULATED:  # the real Neuron toolchain: the target comes from the Neuron environment
+        return gemm_kernel(lhsT, rhs, bias_row, **consts), None
     with emulate(target=target, dry=dry) as ctx:
-        out = gemm_kernel(*args, *meta)
+        out = gemm_kernel(lhsT, rhs, bias_row, **consts)
     return out, ctx
 
 
