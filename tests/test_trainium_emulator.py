@@ -422,3 +422,15 @@ def test_cost_engines_overlap_unless_dependent():
     assert free.estimated_s < 0.75 * total  # the two engines ran side by side
     assert math.isclose(free.estimated_s, free.bound_s, rel_tol=0.2)
     assert chained.estimated_s >= 0.999 * total  # a dependency chain serializes them
+
+
+def test_rule_matmul_must_not_accumulate_onto_engine_writes():
+    with _rule("matmul-accumulate-engine-write"):
+        p = nl.ndarray((128, 64), nl.float32, buffer=nl.psum)
+        nisa.memset(dst=p, value=0.0)
+        nisa.nc_matmul(dst=p, stationary=_bf((128, 128)), moving=_bf((128, 64)))
+    with emulate("trn2"):  # overwriting is fine, and the tile is then a matmul accumulation group
+        p = nl.ndarray((128, 64), nl.float32, buffer=nl.psum)
+        nisa.memset(dst=p, value=0.0)
+        nisa.nc_matmul(dst=p, stationary=_bf((128, 128)), moving=_bf((128, 64)), accumulate=False)
+        nisa.nc_matmul(dst=p, stationary=_bf((128, 128)), moving=_bf((128, 64)))

@@ -126,6 +126,13 @@ def nc_matmul(
     s, m = stationary.read(ins), moving.read(ins)
     if accumulate is True:
         dst.check_written(ins)
+    if accumulate is not False and (dst.mask_view(dst.alloc.engine_written) & dst.written_mask()).any():
+        rules.fail(
+            "matmul-accumulate-engine-write",
+            ins,
+            f"dst {dst.name!r} holds values written by an engine other than TensorE (memset, tensor_copy...); "
+            "accumulating a matmul onto them is undefined on NeuronCore-v2/-v3: pass accumulate=False or start from a fresh tile",
+        )
     if s is not None:
         # Products of the stored (already rounded) inputs, summed in fp32.
         prod = s.T @ m
@@ -136,9 +143,9 @@ def nc_matmul(
             new = prod
         else:
             new = np.where(dst.written_mask(), old, np.float32(0)) + prod
-        dst.write(new.astype(np.float32))
+        dst.write(new.astype(np.float32), by_matmul=True)
     else:
-        dst.write(None)
+        dst.write(None, by_matmul=True)
     fp32 = dtype_name(stationary.dtype) == "float32"
     _record("nc_matmul", "tensor", cost.matmul_cycles(moving.shape[1], fp32), reads=(stationary, moving) + ((dst,) if accumulate is not False else ()), writes=(dst,))
 

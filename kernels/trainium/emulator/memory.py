@@ -64,6 +64,9 @@ class Allocation:
         if buffer in ON_CHIP:
             weakref.finalize(self, ctx.release, buffer, per_partition, banks)
         self.written = np.full(self.shape, written, dtype=bool)
+        # PSUM elements whose last write came from an engine other than TensorE: a matmul must
+        # not accumulate onto them (undefined on NeuronCore-v2/-v3).
+        self.engine_written = np.zeros(self.shape, dtype=bool) if buffer == "psum" else None
         if data is not None:
             self.data = np.asarray(data).astype(self.dtype, copy=False).reshape(self.shape)
         elif ctx.dry:
@@ -129,6 +132,8 @@ class Tensor:
         if self.buffer in ON_CHIP and isinstance(key[0], (int, np.integer)):
             raise TypeError(f"{self.name}: keep the partition axis of an on-chip tensor (index it with a slice)")
         p0 = self.partition_start
+        if any(isinstance(k, slice) and (k.step or 1) < 0 for k in key):
+            raise TypeError(f"{self.name}: negative slice steps are not supported")
         if self.buffer in ON_CHIP:
             r = range(self.shape[0])[key[0]]
             if r.step != 1:
@@ -182,7 +187,12 @@ class Tensor:
         self.check_written(instruction)
         return None if self._data is None else np.asarray(self._data)
 
-    def write(self, values, mask: np.ndarray | None = None) -> None:
+    def mask_view(self, base: np.ndarray) -> np.ndarray:
+        """The view of ``base`` (a bool array shaped like the allocation) that this tensor covers."""
+        off = _byte_bounds(self._written)[0] - _byte_bounds(self.alloc.written)[0]
+        return np.lib.stride_tricks.as_strided(base.reshape(-1)[off:], shape=self._written.shape, strides=self._written.strides)
+
+    def write(self, values, mask: np.ndarray | None = None, by_matmul: bool = False) -> None:
         """Cast fp32 (or same-dtype) ``values`` to this tensor's dtype and store them."""
         if self._data is not None and values is not None:
             v = np.broadcast_to(np.asarray(values), self.shape)
@@ -197,6 +207,12 @@ class Tensor:
             self._written[...] = True
         else:
             self._written[mask] = True
+        if self.alloc.engine_written is not None:
+            view = self.mask_view(self.alloc.engine_written)
+            if mask is None:
+                view[...] = not by_matmul
+            else:
+                view[mask] = not by_matmul
 
     def written_mask(self) -> np.ndarray:
         return self._written
