@@ -434,3 +434,32 @@ def test_rule_matmul_must_not_accumulate_onto_engine_writes():
         nisa.memset(dst=p, value=0.0)
         nisa.nc_matmul(dst=p, stationary=_bf((128, 128)), moving=_bf((128, 64)), accumulate=False)
         nisa.nc_matmul(dst=p, stationary=_bf((128, 128)), moving=_bf((128, 64)))
+
+
+def test_row_softmax_kernel_composes_the_instructions(rng):
+    """A flash-attention style row softmax: max on VectorE, exp(x - max) with a fused row sum on
+    ScalarE, reciprocal and scale; against numpy."""
+
+    @jit(target="trn1")
+    def softmax(x):
+        out = nl.ndarray(x.shape, nl.bfloat16, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        row_max = nl.ndarray((x.shape[0], 1), nl.float32)
+        nisa.tensor_reduce(dst=row_max, op=nl.maximum, data=t, axis=1, negate=True, keepdims=True)
+        e = nl.ndarray(x.shape, nl.float32)
+        row_sum = nl.ndarray((x.shape[0], 1), nl.float32)
+        nisa.activation_reduce(dst=e, op=nl.exp, data=t, reduce_op=nl.add, reduce_res=row_sum, bias=row_max)
+        inv = nl.ndarray((x.shape[0], 1), nl.float32)
+        nisa.activation(dst=inv, op=nl.reciprocal, data=row_sum)
+        y = nl.ndarray(x.shape, nl.bfloat16)
+        nisa.tensor_scalar(dst=y, data=e, op0=nl.multiply, operand0=inv)
+        nl.store(out, y)
+        return out
+
+    x = (rng.standard_normal((128, 512)) * 4).astype(np.float32)
+    ref = np.exp(x - x.max(axis=1, keepdims=True))
+    ref /= ref.sum(axis=1, keepdims=True)
+    got = softmax(x).astype(np.float32)
+    np.testing.assert_allclose(got, ref, rtol=1e-2, atol=1e-6)  # bf16 output
+    report = cost.estimate(softmax.last_context.trace, softmax.last_context.target)
+    assert report.instructions == {"tensor": 0, "vector": 2, "scalar": 2, "gpsimd": 0, "dma": 2}
