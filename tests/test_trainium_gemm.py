@@ -143,6 +143,8 @@ def test_inspect_trainium(target):
         assert r["instructions"]["tensor"] == 8192 and r["instructions"]["dma"] > 0
         assert 0 < r["fraction_of_peak"] <= 1.0
         assert r["sbuf_peak_bytes_per_partition"] <= r["sbuf_bytes_per_partition"]
+    one = inspect_trainium(target, config={"name": rows[-1]["config"]}, shape=(512, 1024, 256))
+    assert [r["config"] for r in one] == [rows[-1]["config"]] and one[0]["rules"] == "ok"
 
 
 def test_default_target_is_never_the_newer_chip(monkeypatch):
