@@ -24,6 +24,7 @@ OPS: dict[str, dict[str, str]] = {
         "nvidia": "kernels.nvidia.gemm",
         "amd": "kernels.amd.gemm",
         "tpu": "kernels.tpu.gemm",
+        "trainium": "kernels.trainium.gemm",
     },
 }
 

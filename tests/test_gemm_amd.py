@@ -255,8 +255,9 @@ def test_other_specializations_compile_to_mfma(variant):
 
     cfg = amd.device_entry("MI300X")["configs"]["large"]
     flags = {"transposed_a": True, "transposed_b": True} if variant == "transposed" else {"even_k": False}
-    signature, constexprs, attrs = amd.kernel_signature("bfloat16", cfg, **flags)
-    spec = CompileSpec(variant, amd.gemm_kernel, signature, constexprs, {k: cfg[k] for k in amd.COMPILE_KEYS}, attrs=attrs)
+    signature, constexprs, aligned = amd.kernel_signature("bfloat16", cfg, **flags)
+    spec = CompileSpec(variant, amd.gemm_kernel, signature, constexprs, {k: cfg[k] for k in amd.COMPILE_KEYS},
+                       divisible_by_16=aligned)
     facts = profile(spec, "gfx942")
     assert facts.tensor_core_instructions > 0 and facts.spill_bytes == 0
     assert facts.instruction_mix.get("v_mfma_f32_16x16x16_bf16", 0) == facts.tensor_core_instructions

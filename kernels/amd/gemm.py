@@ -473,10 +473,10 @@ def fit_to_dtype(config: dict, dtype: str) -> dict:
 def kernel_signature(dtype: str, config: dict, *, activation: str | None = "gelu", bias: bool = True,
                      transposed_a: bool = False, transposed_b: bool = False, out_dtype: str | None = None,
                      even_k: bool = True):
-    """(signature, constexprs, attrs) that ``triton.compile`` needs for ``gemm_kernel``
-    as a launch with these operands would specialize it: the unit strides become
-    constants (that is what makes the loads wide), pointers are 16-byte aligned, and
-    N, K and the leading strides are multiples of 16."""
+    """(signature, constexprs, divisible_by_16) for compiling ``gemm_kernel`` as a
+    launch with these operands would specialize it: the unit strides become constants
+    (that is what makes the loads wide), pointers are 16-byte aligned, and N, K and
+    the leading strides are multiples of 16."""
     t = _TRITON_DTYPES[dtype]
     out = _TRITON_DTYPES[out_dtype or dtype] if config.get("SPLIT_K", 1) == 1 else "fp32"
     unit = {"stride_ak": not transposed_a, "stride_am": transposed_a,
@@ -495,10 +495,8 @@ def kernel_signature(dtype: str, config: dict, *, activation: str | None = "gelu
     )
     for name in constexprs:
         signature[name] = "constexpr"
-    names = gemm_kernel.arg_names
-    aligned = [n for n, ty in signature.items() if ty.startswith("*") or (ty == "i32" and n != "M")]
-    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in aligned}
-    return signature, constexprs, attrs
+    aligned = tuple(n for n, ty in signature.items() if ty.startswith("*") or (ty == "i32" and n != "M"))
+    return signature, constexprs, aligned
 
 
 def compile_specs(dtype: str = "bfloat16") -> list:
@@ -511,15 +509,16 @@ def compile_specs(dtype: str = "bfloat16") -> list:
     specs = []
     for name, config in entry["configs"].items():
         cfg = fit_to_dtype(config, dtype)
-        signature, constexprs, attrs = kernel_signature(dtype, cfg)
+        signature, constexprs, aligned = kernel_signature(dtype, cfg)
         options = {key: cfg[key] for key in COMPILE_KEYS}
         specs.append(CompileSpec(f"amd_gemm_{name}_{dtype}", gemm_kernel, signature, constexprs, options,
-                                 config={"class": name, **cfg}, attrs=attrs))
+                                 config={"class": name, **cfg}, divisible_by_16=aligned))
     # Split-K: the partial-product variant of the skinniest class (fp32 workspace out).
     cfg = {**fit_to_dtype(entry["configs"]["skinny_m16"], dtype), "SPLIT_K": 4}
-    signature, constexprs, attrs = kernel_signature(dtype, cfg)
+    signature, constexprs, aligned = kernel_signature(dtype, cfg)
     specs.append(CompileSpec(f"amd_gemm_skinny_m16_splitk4_{dtype}", gemm_kernel, signature, constexprs,
-                             {key: cfg[key] for key in COMPILE_KEYS}, config={"class": "skinny_m16", **cfg}, attrs=attrs))
+                             {key: cfg[key] for key in COMPILE_KEYS}, config={"class": "skinny_m16", **cfg},
+                             divisible_by_16=aligned))
     t = _TRITON_DTYPES[dtype]
     signature = {"ws_ptr": "*fp32", "bias_ptr": f"*{t}", "c_ptr": f"*{t}", "M": "i32", "N": "i32",
                  "stride_ws": "i32", "stride_wb": "i32", "stride_wm": "i32", "stride_cb": "i32", "stride_cm": "i32",
@@ -527,8 +526,8 @@ def compile_specs(dtype: str = "bfloat16") -> list:
     constexprs = {"stride_cn": 1, "SPLIT_K": 4, "BLOCK_M": 64, "BLOCK_N": 64, "HAS_BIAS": True, "ACTIVATION": 2}
     for name in constexprs:
         signature[name] = "constexpr"
-    names = splitk_reduce_kernel.arg_names
-    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in signature if signature[n] != "constexpr" and n != "M"}
+    aligned = tuple(n for n in signature if signature[n] != "constexpr" and n != "M")
     specs.append(CompileSpec(f"amd_gemm_splitk_reduce_{dtype}", splitk_reduce_kernel, signature, constexprs,
-                             {"num_warps": 4}, config={"class": "splitk_reduce", "SPLIT_K": 4}, attrs=attrs))
+                             {"num_warps": 4}, config={"class": "splitk_reduce", "SPLIT_K": 4},
+                             divisible_by_16=aligned))
     return specs
