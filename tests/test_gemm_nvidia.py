@@ -229,3 +229,42 @@ def test_pointer_path_compiles_with_hgmma():
     p = profile(dataclasses.replace(spec, signature=sig, constexprs=constexprs, divisible_by_16=aligned), "sm_90a")
     assert p.instruction_mix.get("HGMMA", 0) > 0 and p.spill_bytes == 0
     assert p.instruction_mix.get("LDGSTS", 0) > 0, "pointer loads are not pipelined through cp.async"
+
+
+def _jax_gpu() -> str | None:
+    """Why the JAX-on-GPU test cannot run here, or None when it can."""
+    try:
+        import jax
+        import jax_triton  # noqa: F401
+    except ImportError as exc:
+        return f"needs jax and jax-triton ({exc})"
+    return None if jax.default_backend() == "gpu" else "needs JAX on a GPU"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_jax_gpu() is not None, reason=_jax_gpu() or "")
+def test_jax_on_gpu_through_jax_triton():
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    rng = np.random.default_rng(60)
+    for (m, n, k), batch in (((1024, 768, 512), None), ((16, 4096, 4096), None), ((256, 384, 512), 3)):
+        shape_a = (m, k) if batch is None else (batch, m, k)
+        a = jnp.asarray(rng.standard_normal(shape_a), dtype=jnp.bfloat16)
+        b = jnp.asarray(rng.standard_normal((k, n)), dtype=jnp.bfloat16)
+        bias = jnp.asarray(rng.standard_normal((n,)), dtype=jnp.bfloat16)
+        cot = jnp.asarray(rng.standard_normal((*shape_a[:-1], n)), dtype=jnp.float32)
+        f = jax.jit(lambda a, b, bias: kernels.gemm(a, b, bias=bias, activation="gelu", backend="nvidia"))
+        out = np.asarray(f(a, b, bias), np.float64)
+        z = np.asarray(a, np.float64) @ np.asarray(b, np.float64) + np.asarray(bias, np.float64)
+        ref = np.asarray(jax.nn.gelu(jnp.asarray(z), approximate=False), np.float64)
+        low = np.asarray(jax.nn.gelu((a @ b + bias).astype(jnp.float32), approximate=False).astype(jnp.bfloat16), np.float64)
+        assert np.abs(out - ref).max() <= 2 * np.abs(low - ref).max() + 1e-2
+        grads = jax.grad(lambda a, b, bias: jnp.sum(kernels.gemm(a, b, bias=bias, activation="gelu", backend="nvidia")
+                                                     .astype(jnp.float32) * cot), argnums=(0, 1, 2))(a, b, bias)
+        want = jax.grad(lambda a, b, bias: jnp.sum(jax.nn.gelu((a.astype(jnp.float32) @ b.astype(jnp.float32) + bias),
+                                                               approximate=False) * cot), argnums=(0, 1, 2))(a, b, bias)
+        for g, w in zip(grads, want):
+            g, w = np.asarray(g, np.float64), np.asarray(w, np.float64)
+            assert np.isfinite(g).all() and np.abs(g - w).max() <= 3e-2 * np.abs(w).max() + 1e-2
