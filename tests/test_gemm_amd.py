@@ -121,6 +121,23 @@ def test_transposed_views_are_not_copied():
     assert amd._operand(x.mT).stride() == x.mT.stride()
 
 
+def test_jax_arrays_through_the_interpreter():
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+    import numpy as np
+
+    a, b, bias = _rand(21, 18, dtype=torch.bfloat16), _rand(18, 27, dtype=torch.bfloat16), _rand(27)
+    ja, jb = (jnp.asarray(t.float().numpy()).astype(jnp.bfloat16) for t in (a, b))
+    out = gemm(ja, jb, bias=jnp.asarray(bias.numpy()), activation="relu", backend="amd", config=TINY)
+    assert isinstance(out, jax.Array) and out.dtype == jnp.bfloat16 and out.shape == (21, 27)
+    _check_close(torch.from_numpy(np.asarray(out, np.float32)).to(torch.bfloat16), a, b, bias, "relu")
+    # The backward runs the two GEMMs through the same kernel.
+    cot = _rand(21, 27)
+    grad = jax.grad(lambda x: jnp.sum(gemm(x, jb, backend="amd", config=TINY).astype(jnp.float32) * cot.numpy()))(ja)
+    ours = torch.from_numpy(np.asarray(grad, np.float32)).to(torch.bfloat16)
+    _check_close(ours, cot.to(torch.bfloat16), b.mT)
+
+
 # ----------------------------------------------------------------------------- backward
 
 

@@ -454,6 +454,23 @@ def gemm(
     return out
 
 
+def gemm_jax(a, b, bias, activation, out_dtype, config=None):
+    """The same kernel on JAX arrays on the CPU, interpreted through a host callback
+    (``kernels.jax_bridge``); JAX on a ROCm GPU is refused there with the reason."""
+    import jax
+
+    from kernels.arrays import torch_dtype
+    from kernels.jax_bridge import call_on_cpu
+
+    result = jax.ShapeDtypeStruct((*a.shape[:-1], b.shape[-1]), out_dtype)
+    args = (a, b) if bias is None else (a, b, bias)
+
+    def run(x, y, z=None):
+        return gemm(x, y, z, activation, torch_dtype(str(out_dtype)), config)
+
+    return call_on_cpu(run, result, *args, backend="amd")
+
+
 # ----------------------------------------------------------------------------- compile specs
 
 _TRITON_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
