@@ -141,9 +141,8 @@ def gemm_kernel(
     tl.assume(stride_cm >= 0)
     tl.assume(stride_cn >= 0)
 
-    # (Plain integer ceil-division: the interpreter twin cannot call tl.cdiv, a jit helper.)
-    num_pid_m = (M + BLOCK_M - 1) // BLOCK_M
-    num_pid_n = (N + BLOCK_N - 1) // BLOCK_N
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
     tiles = num_pid_m * num_pid_n
     pid = _xcd_contiguous(tl.program_id(0), tl.num_programs(0), NUM_XCDS)
     pid_k = pid % SPLIT_K
@@ -165,15 +164,15 @@ def gemm_kernel(
     k_start = pid_k * K_PER_SPLIT
     k_span = tl.minimum(K - k_start, K_PER_SPLIT)
 
-    # The batch offset is 64-bit; offsets inside one matrix stay 32-bit (cheaper
-    # VGPR math, and what the buffer-load lowering wants) unless LARGE_OFFSETS.
+    # The batch offset is 64-bit; offsets inside one matrix stay 32-bit (half the
+    # VGPRs and integer ops per address) unless LARGE_OFFSETS.
     a_base = a_ptr + batch.to(tl.int64) * stride_ab + k_start.to(tl.int64) * stride_ak
     b_base = b_ptr + batch.to(tl.int64) * stride_bb + k_start.to(tl.int64) * stride_bk
     a_ptrs = a_base + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
     b_ptrs = b_base + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, (k_span + BLOCK_K - 1) // BLOCK_K):
+    for k in range(0, tl.cdiv(k_span, BLOCK_K)):
         if EVEN_K:
             a = tl.load(a_ptrs)
             b = tl.load(b_ptrs)
@@ -214,8 +213,9 @@ def splitk_reduce_kernel(
     mask = (rows[:, None] < M) & (cols[None, :] < N)
     ws = ws_ptr + batch * stride_wb + rows[:, None].to(tl.int64) * stride_wm + cols[None, :]
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for s in range(SPLIT_K):
-        acc += tl.load(ws + s * stride_ws, mask=mask, other=0.0)
+    for _ in range(SPLIT_K):
+        acc += tl.load(ws, mask=mask, other=0.0)
+        ws += stride_ws
     acc = _epilogue(acc, bias_ptr, cols, N, HAS_BIAS, ACTIVATION)
     c_ptrs = c_ptr + batch * stride_cb + rows[:, None].to(tl.int64) * stride_cm + cols[None, :] * stride_cn
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
