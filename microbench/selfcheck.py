@@ -118,7 +118,7 @@ def checks(records: list[Record]) -> list[tuple[str, bool, str]]:
     if mma_peak and wgmma_peak:
         out.append(("ceilings: wgmma bf16 peak > mma.sync bf16 peak", wgmma_peak > mma_peak, detail))
     errors = by_op.get("suite-error", [])
-    out.append(("ceilings: no measurement failed", not errors, "; ".join(r.extra.get("error", "") for r in errors)[:300]))
+    out.append(("no single measurement failed", not errors, "; ".join(r.extra.get("error", "") for r in errors)[:300]))
 
     host = [r for r in records if r.kind == "host"]
     if host:
@@ -131,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="records/microbench", help="record store to append to")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--require-gpu", action="store_true",
+                        help="fail if a GPU suite could not run (for the run on the GPU machine)")
     parser.add_argument("suites", nargs="*")
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
@@ -143,6 +145,10 @@ def main(argv: list[str] | None = None) -> int:
                    progress=lambda m: print(f"[{time.perf_counter() - t0:6.1f}s]   {m}", flush=True), on_outcome=show)
     results = checks([r for o in outcomes for r in o.records])
     failed = [o for o in outcomes if o.status == "failed"]
+    if args.require_gpu:
+        from .suites import get
+
+        failed += [o for o in outcomes if o.status == "unavailable" and get(o.suite).needs_gpu]
     for name, ok, detail in results:
         print(f"{'PASS' if ok else 'FAIL'}  {name}  [{detail}]")
     print(f"total {time.perf_counter() - t0:.1f} s; suites failed: {[o.suite for o in failed]}")
