@@ -68,9 +68,9 @@ def attention_inputs(B, N, H, D, dtype=torch.float32, seed=0, fully_masked_rows=
     return q, k, v, bias, mask
 
 
-def attention_grads(q, k, v, bias, mask, dout, backend):
+def attention_grads(q, k, v, bias, mask, dout, backend, config=None):
     leaves = [t.detach().clone().requires_grad_() for t in (q, k, v, bias)]
-    out = kernels.triangle_attention(*leaves, mask=mask, backend=backend)
+    out = kernels.triangle_attention(*leaves, mask=mask, backend=backend, config=config)
     grads = torch.autograd.grad(out, leaves, dout)
     return out.detach(), grads
 
@@ -122,6 +122,25 @@ def test_triangle_attention_bf16(backend, poisoned):
     assert_close_ratio("out", out, exact_out, fw_out, 1e-2)
     for name, g, e, f in zip(("dq", "dk", "dv", "dbias"), grads, exact_grads, fw_grads):
         assert_close_ratio(name, g, e, f, 2e-2)
+
+
+@pytest.mark.parametrize("rows", [2, 4])
+def test_triangle_attention_rows_forward(rows, poisoned):
+    """The forward that shares each bias tile between several rows, N not a multiple of ROWS."""
+    from kernels.nvidia.triangle_attention import config_for
+
+    B, N, H, D = 2, 7, 2, 16
+    q, k, v, bias, mask = attention_inputs(B, N, H, D, seed=40 + rows)
+    dout = torch.randn(B, N, H, N, D)
+    config = config_for(None, D, "float32")
+    config["fwd"] = {**config["fwd_rows"], "ROWS": rows}
+    out, grads = attention_grads(q, k, v, bias, mask, dout, "nvidia", config)
+    exact_out, exact_grads = exact_attention(q, k, v, bias, mask, dout)
+    fw_out, fw_grads = framework_attention(q, k, v, bias, mask, dout)
+    assert_close_ratio("out", out, exact_out, fw_out, 1e-6)
+    for name, g, e, f in zip(("dq", "dk", "dv", "dbias"), grads, exact_grads, fw_grads):
+        assert_close_ratio(name, g, e, f, 1e-6)
+    assert (out[:, 1] == 0).all()
 
 
 def test_triangle_attention_reference_odd_37_no_mask():

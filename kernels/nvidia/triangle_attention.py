@@ -13,6 +13,8 @@ Kernels (one program per tile; q, k, v, o contiguous (B, N, H, N, D), so row
 
 * ``fwd_kernel``: online softmax over key blocks; writes O and the natural-log
   LSE (+inf for a row with no valid key, whose output is written as zeros).
+  ``fwd_rows_kernel`` (config ``ROWS`` > 1) is the same for several rows i per
+  program, reading each bias tile once for all of them.
 * ``bwd_preprocess_kernel``: ``delta = rowsum(dO * O)``.
 * ``bwd_dkdv_kernel``: per key block, loops over query blocks (FA2 order).
 * ``bwd_dq_kernel``: per query block, loops over key blocks.
@@ -101,6 +103,75 @@ def fwd_kernel(Q, K, V, Bias, Mask, O, LSE, N, H, D, qk_scale,
     tl.store(O + row + offs_m[:, None] * D + offs_d[None, :], out.to(O.dtype.element_ty),
              mask=in_m[:, None] & in_d[None, :])
     tl.store(LSE + r * N + offs_m, lse, mask=in_m)
+
+
+@triton.jit
+def fwd_rows_kernel(Q, K, V, Bias, Mask, O, LSE, N, H, D, qk_scale,
+                    HAS_MASK: tl.constexpr, PRECISION: tl.constexpr, ROWS: tl.constexpr,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
+    """The forward for ROWS pair rows i at once, sharing each bias tile between them.
+
+    Every row reads the same (BLOCK_M, N) slice of the fp32 bias; at d = 32 that
+    slice is twice the bytes of the row's own k and v, so ``fwd_kernel`` moves
+    most of its L2 traffic as bias. Here one program owns rows i0..i0+ROWS-1 of one
+    (batch, head) and loads each bias tile once for all of them; the per-row
+    products are batched dots over a leading ROWS dimension (mma.sync rather than
+    wgmma, which takes no batch dimension).
+    """
+    pid_m = tl.program_id(0)
+    pid = tl.program_id(1).to(tl.int64)  # ((b * G) + g) * H + h, G = cdiv(N, ROWS)
+    G = tl.cdiv(N, ROWS)
+    h = pid % H
+    g = (pid // H) % G
+    b = pid // (H * G)
+    bias_base = (b * H + h) * N * N
+
+    offs_r = tl.arange(0, ROWS)
+    rows_i = g * ROWS + offs_r
+    in_r = rows_i < N
+    bi = b * N + rows_i                       # (ROWS,)
+    row = (bi * H + h) * N * D                # (ROWS,) int64
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    in_m = offs_m < N
+    in_d = offs_d < D
+    q_mask = in_r[:, None, None] & in_m[None, :, None] & in_d[None, None, :]
+    q = tl.load(Q + row[:, None, None] + offs_m[None, :, None] * D + offs_d[None, None, :], mask=q_mask, other=0.0)
+
+    m_i = tl.full([ROWS, BLOCK_M], -1.0e30, tl.float32)
+    l_i = tl.zeros([ROWS, BLOCK_M], tl.float32)
+    acc = tl.zeros([ROWS, BLOCK_M, HEAD_DIM], tl.float32)
+    for start_n in range(0, N, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        in_n = offs_n < N
+        kv_mask = in_r[:, None, None] & in_n[None, :, None] & in_d[None, None, :]
+        kv_off = row[:, None, None] + offs_n[None, :, None] * D + offs_d[None, None, :]
+        k = tl.load(K + kv_off, mask=kv_mask, other=0.0)
+        v = tl.load(V + kv_off, mask=kv_mask, other=0.0)
+        bias = tl.load(Bias + bias_base + offs_m[:, None] * N + offs_n[None, :],
+                       mask=in_m[:, None] & in_n[None, :], other=0.0).to(tl.float32)
+        s = tl.dot(q, tl.permute(k, (0, 2, 1)), input_precision=PRECISION) * qk_scale
+        s += (bias * 1.4426950408889634)[None, :, :]
+        valid = in_n[None, :] & in_r[:, None]
+        if HAS_MASK:
+            key_ok = tl.load(Mask + bi[:, None] * N + offs_n[None, :], mask=in_r[:, None] & in_n[None, :], other=0)
+            valid = valid & (key_ok != 0)
+        s = tl.where(valid[:, None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 2))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, :, None])
+        l_i = l_i * alpha + tl.sum(p, 2)
+        acc = acc * alpha[:, :, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+        m_i = m_new
+
+    has_any = l_i > 0.0
+    l_safe = tl.where(has_any, l_i, 1.0)
+    out = tl.where(has_any[:, :, None], acc / l_safe[:, :, None], 0.0)
+    lse = tl.where(has_any, (m_i + tl.log2(l_safe)) * 0.6931471805599453, float("inf"))
+    tl.store(O + row[:, None, None] + offs_m[None, :, None] * D + offs_d[None, None, :],
+             out.to(O.dtype.element_ty), mask=q_mask)
+    lse_row = (bi * H + h) * N
+    tl.store(LSE + lse_row[:, None] + offs_m[None, :], lse, mask=in_r[:, None] & in_m[None, :])
 
 
 @triton.jit
@@ -322,12 +393,16 @@ def triangle_attention_fwd(q, k, v, bias, mask, scale, config=None, *, table=CON
     lse = torch.empty((B, N, H, N), device=q.device, dtype=torch.float32)
     on_gpu = q.is_cuda
     opts = _launch_options(cfg, extra_keys) if on_gpu else {}
-    grid = (triton.cdiv(N, cfg["BLOCK_M"]), B * N * H)
-    launcher(fwd_kernel, on_gpu=on_gpu)[grid](
-        q, k, v, bias, mask_i8, out, lse, N, H, D, scale * LOG2E,
-        HAS_MASK=mask is not None, PRECISION=_precision(q.dtype),
-        BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], HEAD_DIM=head_dim_block(D), **opts,
-    )
+    common = dict(HAS_MASK=mask is not None, PRECISION=_precision(q.dtype),
+                  BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], HEAD_DIM=head_dim_block(D), **opts)
+    rows = cfg.get("ROWS", 1)
+    if rows > 1:
+        grid = (triton.cdiv(N, cfg["BLOCK_M"]), B * triton.cdiv(N, rows) * H)
+        launcher(fwd_rows_kernel, on_gpu=on_gpu)[grid](
+            q, k, v, bias, mask_i8, out, lse, N, H, D, scale * LOG2E, ROWS=rows, **common)
+    else:
+        grid = (triton.cdiv(N, cfg["BLOCK_M"]), B * N * H)
+        launcher(fwd_kernel, on_gpu=on_gpu)[grid](q, k, v, bias, mask_i8, out, lse, N, H, D, scale * LOG2E, **common)
     return out, lse
 
 
@@ -398,11 +473,14 @@ def compile_specs(dtype: str = "bfloat16", head_dim: int = 32, device: str = "H2
                                          "DO": f"*{t}", "LSE": "*fp32", "Delta": "*fp32", "DBias": "*fp32",
                                          **common, "qk_scale": "fp32"}),
     }
+    kernels["fwd_rows"] = (fwd_rows_kernel, kernels["fwd"][1])
     specs = []
     for name, (fn, signature) in kernels.items():
         cfg = cfgs[name]
         constexprs = {"HAS_MASK": True, "PRECISION": prec, "BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"],
                       "HEAD_DIM": hd}
+        if fn is fwd_rows_kernel:
+            constexprs["ROWS"] = cfg["ROWS"]
         signature = {**signature, **{key: "constexpr" for key in constexprs}}
         opts = {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}
         for key in extra_keys:

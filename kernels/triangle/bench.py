@@ -151,6 +151,19 @@ def attention_case(n, heads, head_dim, batch, dtype, direction, device) -> Trian
             return kernels.triangle_attention(i["q"], i["k"], i["v"], i["bias"], i["mask"], backend=backend)
 
         impls.append(Impl(f"ceiling:{backend}", "ours", _timed(ours, direction, leaves)))
+        if direction == "fwd" and device.startswith("cuda"):
+            # The forward variant that shares bias tiles between rows, for the device to choose.
+            from kernels import backends
+
+            module = backends.implementation("triangle_attention", backend)
+            config = module.config_for(torch.cuda.get_device_name(), head_dim, dtype, module.CONFIG_FILE)
+            config["fwd"] = config["fwd_rows"]
+
+            def rows(i, backend=backend, config=config):
+                return kernels.triangle_attention(i["q"], i["k"], i["v"], i["bias"], i["mask"], backend=backend,
+                                                  config=config)
+
+            impls.append(Impl(f"ceiling:{backend}-rows{config['fwd']['ROWS']}", "ours", _timed(rows, direction, leaves)))
 
     def eager(i):
         return eager_triangle_attention(i["q"], i["k"], i["v"], i["bias"], i["mask"])
