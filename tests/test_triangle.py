@@ -504,3 +504,25 @@ def test_on_gpu_trimul_bf16(direction):
     assert_close_ratio("out", out, exact_out, fw_out, 2e-2)
     for name in grads:
         assert_close_ratio(f"d{name}", grads[name], exact_grads[name], fw_grads[name], 3e-2)
+
+
+# ----------------------------------------------------------------------------- the custom-op contract
+
+
+def test_opcheck_triangle_attention():
+    import kernels.triangle.torch_op  # noqa: F401 - registers the ops
+
+    q, k, v, bias, mask = attention_inputs(1, 5, 2, 16, seed=50)
+    args = (q.requires_grad_(), k.requires_grad_(), v.requires_grad_(), bias.requires_grad_(), mask, 0.25, "nvidia",
+            None)
+    torch.library.opcheck(torch.ops.ceiling.triangle_attention.default, args)
+
+
+def test_opcheck_triangle_multiplicative_update():
+    import kernels.triangle.torch_op  # noqa: F401 - registers the ops
+    from kernels.triangle import _default_weights
+
+    x, mask, w = trimul_inputs(1, 5, 16, 8, seed=51)
+    weights = [t.requires_grad_() for t in _default_weights(x, w, 8, 16)]
+    args = (x.requires_grad_(), "incoming", mask, weights, 1e-5, "nvidia", None)
+    torch.library.opcheck(torch.ops.ceiling.triangle_multiplicative_update.default, args)
