@@ -195,11 +195,11 @@ def trimul_inputs(B, N, CZ, C, dtype=torch.float32, seed=0, bias=True):
     return x, mask, w
 
 
-def trimul_run(x, direction, mask, w, backend, dout, dtype=None, eps=1e-5):
+def trimul_run(x, direction, mask, w, backend, dout, dtype=None, eps=1e-5, config=None):
     names = [n for n in ref.TRIMUL_WEIGHTS if w[n] is not None]
     leaves = {n: (w[n].to(dtype) if dtype else w[n]).detach().clone().requires_grad_() for n in names}
     xl = (x.to(dtype) if dtype else x).detach().clone().requires_grad_()
-    out = kernels.triangle_multiplicative_update(xl, direction, mask, **leaves, eps=eps, backend=backend)
+    out = kernels.triangle_multiplicative_update(xl, direction, mask, **leaves, eps=eps, backend=backend, config=config)
     grads = torch.autograd.grad(out, [xl, *leaves.values()], dout.to(out.dtype))
     return out.detach(), dict(zip(["x", *names], grads))
 
@@ -229,6 +229,21 @@ def test_trimul_fp32(backend, N, CZ, C, direction, poisoned):
     assert set(grads) == set(exact_grads) and len(grads) == 13
     for name in grads:
         assert grads[name].shape == exact_grads[name].shape
+        assert_close_ratio(f"d{name}", grads[name], exact_grads[name], fw_grads[name], 1e-5)
+
+
+def test_trimul_saving_residuals(poisoned):
+    """``save_for_backward``: the forward keeps [a; b] and y instead of the backward recomputing them."""
+    from kernels.nvidia.triangle_multiplication import config_for
+
+    x, mask, w = trimul_inputs(1, 7, 16, 8, seed=12)
+    dout = torch.randn_like(x)
+    config = {**config_for(None, "float32"), "save_for_backward": True, "bwd_rows": 16}
+    out, grads = trimul_run(x, "outgoing", mask, w, "nvidia", dout, config=config)
+    exact_out, exact_grads = trimul_exact(x, "outgoing", mask, w, dout, F64)
+    fw_out, fw_grads = trimul_exact(x, "outgoing", mask, w, dout, torch.float32)
+    assert_close_ratio("out", out, exact_out, fw_out, 1e-6)
+    for name in grads:
         assert_close_ratio(f"d{name}", grads[name], exact_grads[name], fw_grads[name], 1e-5)
 
 

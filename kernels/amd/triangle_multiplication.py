@@ -13,7 +13,10 @@ from kernels.nvidia import triangle_multiplication as _triton
 
 CONFIG_FILE = Path(__file__).with_name("configs") / "triangle_multiplication.json"
 AMD_OPTIONS = ("waves_per_eu", "matrix_instr_nonkdim")
-trimul_saved_shapes = _triton.trimul_saved_shapes
+
+
+def trimul_saved_shapes(x, c, config=None):
+    return _triton.trimul_saved_shapes(x, c, config, table=CONFIG_FILE)
 
 
 def trimul_fwd(x, direction, mask, weights, eps, config=None):

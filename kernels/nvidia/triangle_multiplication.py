@@ -29,8 +29,11 @@ rows at a time and ``torch.matmul`` reduces them, so the backward's transient
 memory is bounded by the row-block size, not by N^2. LayerNorm parameter
 gradients are per-program partial sums reduced on the host.
 
-The forward saves ``[a; b]`` and y (3 pair-sized tensors in x's dtype); nothing
-else of the forward is kept.
+By default the forward keeps nothing for the backward, which recomputes ``[a; b]``
+and y (stages 1 and 2, the contraction included): between forward and backward a
+layer holds only its input, as with activation checkpointing, for about a third
+more work. ``"save_for_backward": true`` in the config keeps both instead (three
+pair-sized tensors in x's dtype).
 """
 
 from __future__ import annotations
@@ -381,43 +384,62 @@ def _forward_products(direction, n, c):
 # ----------------------------------------------------------------------------- entry points
 
 
-def trimul_saved_shapes(x_shape, c):
-    B, N, _, _ = x_shape
-    return [(B, 2 * c, N, N), (B, c, N, N)]
+def _saves(cfgs: dict) -> bool:
+    return bool(cfgs.get("save_for_backward", False))
 
 
-def trimul_fwd(x, direction, mask, weights, eps, config=None, *, table=CONFIG_FILE, extra_keys=()):
-    """(out, (ab, y)): out (B, N, N, c_z); ab (B, 2c, N, N) and y (B, c, N, N) saved for the backward."""
-    lnw, lnb, wp, bp, wg, bg, lnw_o, lnb_o, wpo, bpo, wgo, bgo = (w.contiguous() for w in weights)
-    x = x.contiguous()
+def trimul_saved_shapes(x, c, config=None, *, table=CONFIG_FILE):
+    """Shapes of the residuals :func:`trimul_fwd` returns for ``x`` (for the op's fake)."""
+    B, N, _, _ = x.shape
+    return [(B, 2 * c, N, N), (B, c, N, N)] if _saves(_cfgs(x, config, table)) else []
+
+
+def _project_and_contract(x, direction, mask_rows, has_mask, weights, eps, cfgs, on_gpu, prec, extra_keys):
+    """Stages 1 and 2: ab (B, 2c, N, N) and y (B, c, N, N), both channel-first."""
+    lnw, lnb, wp, bp, wg, bg = weights[:6]
     B, N, _, CZ = x.shape
     C2 = wp.shape[0]
     C = C2 // 2
     M, NN = B * N * N, N * N
-    cfgs = _cfgs(x, config, table)
-    on_gpu, prec = x.is_cuda, _precision(x.dtype)
-    mask_rows, has_mask = _mask_rows(mask, x)
-    czb, cb = triton.next_power_of_2(CZ), triton.next_power_of_2(C)
-
     ab = torch.empty((B, C2, N, N), device=x.device, dtype=x.dtype)
     cfg = cfgs["ln_gate_proj"]
     launcher(ln_gate_proj_kernel, on_gpu=on_gpu)[(triton.cdiv(M, cfg["BLOCK_M"]), triton.cdiv(C2, cfg["BLOCK_N"]))](
         x, mask_rows, lnw, lnb, wp, bp, wg, bg, ab, M, NN, CZ, C2, eps,
-        HAS_MASK=has_mask, PRECISION=prec, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], CZ_BLOCK=czb,
-        **_opts(cfg, on_gpu, extra_keys))
-
+        HAS_MASK=has_mask, PRECISION=prec, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
+        CZ_BLOCK=triton.next_power_of_2(CZ), **_opts(cfg, on_gpu, extra_keys))
     y = torch.empty((B, C, N, N), device=x.device, dtype=x.dtype)
     a_s, b_s = _forward_products(direction, N, C)
     _contract(ab, ab[:, C:], y, a_strides=a_s, b_strides=b_s, y_strides=(C * NN, NN, N, 1), n=N, c=C,
               cfg=cfgs["contract"], on_gpu=on_gpu, extra_keys=extra_keys, prec=prec)
+    return ab, y
+
+
+def trimul_fwd(x, direction, mask, weights, eps, config=None, *, table=CONFIG_FILE, extra_keys=()):
+    """(out, residuals): out (B, N, N, c_z).
+
+    With ``save_for_backward`` in the config the residuals are ab (B, 2c, N, N) and
+    y (B, c, N, N), three pair-sized tensors; without it (the default) nothing is
+    kept and the backward recomputes stages 1 and 2, so a layer's activation
+    memory between forward and backward is its input alone.
+    """
+    weights = tuple(w.contiguous() for w in weights)
+    lnw, lnb, wp, bp, wg, bg, lnw_o, lnb_o, wpo, bpo, wgo, bgo = weights
+    x = x.contiguous()
+    B, N, _, CZ = x.shape
+    C = wp.shape[0] // 2
+    M, NN = B * N * N, N * N
+    cfgs = _cfgs(x, config, table)
+    on_gpu, prec = x.is_cuda, _precision(x.dtype)
+    mask_rows, has_mask = _mask_rows(mask, x)
+    ab, y = _project_and_contract(x, direction, mask_rows, has_mask, weights, eps, cfgs, on_gpu, prec, extra_keys)
 
     out = torch.empty_like(x)
     cfg = cfgs["ln_out_gate"]
     launcher(ln_out_gate_kernel, on_gpu=on_gpu)[(triton.cdiv(M, cfg["BLOCK_M"]), triton.cdiv(CZ, cfg["BLOCK_N"]))](
         x, y, lnw, lnb, lnw_o, lnb_o, wpo, bpo, wgo, bgo, out, M, NN, CZ, C, eps,
-        PRECISION=prec, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], CZ_BLOCK=czb, C_BLOCK=cb,
-        **_opts(cfg, on_gpu, extra_keys))
-    return out, (ab, y)
+        PRECISION=prec, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], CZ_BLOCK=triton.next_power_of_2(CZ),
+        C_BLOCK=triton.next_power_of_2(C), **_opts(cfg, on_gpu, extra_keys))
+    return out, ((ab, y) if _saves(cfgs) else ())
 
 
 def _row_blocks(M: int, rows: int, block_m: int):
@@ -428,8 +450,8 @@ def _row_blocks(M: int, rows: int, block_m: int):
 
 def trimul_bwd(x, direction, mask, weights, eps, saved, dout, config=None, *, table=CONFIG_FILE, extra_keys=()):
     """(dx, d norm_in_w, d norm_in_b, dWp, dbp, dWg, dbg, d norm_out_w, d norm_out_b, dWpo, dbpo, dWgo, dbgo)."""
-    lnw, lnb, wp, bp, wg, bg, lnw_o, lnb_o, wpo, bpo, wgo, bgo = (w.contiguous() for w in weights)
-    ab, y = saved
+    weights = tuple(w.contiguous() for w in weights)
+    lnw, lnb, wp, bp, wg, bg, lnw_o, lnb_o, wpo, bpo, wgo, bgo = weights
     x, dout = x.contiguous(), dout.contiguous()
     B, N, _, CZ = x.shape
     C2 = wp.shape[0]
@@ -438,6 +460,11 @@ def trimul_bwd(x, direction, mask, weights, eps, saved, dout, config=None, *, ta
     cfgs = _cfgs(x, config, table)
     on_gpu, prec = x.is_cuda, _precision(x.dtype)
     mask_rows, has_mask = _mask_rows(mask, x)
+    if saved:
+        ab, y = saved
+    else:
+        ab, y = _project_and_contract(x, direction, mask_rows, has_mask, weights, eps, cfgs, on_gpu, prec, extra_keys)
+    saved = None
     czb, cb = triton.next_power_of_2(CZ), triton.next_power_of_2(C)
     f32 = torch.float32
     dev, dt = x.device, x.dtype
@@ -470,6 +497,8 @@ def trimul_bwd(x, direction, mask, weights, eps, saved, dout, config=None, *, ta
         dlno += part.sum(0)
         del du, yn, xn
 
+    del y  # (when recomputed, its memory is free from here)
+
     # Contraction backward: dA, dB into one channel-first (B, 2c, N, N) buffer.
     dab = torch.empty((B, C2, N, N), device=dev, dtype=dt)
     bstride, cstride = 2 * C * NN, NN
@@ -488,7 +517,7 @@ def trimul_bwd(x, direction, mask, weights, eps, saved, dout, config=None, *, ta
                   on_gpu=on_gpu, extra_keys=extra_keys, prec=prec)
         _contract(ab, dy, dab[:, C:], a_strides=a_rm, b_strides=dy_s, y_strides=out_b, n=N, c=C, cfg=ccfg,
                   on_gpu=on_gpu, extra_keys=extra_keys, prec=prec)
-    del dy
+    del dy, ab
 
     # Stage 1 backward.
     cfg = cfgs["ln_gate_proj_bwd"]

@@ -219,6 +219,19 @@ def trimul_case(n, c_z, batch, dtype, direction, tri_direction, device) -> Trian
             return kernels.triangle_multiplicative_update(i["x"], tri_direction, i["mask"], **i["w"], backend=backend)
 
         impls.append(Impl(f"ceiling:{backend}", "ours", _timed(ours, direction, leaves)))
+        if direction != "fwd" and device.startswith("cuda"):
+            # Keeping [a; b] and y for the backward instead of recomputing them: faster, more memory.
+            from kernels import backends
+
+            module = backends.implementation("triangle_multiplicative_update", backend)
+            config = {**module.config_for(torch.cuda.get_device_name(), dtype, module.CONFIG_FILE),
+                      "save_for_backward": True}
+
+            def saving(i, backend=backend, config=config):
+                return kernels.triangle_multiplicative_update(i["x"], tri_direction, i["mask"], **i["w"],
+                                                              backend=backend, config=config)
+
+            impls.append(Impl(f"ceiling:{backend}-saved", "ours", _timed(saving, direction, leaves)))
     impls.append(Impl("torch-eager", "baseline", _timed(
         lambda i: eager_trimul(i["x"], i["mask"], i["w"], tri_direction), direction, leaves)))
     if device.startswith("cuda"):

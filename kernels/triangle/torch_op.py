@@ -106,7 +106,8 @@ def trimul_op(
 @trimul_op.register_fake
 def _(x, direction, mask, weights, eps, backend, config):
     impl = backends.implementation("triangle_multiplicative_update", backend)
-    shapes = impl.trimul_saved_shapes(x.shape, weights[2].shape[0] // 2) if hasattr(impl, "trimul_saved_shapes") else []
+    shapes = impl.trimul_saved_shapes(x, weights[2].shape[0] // 2, _config(config)) \
+        if hasattr(impl, "trimul_saved_shapes") else []
     return torch.empty_like(x, memory_format=torch.contiguous_format), [x.new_empty(s) for s in shapes]
 
 
