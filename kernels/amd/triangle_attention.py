@@ -17,6 +17,7 @@ from kernels.nvidia import triangle_attention as _triton
 
 CONFIG_FILE = Path(__file__).with_name("configs") / "triangle_attention.json"
 AMD_OPTIONS = ("waves_per_eu", "matrix_instr_nonkdim")
+config_for = _triton.config_for  # call with table_path=CONFIG_FILE
 
 
 def triangle_attention_fwd(q, k, v, bias, mask, scale, config=None):

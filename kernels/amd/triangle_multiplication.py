@@ -13,6 +13,7 @@ from kernels.nvidia import triangle_multiplication as _triton
 
 CONFIG_FILE = Path(__file__).with_name("configs") / "triangle_multiplication.json"
 AMD_OPTIONS = ("waves_per_eu", "matrix_instr_nonkdim")
+config_for = _triton.config_for  # call with table_path=CONFIG_FILE
 
 
 def trimul_saved_shapes(x, c, config=None):
