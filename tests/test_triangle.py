@@ -506,6 +506,32 @@ def test_on_gpu_triangle_attention_bf16(N):
 
 @pytest.mark.gpu
 @ON_NVIDIA
+def test_on_gpu_triangle_attention_past_int32_offsets():
+    """q, k, v with more than 2^31 elements (N = 4200, 4 heads of 32): offsets must be 64-bit.
+
+    Rows of the pair tensor are independent attentions given the shared bias, so a
+    few rows (the first, the last, one in between) are checked against the oracle.
+    """
+    N, H, D = 4200, 4, 32
+    g = torch.Generator(device="cuda").manual_seed(4200)
+    q, k, v = (torch.randn(1, N, H, N, D, device="cuda", generator=g, dtype=torch.bfloat16) for _ in range(3))
+    assert q.numel() > 2**31
+    bias = torch.randn(1, 1, H, N, N, device="cuda", generator=g)
+    mask = torch.rand(1, N, 1, 1, N, device="cuda", generator=g) > 0.1
+    dout = torch.randn_like(q)
+    out, grads = attention_grads(q, k, v, bias, mask, dout, "nvidia")
+    for i in (0, 2718, N - 1):
+        sl = slice(i, i + 1)
+        exact_out, exact_grads = exact_attention(q[:, sl], k[:, sl], v[:, sl], bias, mask[:, sl], dout[:, sl])
+        fw_out, fw_grads = framework_attention(q[:, sl], k[:, sl], v[:, sl], bias, mask[:, sl], dout[:, sl])
+        assert_close_ratio(f"out row {i}", out[:, sl], exact_out, fw_out, 1e-2)
+        for name, got, e, f in zip(("dq", "dk", "dv"), grads[:3], exact_grads[:3], fw_grads[:3]):
+            assert_close_ratio(f"{name} row {i}", got[:, sl], e, f, 2e-2)
+    assert torch.isfinite(grads[3]).all()
+
+
+@pytest.mark.gpu
+@ON_NVIDIA
 @pytest.mark.parametrize("direction", ["outgoing", "incoming"])
 def test_on_gpu_trimul_bf16(direction):
     x, mask, w = trimul_inputs(1, 193, 128, 128, seed=7)
