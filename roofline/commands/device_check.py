@@ -1,0 +1,236 @@
+"""``ceiling device-check``: the whole check of a GPU machine in one command, within minutes.
+
+    ceiling device-check --out results/h200-2026-11-30
+
+In order, each in its own process with its own slice of the time budget (so a
+crash or a sticky CUDA error in one part cannot take the rest down, and a hang
+is cut off):
+
+1. correctness of every op on the device (``ceiling bench --shapes check --check-only``:
+   fresh random inputs, odd sizes, the error-ratio rule against the float32/64 oracle);
+2. the GEMM benchmark suite (``gemm-llm``) against ``torch.matmul``, after measuring
+   this GPU's practical ceilings (bf16 matmul at 8192^3, a 1 GiB copy);
+3. the attention benchmark subset against SDPA and FlashAttention;
+4. the microbenchmarks (``microbench.run_suites``), when that exists.
+
+Everything lands under ``--out``: the Parquet store ``records/``, one JSONL file
+per part and ``records.jsonl`` with all of them, ``device-check.log`` and each
+part's output. Unused time of one part passes to the next; a part that runs out
+of time stops starting new cases and says which it left. The table of speedups
+is printed last. Without a GPU the command refuses to run, exit code 2.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+REPO = Path(__file__).resolve().parents[2]
+
+# The microbenchmark part runs this in its own process; exit code 3 means the
+# entry point does not exist in this checkout.
+MICROBENCH_SCRIPT = """
+import sys
+import microbench
+run_suites = getattr(microbench, "run_suites", None)
+if run_suites is None:
+    print("microbench.run_suites does not exist in this checkout")
+    sys.exit(3)
+suites = getattr(microbench, "SUITES", None)
+run_suites(list(suites) if suites is not None else None, sys.argv[1])
+"""
+
+
+@dataclass(frozen=True)
+class Part:
+    name: str
+    share_s: float  # planned seconds; unused time carries over to the next part
+    argv: tuple[str, ...]  # arguments after ``python``
+    bench: bool = True  # a ``ceiling bench`` run (takes --budget-s, writes <name>-rows.json)
+
+
+def gpu_refusal() -> str | None:
+    """Why this machine cannot run the device check, or None when it can."""
+    try:
+        import torch
+    except ImportError as exc:
+        return f"PyTorch is not installed ({exc})"
+    if not torch.cuda.is_available():
+        build = torch.version.cuda or getattr(torch.version, "hip", None) or "a CPU-only build"
+        return f"no GPU is visible to PyTorch {torch.__version__} ({build}); the device check needs a CUDA or ROCm GPU"
+    return None
+
+
+def plan(out: Path, ops: list[str]) -> list[Part]:
+    cli = ("-m", "roofline.cli", "bench")
+    ceilings = str(out / "ceilings.json")
+    parts = [Part("correctness", 60, (*cli, *ops, "--shapes", "check", "--check-only"))]
+    if "gemm" in ops:
+        parts.append(Part("gemm", 170, (*cli, "gemm", "--shapes", "device", "--ceilings", ceilings)))
+    if "attention" in ops:
+        parts.append(Part("attention", 130, (*cli, "attention", "--shapes", "device", "--ceilings", ceilings)))
+    parts.append(Part("microbench", 90, ("-c", MICROBENCH_SCRIPT, str(out / "microbench")), bench=False))
+    return parts
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])
+    return env
+
+
+def _environment(out: Path) -> dict:
+    from kernels.backends import report
+    from microbench.records import library_versions
+
+    import torch
+
+    info = {
+        "gpu": torch.cuda.get_device_name(),
+        "gpu_count": torch.cuda.device_count(),
+        "capability": ".".join(map(str, torch.cuda.get_device_capability())),
+        "versions": library_versions(),
+        "backends": report(),
+        "started": _dt.datetime.now(_dt.timezone.utc).isoformat(),
+    }
+    (out / "environment.json").write_text(json.dumps(info, indent=1))
+    return info
+
+
+def device_check(
+    out: Optional[Path] = typer.Option(None, "--out", help="Folder for everything (default: device-check-<UTC time>)."),
+    budget_s: float = typer.Option(450.0, "--budget-s", help="Total seconds for all parts (the check is meant to fit in 8 minutes)."),
+    ops: Optional[list[str]] = typer.Option(None, "--op", help="Limit to these ops (repeatable; default: every op)."),
+) -> None:
+    """Correctness, benchmarks and microbenchmarks on this GPU, with all records in one folder."""
+    console = Console()
+    refusal = gpu_refusal()
+    if refusal:
+        console.print(f"[red]ceiling device-check refuses to run: {refusal}[/]", highlight=False)
+        raise typer.Exit(2)
+
+    from microbench.benchmarks import OPS
+    from microbench.benchmarks.suite import Outcome
+
+    from roofline.commands.bench import print_table
+
+    start = time.monotonic()
+    out = out or Path(f"device-check-{_dt.datetime.now(_dt.timezone.utc):%Y%m%dT%H%M%SZ}")
+    out.mkdir(parents=True, exist_ok=True)
+    log_path = out / "device-check.log"
+    chosen = ops or list(OPS)
+
+    def log(msg: str) -> None:
+        line = f"{_dt.datetime.now(_dt.timezone.utc):%H:%M:%S} {msg}"
+        console.print(line, highlight=False)
+        with open(log_path, "a") as f:
+            f.write(line + "\n")
+
+    info = _environment(out)
+    log(f"device check on {info['gpu']} (sm/gfx {info['capability']}), budget {budget_s:.0f}s, out {out}")
+    for row in info["backends"]:
+        log(f"  backend {row['op']}/{row['backend']}: {row['mode']} ({row['reason']})")
+
+    parts = plan(out, chosen)
+    merged = Outcome()
+    statuses: list[str] = []
+    carry = 0.0
+    for i, part in enumerate(parts):
+        elapsed = time.monotonic() - start
+        remaining = budget_s - elapsed
+        last = i == len(parts) - 1
+        allot = remaining if last else min(part.share_s + carry, remaining)
+        if allot < 15:
+            statuses.append(f"{part.name}: not run (time budget spent)")
+            log(f"{part.name}: skipped, only {remaining:.0f}s of the budget left")
+            continue
+        argv = [sys.executable, *part.argv]
+        if part.bench:
+            # Stop starting cases a little early; process start and the last case take time too.
+            argv += ["--out", str(out), "--tag", part.name, "--budget-s", f"{max(5.0, allot - 25):.0f}"]
+        log(f"{part.name}: started, {allot:.0f}s allotted")
+        t0 = time.monotonic()
+        with open(out / f"{part.name}.out", "w") as stream:
+            try:
+                proc = subprocess.run(
+                    argv, cwd=REPO, env=_env(), stdout=stream, stderr=subprocess.STDOUT, timeout=allot + 10
+                )
+                rc: int | str = proc.returncode
+            except subprocess.TimeoutExpired:
+                rc = "killed at its time limit"
+        took = time.monotonic() - t0
+        carry = max(0.0, allot - took)
+        if part.name == "microbench" and rc == 3:
+            status = "skipped: microbench.run_suites does not exist in this checkout"
+        elif rc == 0:
+            status = "ok"
+        elif rc == 1 and part.bench:
+            status = "ran, with failures (see the table)"
+        else:
+            status = f"exit {rc}; see {part.name}.out"
+        statuses.append(f"{part.name}: {status} ({took:.0f}s)")
+        log(f"{part.name}: {status} after {took:.0f}s")
+        rows_file = out / f"{part.name}-rows.json"
+        if part.bench and rows_file.exists():
+            got = Outcome.from_dict(json.loads(rows_file.read_text()))
+            merged.rows += got.rows
+            merged.problems += got.problems
+            merged.checks += got.checks
+            merged.records += got.records
+            merged.cases_left += got.cases_left
+
+    micro = _microbench_records(out / "microbench")
+    if micro:  # one store for everything
+        from microbench.records import append
+
+        append(out / "records", micro)
+    _merge_jsonl(out, [p.name for p in parts], micro)
+    total = time.monotonic() - start
+    log(f"done in {total:.0f}s; {merged.records + len(micro)} records under {out}")
+    console.rule("device check")
+    for s in statuses:
+        console.print(f"  {s}", highlight=False)
+    if micro:
+        console.print(f"  microbench: {len(micro)} records", highlight=False)
+    print_table(merged, console, title=f"{info['gpu']}: ours against the baselines (median)")
+    if merged.failed or any("exit" in s or "killed" in s for s in statuses):
+        raise typer.Exit(1)
+
+
+def _microbench_records(folder: Path) -> list:
+    """The microbenchmarks' records, wherever under ``folder`` they were stored."""
+    if not folder.exists():
+        return []
+    from microbench.records import load
+
+    found = []
+    for store in sorted({p.parent for p in folder.rglob("part-*.parquet")}):
+        try:
+            found += load(store)
+        except Exception:  # noqa: BLE001 - an unreadable store is reported by its count
+            continue
+    return found
+
+
+def _merge_jsonl(out: Path, parts: list[str], extra: list) -> None:
+    with open(out / "records.jsonl", "w") as merged:
+        for name in parts:
+            path = out / f"{name}.jsonl"
+            if path.exists():
+                merged.write(path.read_text())
+        for r in extra:
+            merged.write(r.model_dump_json() + "\n")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("device-check")(device_check)
