@@ -100,7 +100,12 @@ class _Session:
             if self.full:
                 from microbench.benchmarks.runner import measure_ceilings
 
-                self._measured, _ = measure_ceilings(self.device)
+                try:
+                    self._measured, _ = measure_ceilings(self.device)
+                except Exception as exc:  # noqa: BLE001 - the datasheet fractions remain
+                    import warnings
+
+                    warnings.warn(f"measuring the ceilings failed ({exc}); roofline fractions use the datasheet only")
         return self._measured
 
     def result(self, case):

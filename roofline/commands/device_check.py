@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -113,14 +112,15 @@ def device_check(
     ops: Optional[list[str]] = typer.Option(None, "--op", help="Limit to these ops (repeatable; default: every op)."),
 ) -> None:
     """Correctness, benchmarks and microbenchmarks on this GPU, with all records in one folder."""
-    console = Console()
+    from roofline.commands.bench import console_for
+
+    console = console_for()
     refusal = gpu_refusal()
     if refusal:
         console.print(f"[red]ceiling device-check refuses to run: {refusal}[/]", highlight=False)
         raise typer.Exit(2)
 
     from microbench.benchmarks import OPS
-    from microbench.benchmarks.suite import Outcome
 
     from roofline.commands.bench import print_table
 
@@ -141,13 +141,42 @@ def device_check(
     for row in info["backends"]:
         log(f"  backend {row['op']}/{row['backend']}: {row['mode']} ({row['reason']})")
 
-    parts = plan(out, chosen)
+    merged, statuses, clean = run_parts(plan(out, chosen), out, budget_s - (time.monotonic() - start), log)
+    micro = _microbench_records(out / "microbench")
+    if micro:  # one store for everything
+        from microbench.records import append
+
+        append(out / "records", micro)
+    _merge_jsonl(out, micro)
+    total = time.monotonic() - start
+    log(f"done in {total:.0f}s; {merged.records + len(micro)} records under {out}")
+    console.rule("device check")
+    for s in statuses:
+        console.print(f"  {s}", highlight=False)
+    if micro:
+        console.print(f"  microbench: {len(micro)} records", highlight=False)
+    print_table(merged, console, title=f"{info['gpu']}: ours against the baselines (median)")
+    if merged.failed or not clean:
+        raise typer.Exit(1)
+
+
+def run_parts(parts: list[Part], out: Path, budget_s: float, log) -> tuple["Outcome", list[str], bool]:
+    """Run each part in its own process within its slice of ``budget_s``; merge their outcomes.
+
+    A part gets its planned share plus whatever the parts before it left unused
+    (the last part gets all that remains); it is killed 10 s after its slice.
+    Returns the merged outcome, one status line per part, and whether every
+    part that ran exited cleanly (a part's own failures are in the outcome).
+    """
+    from microbench.benchmarks.suite import Outcome
+
+    start = time.monotonic()
     merged = Outcome()
     statuses: list[str] = []
+    clean = True
     carry = 0.0
     for i, part in enumerate(parts):
-        elapsed = time.monotonic() - start
-        remaining = budget_s - elapsed
+        remaining = budget_s - (time.monotonic() - start)
         last = i == len(parts) - 1
         allot = remaining if last else min(part.share_s + carry, remaining)
         if allot < 15:
@@ -178,6 +207,7 @@ def device_check(
             status = "ran, with failures (see the table)"
         else:
             status = f"exit {rc}; see {part.name}.out"
+            clean = False
         statuses.append(f"{part.name}: {status} ({took:.0f}s)")
         log(f"{part.name}: {status} after {took:.0f}s")
         rows_file = out / f"{part.name}-rows.json"
@@ -189,22 +219,7 @@ def device_check(
             merged.records += got.records
             merged.cases_left += got.cases_left
 
-    micro = _microbench_records(out / "microbench")
-    if micro:  # one store for everything
-        from microbench.records import append
-
-        append(out / "records", micro)
-    _merge_jsonl(out, [p.name for p in parts], micro)
-    total = time.monotonic() - start
-    log(f"done in {total:.0f}s; {merged.records + len(micro)} records under {out}")
-    console.rule("device check")
-    for s in statuses:
-        console.print(f"  {s}", highlight=False)
-    if micro:
-        console.print(f"  microbench: {len(micro)} records", highlight=False)
-    print_table(merged, console, title=f"{info['gpu']}: ours against the baselines (median)")
-    if merged.failed or any("exit" in s or "killed" in s for s in statuses):
-        raise typer.Exit(1)
+    return merged, statuses, clean
 
 
 def _microbench_records(folder: Path) -> list:
@@ -222,11 +237,11 @@ def _microbench_records(folder: Path) -> list:
     return found
 
 
-def _merge_jsonl(out: Path, parts: list[str], extra: list) -> None:
+def _merge_jsonl(out: Path, extra: list) -> None:
+    """``records.jsonl``: every part's JSONL records, then the microbenchmarks'."""
     with open(out / "records.jsonl", "w") as merged:
-        for name in parts:
-            path = out / f"{name}.jsonl"
-            if path.exists():
+        for path in sorted(out.glob("*.jsonl")):
+            if path.name != "records.jsonl":
                 merged.write(path.read_text())
         for r in extra:
             merged.write(r.model_dump_json() + "\n")

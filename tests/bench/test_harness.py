@@ -316,3 +316,28 @@ def test_device_check_refuses_without_a_gpu(tmp_path):
     assert result.exit_code == 2
     assert "refuses to run" in result.output and "no GPU" in result.output
     assert not (tmp_path / "dc").exists()
+
+
+def test_device_check_parts_run_in_their_own_processes_and_merge(tmp_path):
+    """The orchestration of ``ceiling device-check`` (not the GPU gate), on tiny CPU runs."""
+    from roofline.commands.device_check import MICROBENCH_SCRIPT, Part, _merge_jsonl, run_parts
+
+    cli = ("-m", "roofline.cli", "bench", "gemm", "--shapes", "tiny")
+    parts = [
+        Part("correctness", 60, (*cli, "--check-only")),
+        Part("gemm", 60, cli),
+        Part("broken", 60, ("-c", "raise SystemExit(7)"), bench=False),
+        Part("microbench", 60, ("-c", MICROBENCH_SCRIPT, str(tmp_path / "microbench")), bench=False),
+    ]
+    lines: list[str] = []
+    merged, statuses, clean = run_parts(parts, tmp_path, 240.0, lines.append)
+    assert statuses[0].startswith("correctness: ok") and statuses[1].startswith("gemm: ok")
+    assert statuses[2].startswith("broken: exit 7") and not clean
+    import microbench
+
+    if not hasattr(microbench, "run_suites"):
+        assert "microbench.run_suites does not exist" in statuses[3]
+    assert len(merged.checks) >= 4 and {r.baseline for r in merged.rows} == {"torch.matmul"}
+    _merge_jsonl(tmp_path, [])
+    stored = load(tmp_path / "records")
+    assert len((tmp_path / "records.jsonl").read_text().splitlines()) == len(stored) == merged.records
