@@ -1,24 +1,27 @@
-"""Sample a GPU's clocks and throttle reasons while something runs, through NVML.
+"""NVML clock and throttle sampling around any measurement.
 
-    with ClockSampler() as clocks:
+``ClockSampler`` polls NVML on a side thread (SM and memory clock, power,
+temperature, the clocks-event/throttle-reasons mask) while a benchmark runs::
+
+    with ClockSampler(device_index=0) as sampler:
         run_the_benchmark()
-    clocks.summary()   # {"available": True, "clocks_mhz": {"sm": 1980.0, ...}, "throttle_reasons": [...]}
+    summary = sampler.summary()      # min/median/max SM MHz, reasons seen, ...
+    record.provenance = host_provenance(device=..., **summary.provenance_fields())
 
-The sampler only reads: it never sets clocks or power limits. Without NVML (no
-``pynvml``, no NVIDIA driver, a CPU-only machine) it still works as a context
-manager and ``summary()`` says why nothing was sampled, so callers need no
-special case.
+It only reads; it never changes a clock or a limit. Without NVML (no
+``nvidia-ml-py``, no driver) the sampler records nothing and says why, so the
+same code runs on a CPU machine.
 """
 
 from __future__ import annotations
 
 import statistics
 import threading
-import time
+from dataclasses import dataclass, field
 from typing import Any
 
-# NVML clocks-event (throttle) reason bits, from nvml.h.
-THROTTLE_REASONS = {
+# nvmlClocksEventReasons bits (formerly "throttle reasons").
+REASONS: dict[int, str] = {
     0x1: "gpu_idle",
     0x2: "applications_clocks_setting",
     0x4: "sw_power_cap",
@@ -30,133 +33,195 @@ THROTTLE_REASONS = {
     0x100: "display_clock_setting",
 }
 
+# Reasons that mean the clock was held below what the workload asked for.
+THROTTLING = frozenset(
+    {"sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"}
+)
 
-def reason_names(mask: int) -> list[str]:
-    """The names of the throttle-reason bits set in ``mask`` (unknown bits as hex)."""
-    names = [name for bit, name in THROTTLE_REASONS.items() if mask & bit]
-    unknown = mask & ~sum(THROTTLE_REASONS)
+
+def decode_reasons(mask: int) -> list[str]:
+    names = [name for bit, name in REASONS.items() if mask & bit]
+    unknown = mask & ~sum(REASONS)
     if unknown:
-        names.append(f"0x{unknown:x}")
+        names.append(f"other_0x{unknown:x}")
     return names
 
 
-def _nvml():
-    import pynvml  # nvidia-ml-py
+@dataclass
+class ClockSummary:
+    samples: int
+    sm_mhz: dict[str, float] = field(default_factory=dict)  # min / median / max
+    mem_mhz: dict[str, float] = field(default_factory=dict)
+    power_w: dict[str, float] = field(default_factory=dict)
+    temperature_c: dict[str, float] = field(default_factory=dict)
+    max_sm_mhz: float | None = None  # the part's maximum SM clock
+    reasons: list[str] = field(default_factory=list)  # every reason seen in any sample
+    error: str | None = None  # why nothing was sampled
 
-    pynvml.nvmlInit()
-    return pynvml
+    @property
+    def throttled(self) -> bool:
+        return bool(THROTTLING.intersection(self.reasons))
+
+    def provenance_fields(self) -> dict[str, Any]:
+        clocks = {}
+        for key, stats in (("sm", self.sm_mhz), ("mem", self.mem_mhz)):
+            for stat, value in stats.items():
+                clocks[key if stat == "median" else f"{key}_{stat}"] = value
+        if self.max_sm_mhz:
+            clocks["sm_max_supported"] = self.max_sm_mhz
+        return {"clocks_mhz": clocks, "throttle_reasons": sorted(self.reasons)}
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "samples": self.samples,
+            "sm_mhz": self.sm_mhz,
+            "mem_mhz": self.mem_mhz,
+            "power_w": self.power_w,
+            "temperature_c": self.temperature_c,
+            "max_sm_mhz": self.max_sm_mhz,
+            "reasons": self.reasons,
+            "throttled": self.throttled,
+            "error": self.error,
+        }
 
 
-def _handle(nvml, device: int | None):
-    """The NVML handle of the CUDA device ``device`` (matched by UUID; NVML and CUDA may number GPUs differently)."""
-    index = 0 if device is None else device
+def _stats(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {}
+    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
+
+
+def nvml_device_facts(device_index: int = 0) -> dict[str, Any]:
+    """Name, driver, max clocks and current reasons of one GPU (empty with an 'error' if no NVML)."""
     try:
-        import torch
+        import pynvml
 
-        if torch.cuda.is_available():
-            uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
-            if uuid is not None:
-                text = str(uuid)
-                return nvml.nvmlDeviceGetHandleByUUID(text if text.startswith("GPU-") else f"GPU-{text}")
-    except Exception:  # noqa: BLE001 - fall back to the NVML index
-        pass
-    return nvml.nvmlDeviceGetHandleByIndex(index)
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+        pynvml.nvmlInit()
+    except Exception as exc:  # noqa: BLE001 - no library, no driver, no device: all mean "not here"
+        return {"error": f"NVML unavailable: {exc}"}
+    try:
+        h = pynvml.nvmlDeviceGetHandleByIndex(device_index)
+        name = pynvml.nvmlDeviceGetName(h)
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        facts = {
+            "name": name.decode() if isinstance(name, bytes) else name,
+            "driver": driver.decode() if isinstance(driver, bytes) else driver,
+            "max_sm_mhz": pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM),
+            "max_mem_mhz": pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_MEM),
+            "count": pynvml.nvmlDeviceGetCount(),
+        }
+        try:
+            facts["power_limit_w"] = pynvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0
+        except Exception:  # noqa: BLE001 - optional on some parts
+            pass
+        return facts
+    except Exception as exc:  # noqa: BLE001
+        return {"error": f"NVML query failed: {exc}"}
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001
+            pass
 
 
 class ClockSampler:
-    """A context manager sampling SM/memory clocks, throttle reasons, temperature and power."""
+    """Sample NVML every ``interval_s`` between ``start()`` and ``stop()`` (or as a context manager)."""
 
-    def __init__(self, device: int | None = None, interval_s: float = 0.05):
-        self.device = device
+    def __init__(self, device_index: int = 0, interval_s: float = 0.005):
+        self.device_index = device_index
         self.interval_s = interval_s
-        self.samples: list[dict[str, Any]] = []
-        self.reason: str | None = None  # why nothing is sampled, when that is so
-        self.driver: str | None = None
-        self.name: str | None = None
+        self._sm: list[float] = []
+        self._mem: list[float] = []
+        self._power: list[float] = []
+        self._temp: list[float] = []
+        self._mask = 0
+        self._max_sm: float | None = None
+        self._error: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._nvml = None
-        self._h = None
+        self._handle = None
 
-    def __enter__(self) -> "ClockSampler":
+    def start(self) -> "ClockSampler":
         try:
-            self._nvml = _nvml()
-            self._h = _handle(self._nvml, self.device)
-            self.driver = _text(self._nvml.nvmlSystemGetDriverVersion())
-            self.name = _text(self._nvml.nvmlDeviceGetName(self._h))
-        except Exception as exc:  # noqa: BLE001 - no NVML is a normal state, reported in summary()
-            self.reason = f"NVML unavailable ({exc.__class__.__name__}: {exc})"
+            import pynvml
+
+            pynvml.nvmlInit()
+            self._nvml = pynvml
+            self._handle = pynvml.nvmlDeviceGetHandleByIndex(self.device_index)
+            self._max_sm = float(pynvml.nvmlDeviceGetMaxClockInfo(self._handle, pynvml.NVML_CLOCK_SM))
+        except Exception as exc:  # noqa: BLE001
+            self._error = f"NVML unavailable: {exc}"
+            self._nvml = None
             return self
-        self._sample()  # at least one sample even for very short runs
-        self._thread = threading.Thread(target=self._loop, name="clock-sampler", daemon=True)
+        self._sample()  # at least one sample even for a very short run
+        self._thread = threading.Thread(target=self._loop, name="nvml-clock-sampler", daemon=True)
         self._thread.start()
         return self
 
-    def __exit__(self, *exc_info) -> None:
-        if self._thread is not None:
-            self._stop.set()
-            self._thread.join(timeout=5)
-            self._sample()
+    def _reasons_mask(self) -> int:
+        nv = self._nvml
+        getter = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or nv.nvmlDeviceGetCurrentClocksThrottleReasons
+        return int(getter(self._handle))
+
+    def _sample(self) -> None:
+        nv, h = self._nvml, self._handle
+        try:
+            self._sm.append(float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)))
+            self._mem.append(float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM)))
+            self._mask |= self._reasons_mask()
+        except Exception as exc:  # noqa: BLE001 - keep what was sampled, note the failure
+            self._error = f"NVML sample failed: {exc}"
+            return
+        try:
+            self._power.append(nv.nvmlDeviceGetPowerUsage(h) / 1000.0)
+            self._temp.append(float(nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)))
+        except Exception:  # noqa: BLE001 - power/temperature are optional extras
+            pass
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
             self._sample()
 
-    def _sample(self) -> None:
-        nvml, h = self._nvml, self._h
-        s: dict[str, Any] = {"t": time.monotonic()}
-        try:
-            s["sm"] = float(nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM))
-            s["mem"] = float(nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_MEM))
-        except Exception:  # noqa: BLE001
-            return
-        reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
-            nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None
-        )
-        for key, read in (
-            ("reasons", (lambda: int(reasons(h))) if reasons else None),
-            ("temperature_c", lambda: float(nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU))),
-            ("power_w", lambda: nvml.nvmlDeviceGetPowerUsage(h) / 1000.0),
-        ):
-            if read is None:
-                continue
+    def stop(self) -> ClockSummary:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join(timeout=2.0)
+            self._sample()
+            self._thread = None
+        if self._nvml is not None:
             try:
-                s[key] = read()
-            except Exception:  # noqa: BLE001 - not every GPU reports every field
+                self._nvml.nvmlShutdown()
+            except Exception:  # noqa: BLE001
                 pass
-        self.samples.append(s)
+            self._nvml = None
+        return self.summary()
 
-    def summary(self) -> dict[str, Any]:
-        """Clocks (median, min, max in MHz), the throttle reasons seen, peak temperature and power."""
-        if not self.samples:
-            return {"available": False, "reason": self.reason or "no samples were taken"}
-        sm = [s["sm"] for s in self.samples]
-        mem = [s["mem"] for s in self.samples]
-        mask = 0
-        for s in self.samples:
-            mask |= s.get("reasons", 0)
-        out: dict[str, Any] = {
-            "available": True,
-            "samples": len(self.samples),
-            "device": self.name,
-            "driver": self.driver,
-            "clocks_mhz": {
-                "sm": statistics.median(sm),
-                "sm_min": min(sm),
-                "sm_max": max(sm),
-                "mem": statistics.median(mem),
-            },
-            # gpu_idle is set between launches and says nothing about the kernels' speed.
-            "throttle_reasons": [r for r in reason_names(mask) if r != "gpu_idle"],
-        }
-        temps = [s["temperature_c"] for s in self.samples if "temperature_c" in s]
-        power = [s["power_w"] for s in self.samples if "power_w" in s]
-        if temps:
-            out["temperature_c_max"] = max(temps)
-        if power:
-            out["power_w_max"] = max(power)
-        return out
+    def summary(self) -> ClockSummary:
+        return ClockSummary(
+            samples=len(self._sm),
+            sm_mhz=_stats(self._sm),
+            mem_mhz=_stats(self._mem),
+            power_w=_stats(self._power),
+            temperature_c=_stats(self._temp),
+            max_sm_mhz=self._max_sm,
+            # gpu_idle is set between launches; it says nothing about the measurement.
+            reasons=[r for r in decode_reasons(self._mask) if r != "gpu_idle"],
+            error=self._error,
+        )
+
+    def __enter__(self) -> "ClockSampler":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def sampled(fn, *args, device_index: int = 0, interval_s: float = 0.005, **kwargs):
+    """Run ``fn(*args, **kwargs)`` under a sampler; returns (result, ClockSummary)."""
+    sampler = ClockSampler(device_index, interval_s).start()
+    try:
+        result = fn(*args, **kwargs)
+    finally:
+        summary = sampler.stop()
+    return result, summary

@@ -13,6 +13,9 @@ vendor baselines):
   host launch overhead in the figure), or, where capture fails, each call
   bracketed by its own events (``cuda-events``). On a CPU the host clock times
   each call (``host-timer``): good for smoke tests, not for performance claims.
+* **No launch gaps.** Each round starts behind about a millisecond of GPU
+  busy-wait, so the host has queued the whole round before the first timed
+  event fires.
 * **Interleaving.** Repetition rounds alternate the implementations (and rotate
   which goes first) so slow drifts in clocks or temperature hit all of them alike.
 * **Statistics.** The median and the 20th/80th percentiles of the per-call times.
@@ -140,6 +143,20 @@ class HostTimer:
         return launch
 
 
+def _gpu_lead(cycles: int = 2_000_000) -> None:
+    """Keep the GPU busy (about 1 ms) while the host queues a round of launches.
+
+    Without it the first event of a round fires on an idle GPU and the host's
+    launch latency (tens of microseconds for a Python op) lands in the measured
+    interval; with it the whole round is queued before any timed work starts.
+    """
+    import torch
+
+    sleep = getattr(torch.cuda, "_sleep", None)
+    if sleep is not None:
+        sleep(cycles)
+
+
 class EventTimer:
     """A pair of CUDA events around each call; the host never waits inside a round."""
 
@@ -149,6 +166,9 @@ class EventTimer:
         import torch
 
         torch.cuda.synchronize()
+
+    def lead(self) -> None:
+        _gpu_lead()
 
     def prepare(self, calls: Sequence[Call]) -> Callable[[], Collect]:
         import torch
@@ -185,6 +205,9 @@ class GraphTimer:
         import torch
 
         torch.cuda.synchronize()
+
+    def lead(self) -> None:
+        _gpu_lead()
 
     def prepare(self, calls: Sequence[Call]) -> Callable[[], Collect]:
         import torch
@@ -284,6 +307,7 @@ def measure(
     slowest = max(unit_s.values())
     rounds = int(min(proto.max_reps, max(proto.min_reps, math.ceil(proto.target_s / max(slowest, 1e-9)))))
 
+    lead = getattr(chosen, "lead", None)
     samples: dict[str, list[float]] = {name: [] for name in launches}
     names = list(launches)
     for r in range(rounds):
@@ -291,6 +315,8 @@ def measure(
             notes.append(f"stopped after {r} of {rounds} rounds: time budget spent")
             break
         order = names[r % len(names):] + names[: r % len(names)]
+        if lead is not None:
+            lead()
         pending = [(name, launches[name]()) for name in order]
         chosen.synchronize()
         for name, collect in pending:

@@ -6,6 +6,7 @@ One failing implementation or case never stops the others: its failure is kept
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 import traceback
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from microbench.benchmarks.cases import Case, Check, Impl, error_ratio, nbytes
-from microbench.clocks import ClockSampler
+from microbench.clocks import ClockSampler, nvml_device_facts
 from microbench.peaks import Ceiling, datasheet
 from microbench.records import Record, host_provenance
 from microbench.timing import (
@@ -193,7 +194,7 @@ def run_case(
                     protocol=protocol,
                     deadline=deadline,
                 )
-            result.clocks = clocks.summary()
+            result.clocks = clock_summary(clocks)
             for name, s in stats.items():
                 result.impls[name].stats = s
     except Exception as exc:  # noqa: BLE001 - timing failed for the whole group
@@ -210,6 +211,22 @@ def run_case(
     return result
 
 
+def clock_summary(sampler: Any) -> dict[str, Any]:
+    """A clock sampler's summary as plain data, with the fields provenance takes."""
+    summary = sampler.summary()
+    out = dict(summary.as_dict())
+    fields = summary.provenance_fields()
+    out["available"] = summary.samples > 0
+    out["clocks_mhz"] = {k: float(v) for k, v in fields["clocks_mhz"].items() if v is not None}
+    out["throttle_reasons"] = list(fields["throttle_reasons"])
+    return out
+
+
+@functools.cache
+def _driver() -> str | None:
+    return nvml_device_facts().get("driver")
+
+
 def device_name(device: str) -> str:
     if on_gpu(device):
         import torch
@@ -224,14 +241,13 @@ def provenance(device: str, clocks: dict[str, Any] | None = None):
     clocks = clocks or {}
     fields: dict[str, Any] = {}
     if clocks.get("available"):
-        fields["clocks_mhz"] = {k: float(v) for k, v in clocks.get("clocks_mhz", {}).items()}
-        fields["throttle_reasons"] = list(clocks.get("throttle_reasons", []))
-        if clocks.get("driver"):
-            fields["driver"] = clocks["driver"]
+        fields["clocks_mhz"] = clocks["clocks_mhz"]
+        fields["throttle_reasons"] = clocks["throttle_reasons"]
     if on_gpu(device):
         import torch
 
         fields["device_count"] = torch.cuda.device_count()
+        fields["driver"] = _driver()
     return host_provenance(device=device_name(device), **fields)
 
 
@@ -376,7 +392,7 @@ def measure_ceilings(device: str, *, protocol: TimingProtocol | None = None) -> 
     flops = 2.0 * n**3 / stats["matmul"].median
     bandwidth = 2.0 * src.numel() * src.element_size() / stats["copy"].median
     ceiling = Ceiling(flops, bandwidth, "measured", device_name(device))
-    prov = provenance(device, clocks.summary())
+    prov = provenance(device, clock_summary(clocks))
     recs = [
         Record(
             kind="microbench",
