@@ -342,3 +342,110 @@ def test_device_check_parts_run_in_their_own_processes_and_merge(tmp_path):
     _merge_jsonl(tmp_path, [])
     stored = load(tmp_path / "records")
     assert len((tmp_path / "records.jsonl").read_text().splitlines()) == len(stored) == merged.records
+
+
+class _FakeEvent:
+    clock = [0.0]
+
+    def __init__(self, enable_timing=False):
+        self.t = None
+
+    def record(self, stream=None):
+        _FakeEvent.clock[0] += 1e-3  # each recorded event is 1 ms after the previous one
+        self.t = _FakeEvent.clock[0]
+
+    def elapsed_time(self, other):
+        return (other.t - self.t) * 1e3  # milliseconds, like CUDA events
+
+
+class _FakeGraph:
+    def __init__(self):
+        self.calls = None
+
+    def replay(self):
+        for call in self.calls:
+            call()
+
+
+class _FakeCapture:
+    """Records the calls made while 'capturing' so the graph can replay them."""
+
+    active: list = []
+
+    def __init__(self, graph, **kw):
+        self.graph = graph
+
+    def __enter__(self):
+        _FakeCapture.active.append([])
+        return self
+
+    def __exit__(self, *exc):
+        self.graph.calls = _FakeCapture.active.pop()
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """Enough of torch.cuda's API to drive the GPU code paths' control flow on a CPU."""
+    import contextlib
+    from types import SimpleNamespace
+
+    cuda = torch.cuda
+    monkeypatch.setattr(cuda, "Event", _FakeEvent)
+    monkeypatch.setattr(cuda, "CUDAGraph", _FakeGraph)
+    monkeypatch.setattr(cuda, "graph", _FakeCapture)
+    monkeypatch.setattr(cuda, "Stream", lambda *a, **k: SimpleNamespace(wait_stream=lambda s: None))
+    monkeypatch.setattr(cuda, "current_stream", lambda *a: SimpleNamespace(wait_stream=lambda s: None))
+    monkeypatch.setattr(cuda, "stream", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(cuda, "_sleep", lambda cycles: None)
+    monkeypatch.setattr(cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(cuda, "mem_get_info", lambda *a: (100 * 2**30, 141 * 2**30))
+    monkeypatch.setattr(cuda, "get_device_properties", lambda *a: SimpleNamespace(L2_cache_size=60 * 2**20))
+    monkeypatch.setattr(cuda, "get_device_name", lambda *a: "NVIDIA H200")
+    monkeypatch.setattr(cuda, "device_count", lambda: 1)
+    return cuda
+
+
+def test_gpu_timers_control_flow_on_a_fake_cuda(fake_cuda):
+    from microbench.timing import EventTimer, GraphTimer
+
+    ran: list[str] = []
+
+    def call(name):
+        def run():
+            if _FakeCapture.active:
+                _FakeCapture.active[-1].append(run)
+            ran.append(name)
+
+        return run
+
+    proto = TimingProtocol(warmup_s=0.0, target_s=0.0, min_reps=4, max_reps=4)
+    stats = measure({"a": [call("a"), call("a")], "b": [call("b"), call("b")]}, timers=[GraphTimer(), EventTimer()], protocol=proto)
+    assert stats["a"].method == "cuda-graph" and stats["a"].calls_per_sample == 8
+    assert stats["a"].repetitions == 4 and stats["a"].median == pytest.approx(1e-3 / 8)
+
+    class Uncapturable(Exception):
+        pass
+
+    def sync_inside():
+        if _FakeCapture.active:
+            raise Uncapturable("operation not permitted when stream is capturing")
+
+    stats = measure({"a": [sync_inside], "b": [call("b")]}, timers=[GraphTimer(), EventTimer()], protocol=proto)
+    assert {s.method for s in stats.values()} == {"cuda-events"}
+    assert "cuda-graph failed (Uncapturable" in stats["a"].notes[0]
+    assert stats["a"].median == pytest.approx(1e-3)
+
+
+def test_run_case_gpu_path_on_a_fake_cuda(fake_cuda):
+    # Inputs stay on the CPU; everything else takes the GPU branches (rotation, graphs, records).
+    base = _toy_case(lambda x: (lambda: (x[0].double() @ x[1].double()).float()))
+    case = Case(**{**base.__dict__, "dtype": "bfloat16", "make_inputs": lambda seed, dev: base.make_inputs(seed, "cpu")})
+    result = run_case(case, "cuda", protocol=TimingProtocol(warmup_s=0.0, target_s=0.0, min_reps=3, max_reps=3))
+    assert result.impls["ours"].status == "measured", result.impls["ours"].why
+    assert result.l2_bytes == 60 * 2**20
+    assert result.rotation_sets == 64  # tiny sets: as many as allowed
+    assert result.impls["ours"].stats.method == "cuda-graph"
+    recs = [r for r in records(result) if r.kind == "kernel"]
+    assert recs[0].provenance.device == "NVIDIA H200"
+    assert "roofline_fraction_datasheet" in recs[0].extra
