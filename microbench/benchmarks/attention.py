@@ -50,8 +50,7 @@ SUITES: dict[str, list[tuple[int, int, int, int, bool, str]]] = {
     "tiny": [(1, 48, 2, 64, causal, direction) for causal in (False, True) for direction in ("fwd", "bwd")],
 }
 ALIASES = {"default": "attention", "device": "attention-subset"}
-GPU_DTYPE = "bfloat16"
-CPU_DTYPE = "float16"
+DTYPE = "bfloat16"
 # The reference covers the first batch entry and these many heads: the oracle's
 # S x S scores in float32 would not fit for every head at 16k.
 REFERENCE_HEADS = 2
@@ -127,7 +126,7 @@ def _flash_attn(device: str, causal: bool, direction: str) -> list[Impl]:
 def case(b: int, s: int, h: int, d: int, causal: bool, direction: str, *, suite: str, device: str) -> Case:
     import torch
 
-    dtype = GPU_DTYPE if device.startswith("cuda") else CPU_DTYPE
+    dtype = DTYPE
     tdtype = getattr(torch, dtype)
     heads = min(h, REFERENCE_HEADS)
 

@@ -1,32 +1,40 @@
 """GEMM cases: ``kernels.gemm`` on our backends against ``torch.matmul`` (cuBLAS, hipBLASLt/rocBLAS).
 
-Shape suites (M, N, K), with ``a`` (M, K) and ``b`` (K, N) row-major:
+Shape suites (M, N, K); ``a`` is (M, K) row-major and ``b`` an nn.Linear weight
+(N, K) seen transposed (layout NT, as the projections of a model and the tuning
+sweep use it); bf16 inputs from a standard normal:
 
-* ``gemm-llm``: square 4096 and 8192; the projections of a transformer layer
-  for 4096 and 8192 tokens (hidden 4096 to the MLP widths 11008 and 14336 and
-  back, and the fused QKV 4096 -> 3 x 4096); skinny decode-like products with
-  M = 16..128 tokens against square 4096 and 8192 weights.
-* ``check``: odd sizes, for correctness on the device (not timed for speed).
+* ``gemm-llm`` (shared with the tuning sweep, ``kernels.gemm.shapes``): squares,
+  the QKV and MLP projections of 4096- and 8192-wide models, skinny decode-like M;
+* ``gemm-llm-wide``: square 4096 and 8192; 4096 and 8192 tokens through
+  4096 -> 11008, 14336, 3 x 4096 and 14336 -> 4096; M = 16..128 against square
+  4096 and 8192 weights;
+* ``check``: odd sizes, for correctness on the device;
 * ``tiny``: small enough for the Triton interpreter on a CPU (smoke tests).
 """
 
 from __future__ import annotations
 
+from kernels.gemm import shapes
 from microbench.benchmarks.cases import Case, Impl, our_impls
 
+# The shared suites (also used by the tuning sweep, whose tuned configs cover
+# ``gemm-llm``), plus a wider LLM sweep and odd sizes for correctness.
 SUITES: dict[str, list[tuple[int, int, int]]] = {
-    "gemm-llm": [
+    **shapes.SUITES,
+    "gemm-llm-wide": [
         (4096, 4096, 4096),
         (8192, 8192, 8192),
         *[(m, n, k) for m in (4096, 8192) for (k, n) in ((4096, 11008), (4096, 14336), (14336, 4096), (4096, 12288))],
         *[(m, nk, nk) for nk in (4096, 8192) for m in (16, 32, 64, 128)],
     ],
     "check": [(257, 383, 191), (1, 4096, 4096), (1000, 1000, 1000), (333, 4097, 513)],
-    "tiny": [(32, 48, 64), (17, 33, 40)],
 }
 ALIASES = {"default": "gemm-llm", "device": "gemm-llm"}
-GPU_DTYPE = "bfloat16"
-CPU_DTYPE = "float16"  # the Triton interpreter runs float16 through numpy
+DTYPE = "bfloat16"
+# NT: ``b`` is an nn.Linear weight (N, K) seen transposed, as in a model's
+# projections and as the tuning sweep measured; NN: ``b`` row-major (K, N).
+LAYOUT = "NT"
 
 
 def suite_names() -> list[str]:
@@ -58,16 +66,18 @@ def _blas_name(device: str) -> str:
     return "hipBLASLt/rocBLAS" if getattr(torch.version, "hip", None) else "cuBLAS"
 
 
-def case(m: int, n: int, k: int, *, suite: str, device: str, dtype: str | None = None) -> Case:
+def case(m: int, n: int, k: int, *, suite: str, device: str, dtype: str = DTYPE, layout: str = LAYOUT) -> Case:
     import torch
 
-    dtype = dtype or (GPU_DTYPE if device.startswith("cuda") else CPU_DTYPE)
     tdtype = getattr(torch, dtype)
 
     def make_inputs(seed: int, dev: str):
         g = torch.Generator(device=dev).manual_seed(seed)
         a = torch.randn(m, k, generator=g, device=dev, dtype=torch.float32).to(tdtype)
-        b = torch.randn(k, n, generator=g, device=dev, dtype=torch.float32).to(tdtype)
+        if layout == "NT":
+            b = torch.randn(n, k, generator=g, device=dev, dtype=torch.float32).to(tdtype).mT
+        else:
+            b = torch.randn(k, n, generator=g, device=dev, dtype=torch.float32).to(tdtype)
         return a, b
 
     def reference(inputs):
@@ -83,6 +93,7 @@ def case(m: int, n: int, k: int, *, suite: str, device: str, dtype: str | None =
         label=f"{m}x{n}x{k}",
         shape={"m": m, "n": n, "k": k},
         dtype=dtype,
+        config={"layout": layout},
         make_inputs=make_inputs,
         impls=(
             *our_impls("gemm", device, _gemm_thunk),

@@ -159,8 +159,15 @@ def bench(
     if not cases:
         console.print(f"[red]no cases: {'; '.join(missing)}[/]")
         raise typer.Exit(2)
-    # On a CPU the figures only show the harness works: keep the run short.
-    protocol = TimingProtocol() if on_gpu(dev) else TimingProtocol(warmup_s=0.001, target_s=0.01, min_reps=3, max_reps=10)
+    # On a CPU the figures only show the harness works: keep the run short, and on
+    # one thread (tiny ops on a busy machine spend their time waiting for a thread pool).
+    if on_gpu(dev):
+        protocol = TimingProtocol()
+    else:
+        protocol = TimingProtocol(warmup_s=0.001, target_s=0.01, min_reps=3, max_reps=10)
+        import torch
+
+        torch.set_num_threads(1)
     log = logging.getLogger("ceiling.bench")
     measured: dict = {}
     if not check_only:
@@ -188,7 +195,10 @@ def bench(
     if as_json:
         sys.stdout.write(json.dumps(outcome.as_dict(), indent=1, default=str) + "\n")
     else:
-        print_table(outcome, console, title=f"{', '.join(chosen_ops)} on {dev}, suite {suite}")
+        title = f"{', '.join(chosen_ops)} on {dev}, suite {suite}"
+        if not on_gpu(dev):
+            title += " (CPU: kernels interpreted; the times only show the harness runs)"
+        print_table(outcome, console, title=title)
         if out is not None:
             console.print(f"{outcome.records} records in {out}")
     if outcome.failed:

@@ -209,9 +209,14 @@ def test_run_case_keeps_going_when_ours_is_wrong_or_crashes():
 
 
 def test_cases_carry_the_documented_counts():
-    gemm = {c.label: c for c in cases_for("gemm", "gemm-llm", "cpu")}
+    from kernels.gemm import shapes
+
+    assert [(c.shape["m"], c.shape["n"], c.shape["k"]) for c in cases_for("gemm", "default", "cpu")] == shapes.SUITES["gemm-llm"]
+    gemm = {c.label: c for c in cases_for("gemm", "gemm-llm-wide", "cpu")}
     assert gemm["8192x8192x8192"].flops == 2 * 8192**3
-    assert {"16x4096x4096", "128x8192x8192", "4096x11008x4096", "8192x4096x14336"} <= set(gemm)
+    assert {"16x4096x4096", "128x8192x8192", "4096x11008x4096", "8192x4096x14336", "8192x12288x4096"} <= set(gemm)
+    a, b = cases_for("gemm", "tiny", "cpu")[0].make_inputs(0, "cpu")
+    assert b.stride(0) == 1  # NT: an nn.Linear weight seen transposed
     att = cases_for("attention", "attention", "cpu")
     seqs = {c.shape["seq"] for c in att}
     assert min(seqs) == 512 and max(seqs) == 16384 and {c.shape["head_dim"] for c in att} == {64, 128}
@@ -279,7 +284,7 @@ def test_pytest_benchmark_json_round_trip(tmp_path):
     """The benchmark file, timed (on the CPU), to --benchmark-json, to records."""
     out = tmp_path / "pb.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "tests/bench/test_bench_gemm.py", "-q", "-p", "no:cacheprovider",
+        [sys.executable, "-m", "pytest", "tests/bench/test_bench_attention.py", "-q", "-p", "no:cacheprovider",
          "--benchmark-enable", f"--benchmark-json={out}"],
         cwd=REPO, capture_output=True, text=True, timeout=300,
     )
@@ -290,7 +295,7 @@ def test_pytest_benchmark_json_round_trip(tmp_path):
     for bench in doc["benchmarks"]:
         info = bench["extra_info"]
         assert {"tflops", "gbps", "p20", "p80", "median", "method"} <= set(info)
-        assert bench["group"].startswith("gemm-") and bench["stats"]["median"] == pytest.approx(info["median"])
+        assert bench["group"].startswith("attention-") and bench["stats"]["median"] == pytest.approx(info["median"])
     assert all(isinstance(r, Record) and r.kind == "kernel" for r in got)
 
 
@@ -323,10 +328,10 @@ def test_device_check_parts_run_in_their_own_processes_and_merge(tmp_path):
     """The orchestration of ``ceiling device-check`` (not the GPU gate), on tiny CPU runs."""
     from roofline.commands.device_check import MICROBENCH_SCRIPT, Part, _merge_jsonl, run_parts
 
-    cli = ("-m", "roofline.cli", "bench", "gemm", "--shapes", "tiny")
+    cli = ("-m", "roofline.cli", "bench", "--shapes", "tiny")
     parts = [
-        Part("correctness", 60, (*cli, "--check-only")),
-        Part("gemm", 60, cli),
+        Part("correctness", 60, (*cli, "attention", "--check-only")),
+        Part("gemm", 60, (*cli, "gemm")),
         Part("broken", 60, ("-c", "raise SystemExit(7)"), bench=False),
         Part("microbench", 60, ("-c", MICROBENCH_SCRIPT, str(tmp_path / "microbench")), bench=False),
     ]
@@ -339,6 +344,7 @@ def test_device_check_parts_run_in_their_own_processes_and_merge(tmp_path):
     if not hasattr(microbench, "run_suites"):
         assert "microbench.run_suites does not exist" in statuses[3]
     assert len(merged.checks) >= 4 and {r.baseline for r in merged.rows} == {"torch.matmul"}
+    assert any(c["group"].startswith("attention-") for c in merged.checks)
     _merge_jsonl(tmp_path, [])
     stored = load(tmp_path / "records")
     assert len((tmp_path / "records.jsonl").read_text().splitlines()) == len(stored) == merged.records
