@@ -56,7 +56,8 @@ class Case:
     @property
     def group(self) -> str:
         """The benchmark group: every implementation of one shape side by side."""
-        extras = "-".join(f"{k}" if v is True else f"{v}" for k, v in self.config.items() if v not in (False, None))
+        words = [f"{k}" if v is True else f"{v}" for k, v in self.config.items() if v not in (False, None)]
+        extras = "-".join(w for w in words if w not in self.label.split("-"))  # no word twice
         return "-".join(x for x in (self.op, self.label, self.dtype, extras) if x)
 
     @property

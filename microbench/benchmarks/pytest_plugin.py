@@ -74,6 +74,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     suite = (metafunc.config.getoption("benchmark_shapes") or "default") if full else "tiny"
     device = "cuda" if full else "cpu"
+    from microbench.benchmarks import has_suite, unavailable
+
+    why = unavailable(op) or (None if has_suite(op, suite) else f"{op} has no shape suite {suite!r}")
+    if why:
+        metafunc.parametrize(("bench_case", "bench_impl"), [pytest.param(None, None, marks=pytest.mark.skip(reason=why))])
+        return
     params = [
         pytest.param(case, impl.name, id=f"{case.group}-{impl.name}")
         for case in cases_for(op, suite, device)

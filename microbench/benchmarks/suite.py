@@ -94,11 +94,14 @@ class Sink:
 
 def select_cases(ops: Sequence[str], suite: str, device: str) -> tuple[list[Case], list[str]]:
     """The cases of each op in ``suite``; ops without that suite are reported, not fatal."""
-    from microbench.benchmarks import has_suite
+    from microbench.benchmarks import has_suite, unavailable
 
     chosen: list[Case] = []
     missing: list[str] = []
     for op in ops:
+        if why := unavailable(op):
+            missing.append(f"{op}: no cases ({why})")
+            continue
         if not has_suite(op, suite):
             missing.append(f"{op} has no shape suite {suite!r}")
             continue

@@ -11,7 +11,11 @@ is cut off):
 2. the GEMM benchmark suite (``gemm-llm``) against ``torch.matmul``, after measuring
    this GPU's practical ceilings (bf16 matmul at 8192^3, a 1 GiB copy);
 3. the attention benchmark subset against SDPA and FlashAttention;
-4. the microbenchmarks (``microbench.run_suites``), when that exists.
+4. the AlphaFold-3 triangle ops against their eager PyTorch model code,
+   ``torch.compile`` of it and cuEquivariance (when ``kernels.triangle.bench`` exists);
+5. the microbenchmarks (``microbench.run_suites``).
+
+Every benchmarked case is also checked against its oracle before it is timed.
 
 Everything lands under ``--out``: the Parquet store ``records/``, one JSONL file
 per part and ``records.jsonl`` with all of them, ``device-check.log`` and each
@@ -72,12 +76,16 @@ def gpu_refusal() -> str | None:
 def plan(out: Path, ops: list[str]) -> list[Part]:
     cli = ("-m", "roofline.cli", "bench")
     ceilings = str(out / "ceilings.json")
-    parts = [Part("correctness", 60, (*cli, *ops, "--shapes", "check", "--check-only"))]
+    checked = [op for op in ops if op in ("gemm", "attention")]  # the ops with a "check" suite
+    parts = [Part("correctness", 50, (*cli, *checked, "--shapes", "check", "--check-only"))] if checked else []
     if "gemm" in ops:
-        parts.append(Part("gemm", 170, (*cli, "gemm", "--shapes", "device", "--ceilings", ceilings)))
+        parts.append(Part("gemm", 150, (*cli, "gemm", "--shapes", "device", "--ceilings", ceilings)))
     if "attention" in ops:
-        parts.append(Part("attention", 130, (*cli, "attention", "--shapes", "device", "--ceilings", ceilings)))
-    parts.append(Part("microbench", 90, ("-c", MICROBENCH_SCRIPT, str(out / "microbench")), bench=False))
+        parts.append(Part("attention", 120, (*cli, "attention", "--shapes", "device", "--ceilings", ceilings)))
+    triangle = [op for op in ops if op.startswith("triangle")]
+    if triangle:
+        parts.append(Part("triangle", 70, (*cli, *triangle, "--shapes", "device", "--ceilings", ceilings)))
+    parts.append(Part("microbench", 60, ("-c", MICROBENCH_SCRIPT, str(out / "microbench")), bench=False))
     return parts
 
 

@@ -455,3 +455,36 @@ def test_run_case_gpu_path_on_a_fake_cuda(fake_cuda):
     recs = [r for r in records(result) if r.kind == "kernel"]
     assert recs[0].provenance.device == "NVIDIA H200"
     assert "roofline_fraction_datasheet" in recs[0].extra
+
+
+def test_triangle_adapter_builds_a_checked_case_from_plain_data():
+    """``kernels.triangle.bench`` cases (plain data) become harness cases with a one-precision-up oracle."""
+    from types import SimpleNamespace
+
+    from microbench.benchmarks.triangle import adapt
+
+    def make_inputs(seed, device):
+        g = torch.Generator().manual_seed(seed)
+        return {"x": torch.randn(2, 5, 5, 8, generator=g), "mask": torch.rand(2, 5, 5, generator=g) > 0.2}
+
+    def eager(i):
+        return lambda: torch.einsum("bikc,bjkc->bijc", i["x"] * i["mask"][..., None], i["x"])
+
+    def ours(i):
+        return lambda: torch.einsum("bikc,bjkc->bijc", i["x"] * i["mask"][..., None], i["x"]).to(i["x"].dtype)
+
+    tc = SimpleNamespace(
+        op="triangle_multiplicative_update", label="b2-n5-c8-outgoing", shape={"batch": 2, "n": 5, "c_z": 8, "c": 8},
+        dtype="float32", direction="fwd", make_inputs=make_inputs, flops=2.0 * 2 * 5**3 * 8, config={"triangle": "outgoing"},
+        impls=(SimpleNamespace(name="ceiling:nvidia", role="ours", make=ours, skip=None),
+               SimpleNamespace(name="torch-eager", role="baseline", make=eager, skip=None),
+               SimpleNamespace(name="cuequivariance", role="baseline", make=None, skip="not installed")),
+    )
+    case = adapt(tc, "tiny")
+    assert case.group == "triangle_multiplicative_update-b2-n5-c8-outgoing-float32-fwd"
+    assert case.reference(case.make_inputs(0, "cpu")).dtype == torch.float64
+    assert case.bytes == 2 * 2 * 5 * 5 * 8 * 4 and case.graphable
+    result = run_case(case, "cpu", protocol=QUICK)
+    assert result.impls["ceiling:nvidia"].status == "measured" and result.impls["ceiling:nvidia"].check.ok
+    assert result.impls["ceiling:nvidia"].impl.backend == "nvidia"
+    assert result.impls["cuequivariance"].status == "skipped"
