@@ -284,7 +284,7 @@ def records(result: CaseResult, *, measured: dict[str, Ceiling] | None = None) -
                     **common,
                 )
             )
-        if r.stats is None:
+        if r.stats is None or not r.stats.median > 0:  # a zero median (timer resolution) has no rates
             continue
         s = r.stats
         extra: dict[str, Any] = {

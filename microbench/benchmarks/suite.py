@@ -154,10 +154,15 @@ def run(
 
                 torch.cuda.empty_cache()
         outcome.cases_run += 1
-        recs = records(result, measured=measured)
-        outcome.records += sink.write(recs)
-        outcome.rows.extend([] if check_only else rows(result))
-        _note(outcome, result)
+        try:
+            outcome.records += sink.write(records(result, measured=measured))
+            outcome.rows.extend([] if check_only else rows(result))
+            _note(outcome, result)
+        except Exception as exc:  # noqa: BLE001 - a record that cannot be written must not stop the run
+            log.error("%s: writing its records failed: %s: %s", case.group, exc.__class__.__name__, exc)
+            outcome.problems.append(
+                {"group": case.group, "impl": "*", "status": "failed", "why": f"records: {exc.__class__.__name__}: {exc}"}
+            )
         sink.save(outcome)
         if on_case is not None:
             on_case(result)

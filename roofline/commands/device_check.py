@@ -92,6 +92,7 @@ def plan(out: Path, ops: list[str]) -> list[Part]:
 def _env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])
+    env["PYTHONUNBUFFERED"] = "1"  # each part's output file follows it live
     return env
 
 
@@ -132,8 +133,8 @@ def device_check(
     from roofline.commands.bench import print_table
 
     start = time.monotonic()
-    out = out or Path(f"device-check-{_dt.datetime.now(_dt.timezone.utc):%Y%m%dT%H%M%SZ}")
-    out.mkdir(parents=True, exist_ok=True)
+    out = (out or Path(f"device-check-{_dt.datetime.now(_dt.timezone.utc):%Y%m%dT%H%M%SZ}")).resolve()
+    out.mkdir(parents=True, exist_ok=True)  # absolute: the parts run from the repository root
     log_path = out / "device-check.log"
     chosen = ops or list(OPS)
 
