@@ -77,14 +77,14 @@ def plan(out: Path, ops: list[str]) -> list[Part]:
     cli = ("-m", "roofline.cli", "bench")
     ceilings = str(out / "ceilings.json")
     checked = [op for op in ops if op in ("gemm", "attention")]  # the ops with a "check" suite
-    parts = [Part("correctness", 50, (*cli, *checked, "--shapes", "check", "--check-only"))] if checked else []
+    parts = [Part("correctness", 60, (*cli, *checked, "--shapes", "check", "--check-only"))] if checked else []
     if "gemm" in ops:
-        parts.append(Part("gemm", 150, (*cli, "gemm", "--shapes", "device", "--ceilings", ceilings)))
+        parts.append(Part("gemm", 120, (*cli, "gemm", "--shapes", "device", "--ceilings", ceilings)))
     if "attention" in ops:
-        parts.append(Part("attention", 120, (*cli, "attention", "--shapes", "device", "--ceilings", ceilings)))
+        parts.append(Part("attention", 110, (*cli, "attention", "--shapes", "device", "--ceilings", ceilings)))
     triangle = [op for op in ops if op.startswith("triangle")]
     if triangle:
-        parts.append(Part("triangle", 70, (*cli, *triangle, "--shapes", "device", "--ceilings", ceilings)))
+        parts.append(Part("triangle", 60, (*cli, *triangle, "--shapes", "device", "--ceilings", ceilings)))
     parts.append(Part("microbench", 60, ("-c", MICROBENCH_SCRIPT, str(out / "microbench")), bench=False))
     return parts
 
@@ -116,7 +116,7 @@ def _environment(out: Path) -> dict:
 
 def device_check(
     out: Optional[Path] = typer.Option(None, "--out", help="Folder for everything (default: device-check-<UTC time>)."),
-    budget_s: float = typer.Option(450.0, "--budget-s", help="Total seconds for all parts (the check is meant to fit in 8 minutes)."),
+    budget_s: float = typer.Option(420.0, "--budget-s", help="Total seconds for all parts (the check is meant to fit in 8 minutes)."),
     ops: Optional[list[str]] = typer.Option(None, "--op", help="Limit to these ops (repeatable; default: every op)."),
 ) -> None:
     """Correctness, benchmarks and microbenchmarks on this GPU, with all records in one folder."""
