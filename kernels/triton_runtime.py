@@ -123,8 +123,21 @@ def _twin_class():
                 return super().run(*args, **kwargs)
 
         def __call__(self, *args, **kwargs):
+            # A helper called from a kernel. The interpreter's own __call__ patches
+            # triton.language for the helper's globals and never restores it, which
+            # would leave the modules patched for later real compilations; restore here.
+            from triton.runtime import interpreter
+
             with _library_twins():
-                return super().__call__(*args, **kwargs)
+                scope = interpreter._patch_lang(self.fn)
+                if scope is None or not hasattr(scope, "restore"):
+                    return super().__call__(*args, **kwargs)
+                try:
+                    return self.rewrite()(*args, **kwargs)
+                except Exception as exc:
+                    raise interpreter.InterpreterError(repr(exc)) from exc
+                finally:
+                    scope.restore()
 
     return Twin
 

@@ -151,3 +151,33 @@ def test_on_gpu_backward():
     base = torch.autograd.grad(low, (a_, w_, b_), grad)
     for name, g, w_, b_ in zip(("grad a", "grad w", "grad bias"), got, want, base):
         assert_close_by_ratio(g, b_.to(g.dtype), w_, ratio=2.0, atol=5e-2, name=name)
+
+
+@pytest.mark.parametrize("split_k", [2, 3])
+def test_split_k(split_k):
+    """Skinny-M split-K: partial planes in fp32, then a reduction launch that applies the epilogue."""
+    gen = torch.Generator().manual_seed(30 + split_k)
+    a = torch.randn(13, 70, dtype=torch.bfloat16, generator=gen)
+    b = operand((70, 41), torch.bfloat16, True, gen)
+    bias = torch.randn(41, dtype=torch.bfloat16, generator=gen)
+    check(a, b, bias=bias, activation="silu", config=dict(SMALL, SPLIT_K=split_k))
+    check(a.float(), b.float(), config=dict(SMALL, SPLIT_K=split_k))
+
+
+def test_jax_arrays_through_the_interpreter():
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+    import numpy as np
+
+    rng = np.random.default_rng(40)
+    a = jnp.asarray(rng.standard_normal((21, 18)), dtype=jnp.bfloat16)
+    b = jnp.asarray(rng.standard_normal((18, 27)), dtype=jnp.bfloat16)
+    bias = jnp.asarray(rng.standard_normal((27,)), dtype=jnp.float32)
+    out = kernels.gemm(a, b, bias=bias, activation="relu", backend="nvidia", config=SMALL)
+    assert isinstance(out, jax.Array) and out.dtype == jnp.bfloat16
+    ref = np.maximum(np.asarray(a, np.float64) @ np.asarray(b, np.float64) + np.asarray(bias, np.float64), 0)
+    np.testing.assert_allclose(np.asarray(out, np.float64), ref, rtol=1e-2, atol=5e-2)
+    cot = jnp.asarray(rng.standard_normal((21, 27)), dtype=jnp.float32)
+    grad = jax.grad(lambda x: jnp.sum(kernels.gemm(x, b, backend="nvidia", config=SMALL).astype(jnp.float32) * cot))(a)
+    want = np.asarray(cot, np.float64) @ np.asarray(b, np.float64).T
+    np.testing.assert_allclose(np.asarray(grad, np.float64), want, rtol=2e-2, atol=5e-2)

@@ -46,7 +46,7 @@ def sweep(shapes: Iterable[tuple[int, int, int]], dtype: torch.dtype = torch.bfl
         ms, p20, p80 = _time(lambda: torch.matmul(a, b), rep_ms)
         rows.append(dict(shape=[m, n, k], dtype=name, layout=b_layout, impl="torch.matmul", config=None,
                          median_ms=ms, p20_ms=p20, p80_ms=p80, tflops=flops / ms / 1e9))
-        for cfg in hopper_candidates(name):
+        for cfg in hopper_candidates(name, m):
             try:
                 out = hopper.gemm(a, b, None, None, dtype, cfg.as_dict())
                 err = ((out.float() - ref).abs().max() / ref.abs().max()).item()
@@ -61,10 +61,10 @@ def sweep(shapes: Iterable[tuple[int, int, int]], dtype: torch.dtype = torch.bfl
     return rows
 
 
-def hopper_candidates(dtype: str):
+def hopper_candidates(dtype: str, m: int):
     from kernels.nvidia.autotune import candidates
 
-    return candidates(dtype)
+    return candidates(dtype, m)
 
 
 def best_per_shape(rows: list[dict]) -> dict[tuple, dict]:

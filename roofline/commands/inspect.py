@@ -54,8 +54,10 @@ def table(rows: list[dict], title: str) -> Table:
         cols = ["name", "registers", "spill_bytes", "shared_bytes", "tensor_core_instructions", "threads"]
         if any("occupancy" in r for r in rows):
             cols.append("occupancy")
-    else:
-        cols = [k for k, v in rows[0].items() if not isinstance(v, (dict, list))][:8]
+    else:  # rows from a non-Triton target: its config, the launch shape and the scalar facts
+        skip = {"target", "dtype", "out_dtype", "provenance", "export_error", "serialized_bytes", "name"}
+        cols = ["config"] + [k for k, v in rows[0].items()
+                             if k not in skip and k != "config" and (not isinstance(v, dict) or "total" in v)][:7]
     for c in cols + ["top instructions"]:
         t.add_column(c)
     for r in rows:
@@ -66,6 +68,8 @@ def table(rows: list[dict], title: str) -> Table:
 
 
 def _fmt(v) -> str:
+    if isinstance(v, dict) and "total" in v:
+        return str(v["total"])
     if isinstance(v, dict):
         return ", ".join(f"{k}={x}" for k, x in v.items())
     return "" if v is None else str(v)
