@@ -303,7 +303,7 @@ def test_pytest_benchmark_json_round_trip(tmp_path):
 
 
 def test_ceiling_bench_tiny_on_cpu(tmp_path):
-    result = CliRunner().invoke(app, ["bench", "gemm", "--shapes", "tiny", "--out", str(tmp_path), "--json"])
+    result = CliRunner().invoke(app, ["bench", "gemm", "--shapes", "tiny", "--device", "cpu", "--out", str(tmp_path), "--json"])
     assert result.exit_code == 0, result.output
     outcome = json.loads(result.stdout[result.stdout.index("{"):])
     assert outcome["cases_run"] == 2 and outcome["rows"]
@@ -327,30 +327,39 @@ def test_device_check_refuses_without_a_gpu(tmp_path):
     assert not (tmp_path / "dc").exists()
 
 
-def test_device_check_parts_run_in_their_own_processes_and_merge(tmp_path):
-    """The orchestration of ``ceiling device-check`` (not the GPU gate), on tiny CPU runs."""
-    from roofline.commands.device_check import MICROBENCH_SCRIPT, Part, _merge_jsonl, run_parts
+MICROBENCH_STANDIN = """
+import sys
+from microbench.records import Record, append, host_provenance
+append(sys.argv[1], [Record(kind="microbench", op="hbm-bandwidth", name="copy", metric="bandwidth", value=1.0e12,
+                            unit="B/s", provenance=host_provenance())])
+"""
 
-    cli = ("-m", "roofline.cli", "bench", "--shapes", "tiny")
+
+def test_device_check_end_to_end_with_the_gpu_gate_lifted(tmp_path, monkeypatch):
+    """The command's orchestration on tiny CPU parts: processes, budget, merge, table, exit code."""
+    from roofline.commands import device_check as dc
+
+    cli = ("-m", "roofline.cli", "bench", "--shapes", "tiny", "--device", "cpu", "attention")
     parts = [
-        Part("correctness", 60, (*cli, "attention", "--check-only")),
-        Part("attention", 60, (*cli, "attention")),
-        Part("broken", 60, ("-c", "raise SystemExit(7)"), bench=False),
-        Part("microbench", 60, ("-c", MICROBENCH_SCRIPT, str(tmp_path / "microbench")), bench=False),
+        dc.Part("correctness", 60, (*cli, "--check-only")),
+        dc.Part("attention", 60, cli),
+        dc.Part("broken", 60, ("-c", "raise SystemExit(7)"), bench=False),
+        dc.Part("microbench", 60, ("-c", MICROBENCH_STANDIN, str(tmp_path / "out" / "microbench")), bench=False),
     ]
-    lines: list[str] = []
-    merged, statuses, clean = run_parts(parts, tmp_path, 240.0, lines.append)
-    assert statuses[0].startswith("correctness: ok") and statuses[1].startswith("attention: ok")
-    assert statuses[2].startswith("broken: exit 7") and not clean
-    import microbench
-
-    if not hasattr(microbench, "run_suites"):
-        assert "microbench.run_suites does not exist" in statuses[3]
-    assert len(merged.checks) >= 8 and {r.baseline for r in merged.rows} == {"sdpa"}
-    assert all(r.baseline_s > 0 for r in merged.rows)
-    _merge_jsonl(tmp_path, [])
-    stored = load(tmp_path / "records")
-    assert len((tmp_path / "records.jsonl").read_text().splitlines()) == len(stored) == merged.records
+    monkeypatch.setattr(dc, "gpu_refusal", lambda: None)
+    monkeypatch.setattr(dc, "_environment", lambda out: {"gpu": "CPU stand-in", "capability": "-", "backends": []})
+    monkeypatch.setattr(dc, "plan", lambda out, ops: parts)
+    result = CliRunner().invoke(app, ["device-check", "--out", str(tmp_path / "out"), "--budget-s", "300"])
+    assert result.exit_code == 1, result.output  # the broken part makes the check fail, after everything ran
+    out = tmp_path / "out"
+    text = result.output
+    assert "correctness: ok" in text and "attention: ok" in text and "broken: exit 7" in text
+    assert text.rstrip().splitlines()[-1].startswith("skipped")  # the table and its notes come last
+    assert "sdpa (speedup)" in text
+    stored = load(out / "records")
+    assert {r.kind for r in stored} == {"kernel", "correctness", "microbench"}
+    assert len((out / "records.jsonl").read_text().splitlines()) == len(stored)
+    assert "done in" in (out / "device-check.log").read_text()
 
 
 class _FakeEvent:
