@@ -82,7 +82,10 @@ def plan(out: Path, ops: list[str]) -> list[Part]:
         parts.append(Part("gemm", 120, (*cli, "gemm", "--shapes", "device", "--ceilings", ceilings)))
     if "attention" in ops:
         parts.append(Part("attention", 110, (*cli, "attention", "--shapes", "device", "--ceilings", ceilings)))
-    triangle = [op for op in ops if op.startswith("triangle")]
+    from microbench.benchmarks import unavailable
+
+    # Ops whose cases cannot even be built in this checkout get no part (the log says why).
+    triangle = [op for op in ops if op.startswith("triangle") and not unavailable(op)]
     if triangle:
         parts.append(Part("triangle", 60, (*cli, *triangle, "--shapes", "device", "--ceilings", ceilings)))
     parts.append(Part("microbench", 60, ("-c", MICROBENCH_SCRIPT, str(out / "microbench")), bench=False))
@@ -148,6 +151,11 @@ def device_check(
     log(f"device check on {info['gpu']} (sm/gfx {info['capability']}), budget {budget_s:.0f}s, out {out}")
     for row in info["backends"]:
         log(f"  backend {row['op']}/{row['backend']}: {row['mode']} ({row['reason']})")
+    from microbench.benchmarks import unavailable
+
+    for op in chosen:
+        if why := unavailable(op):
+            log(f"  {op}: no benchmark cases ({why})")
 
     merged, statuses, clean = run_parts(plan(out, chosen), out, budget_s - (time.monotonic() - start), log)
     micro = _microbench_records(out / "microbench")
