@@ -151,3 +151,33 @@ def error_ratio(impl: str, out: Any, framework_out: Any | None, ref: Any, dtype:
         return Check(impl, err, fw, bound, err <= bound, "error <= 2 x framework error + 1 ulp")
     bound = rtol * scale
     return Check(impl, err, None, bound, err <= bound, f"error <= {rtol} x max|reference|")
+
+
+# Backends whose kernels take torch tensors (TPU and Trainium take JAX/NKI arrays).
+TORCH_BACKENDS = ("nvidia", "amd")
+
+
+def our_impls(op: str, device: str, thunk_for: Callable[[str], Make]) -> list[Impl]:
+    """Our kernel on each backend that can run it here, or skipped with the reason.
+
+    On a GPU: the vendor's backend only. On a CPU: every Triton backend, under the
+    interpreter (a smoke test of the same source, never a performance figure).
+    """
+    from kernels import backends
+
+    impls: list[Impl] = []
+    if op not in backends.OPS:
+        return [skipped(f"ceiling:{op}", "ours", f"kernels has no {op} op yet (not in kernels.backends.OPS)")]
+    vendor = backends.gpu_vendor() if device.startswith("cuda") else None
+    for backend in backends.OPS[op]:
+        if backend not in TORCH_BACKENDS or (vendor is not None and backend != vendor):
+            continue
+        name = f"ceiling:{backend}"
+        avail = backends.op_availability(op, backend)
+        if not avail.runs:
+            impls.append(skipped(name, "ours", avail.reason, backend=backend))
+        else:
+            impls.append(Impl(name, "ours", thunk_for(backend), backend=backend, library=f"ceiling ({avail.mode})"))
+    if not impls:
+        impls.append(skipped(f"ceiling:{vendor or 'triton'}", "ours", f"{op} has no torch-tensor backend for this device"))
+    return impls

@@ -34,9 +34,12 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
+
+if TYPE_CHECKING:
+    from microbench.benchmarks.suite import Outcome
 
 REPO = Path(__file__).resolve().parents[2]
 
