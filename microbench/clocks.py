@@ -62,6 +62,13 @@ class ClockSummary:
     def throttled(self) -> bool:
         return bool(THROTTLING.intersection(self.reasons))
 
+    @property
+    def fraction_of_max(self) -> float | None:
+        """Median sampled SM clock over the part's maximum (below ~0.97 under load: held back)."""
+        if not self.sm_mhz or not self.max_sm_mhz:
+            return None
+        return self.sm_mhz["median"] / self.max_sm_mhz
+
     def provenance_fields(self) -> dict[str, Any]:
         clocks = {}
         for key, stats in (("sm", self.sm_mhz), ("mem", self.mem_mhz)):
@@ -81,6 +88,7 @@ class ClockSummary:
             "max_sm_mhz": self.max_sm_mhz,
             "reasons": self.reasons,
             "throttled": self.throttled,
+            "sm_fraction_of_max": self.fraction_of_max,
             "error": self.error,
         }
 
