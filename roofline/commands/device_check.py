@@ -68,7 +68,7 @@ def gpu_refusal() -> str | None:
     return None
 
 
-def plan(out: Path, ops: list[str]) -> list[Part]:
+def plan(out: Path, ops: list[str], microbench: bool = True) -> list[Part]:
     cli = ("-m", "roofline.cli", "bench")
     ceilings = str(out / "ceilings.json")
     checked = [op for op in ops if op in ("gemm", "attention")]  # the ops with a "check" suite
@@ -84,8 +84,9 @@ def plan(out: Path, ops: list[str]) -> list[Part]:
     if triangle:
         parts.append(Part("triangle", 60, (*cli, *triangle, "--shapes", "device", "--ceilings", ceilings)))
     # The suites write their records as each finishes and check them against their models.
-    selfcheck = ("-m", "microbench.selfcheck", "--require-gpu", "--out", str(out / "microbench"), *MICROBENCH_SUITES)
-    parts.append(Part("microbench", 110, selfcheck, bench=False))
+    if microbench:
+        selfcheck = ("-m", "microbench.selfcheck", "--require-gpu", "--out", str(out / "microbench"), *MICROBENCH_SUITES)
+        parts.append(Part("microbench", 110, selfcheck, bench=False))
     return parts
 
 
@@ -118,6 +119,7 @@ def device_check(
     out: Optional[Path] = typer.Option(None, "--out", help="Folder for everything (default: device-check-<UTC time>)."),
     budget_s: float = typer.Option(420.0, "--budget-s", help="Total seconds for all parts (the check is meant to fit in 8 minutes)."),
     ops: Optional[list[str]] = typer.Option(None, "--op", help="Limit to these ops (repeatable; default: every op)."),
+    microbench: bool = typer.Option(True, "--microbench/--no-microbench", help="Run the GPU microbenchmark suites last."),
 ) -> None:
     """Correctness, benchmarks and microbenchmarks on this GPU, with all records in one folder."""
     from roofline.commands.bench import console_for
@@ -154,7 +156,7 @@ def device_check(
         if why := unavailable(op):
             log(f"  {op}: no benchmark cases ({why})")
 
-    merged, statuses, clean = run_parts(plan(out, chosen), out, budget_s - (time.monotonic() - start), log)
+    merged, statuses, clean = run_parts(plan(out, chosen, microbench), out, budget_s - (time.monotonic() - start), log)
     micro = _microbench_records(out / "microbench")
     if micro:  # one store for everything
         from microbench.records import append
