@@ -183,6 +183,10 @@ INSPECTORS: dict[tuple[str, str], str] = {
     ("gemm", "tpu-v6e"): "kernels.tpu.gemm:inspect_tpu",
     ("gemm", "trn1"): "kernels.trainium.inspection:inspect_trainium",
     ("gemm", "trn2"): "kernels.trainium.inspection:inspect_trainium",
+    ("triangle_attention", "sm_90a"): "kernels.nvidia.triangle_attention:compile_specs",
+    ("triangle_attention", "gfx942"): "kernels.amd.triangle_attention:compile_specs",
+    ("triangle_multiplicative_update", "sm_90a"): "kernels.nvidia.triangle_multiplication:compile_specs",
+    ("triangle_multiplicative_update", "gfx942"): "kernels.amd.triangle_multiplication:compile_specs",
 }
 
 

@@ -70,7 +70,77 @@ def gemm_smoke(backend: str, device: str, seed: int) -> list[SmokeResult]:
     return results
 
 
-SMOKES: dict[str, Callable[[str, str, int], list[SmokeResult]]] = {"gemm": gemm_smoke}
+def triangle_attention_smoke(backend: str, device: str, seed: int) -> list[SmokeResult]:
+    """Forward and every gradient (the bias's included) of triangle attention, bf16, a fully masked row."""
+    import kernels
+    from kernels.triangle.reference import attention
+
+    mode = backends.op_availability("triangle_attention", backend).mode
+    gen = torch.Generator().manual_seed(seed)
+    B, N, H, D = (1, 129, 4, 32) if device != "cpu" else (1, 9, 2, 16)
+    q, k, v, dout = (torch.randn(B, N, H, N, D, generator=gen).to(device, torch.bfloat16) for _ in range(4))
+    bias = torch.randn(B, 1, H, N, N, generator=gen).to(device)
+    mask = (torch.rand(B, N, 1, 1, N, generator=gen) > 0.2).to(device)
+    mask[:, 1] = False
+
+    def grads(compute, run):
+        leaves = [t.detach().to(compute).requires_grad_() for t in (q, k, v, bias)]
+        out = run(*leaves)
+        return (out, *torch.autograd.grad(out, leaves, dout.to(out.dtype)))
+
+    ours = grads(torch.bfloat16, lambda *t: kernels.triangle_attention(*t[:3], t[3].float(), mask, backend=backend))
+    exact = grads(torch.float64, lambda *t: attention(*t, mask=mask, compute_dtype=torch.float64)[0])
+    framework = grads(torch.bfloat16, lambda *t: attention(*t, mask=mask, compute_dtype=torch.bfloat16)[0])
+    results = []
+    for name, o, e, f in zip(("out", "dq", "dk", "dv", "dbias"), ours, exact, framework):
+        bound = 2 * _err(f, e) + 2e-2
+        error = _err(o, e)
+        results.append(SmokeResult("triangle_attention", backend, mode, f"N={N} H={H} D={D} bf16 {name}", error, bound,
+                                   error <= bound))
+    return results
+
+
+def trimul_smoke(backend: str, device: str, seed: int) -> list[SmokeResult]:
+    """Forward and dx of the triangle multiplicative update, both directions, bf16."""
+    import kernels
+    from kernels.triangle.reference import trimul
+
+    mode = backends.op_availability("triangle_multiplicative_update", backend).mode
+    gen = torch.Generator().manual_seed(seed)
+    N, CZ, C = (97, 128, 128) if device != "cpu" else (9, 16, 8)
+    x = torch.randn(1, N, N, CZ, generator=gen).to(device, torch.bfloat16)
+    mask = (torch.rand(1, N, N, generator=gen) > 0.2).to(device, torch.bfloat16)
+    w = {"p_in_weight": (2 * C, CZ), "g_in_weight": (2 * C, CZ), "p_out_weight": (CZ, C), "g_out_weight": (CZ, CZ)}
+    w = {n: (torch.randn(*s, generator=gen) * s[1] ** -0.5).to(device, torch.bfloat16) for n, s in w.items()}
+    dout = torch.randn(1, N, N, CZ, generator=gen).to(device, torch.bfloat16)
+    results = []
+    for direction in ("outgoing", "incoming"):
+        def run(compute, fn):
+            xl = x.to(compute).requires_grad_()
+            out = fn(xl, {n: t.to(compute) for n, t in w.items()})
+            return out, torch.autograd.grad(out, xl, dout.to(out.dtype))[0]
+
+        def ref(compute):
+            return lambda xl, ws: trimul(xl, direction, mask, None, None, ws["p_in_weight"], None, ws["g_in_weight"], None,
+                                         None, None, ws["p_out_weight"], None, ws["g_out_weight"], None,
+                                         compute_dtype=compute)
+
+        ours = run(torch.bfloat16, lambda xl, ws: kernels.triangle_multiplicative_update(
+            xl, direction, mask, **ws, backend=backend))
+        exact, framework = run(torch.float64, ref(torch.float64)), run(torch.bfloat16, ref(torch.bfloat16))
+        for name, o, e, f in zip(("out", "dx"), ours, exact, framework):
+            bound = 2 * _err(f, e) + 3e-2
+            error = _err(o, e)
+            results.append(SmokeResult("triangle_multiplicative_update", backend, mode,
+                                       f"N={N} c_z={CZ} c={C} {direction} bf16 {name}", error, bound, error <= bound))
+    return results
+
+
+SMOKES: dict[str, Callable[[str, str, int], list[SmokeResult]]] = {
+    "gemm": gemm_smoke,
+    "triangle_attention": triangle_attention_smoke,
+    "triangle_multiplicative_update": trimul_smoke,
+}
 
 
 def run_all(device: str = "cpu", seed: int = 0, ops: list[str] | None = None) -> list[SmokeResult]:
