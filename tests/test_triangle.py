@@ -567,3 +567,11 @@ def test_opcheck_triangle_multiplicative_update():
     weights = [t.requires_grad_() for t in _default_weights(x, w, 8, 16)]
     args = (x.requires_grad_(), "incoming", mask, weights, 1e-5, "nvidia", None)
     torch.library.opcheck(torch.ops.ceiling.triangle_multiplicative_update.default, args)
+
+
+def test_correctness_smoke_of_ceiling_run():
+    from kernels import smoke
+
+    results = smoke.triangle_attention_smoke("nvidia", "cpu", 1) + smoke.trimul_smoke("nvidia", "cpu", 1)
+    assert len(results) == 9
+    assert all(r.passed for r in results), [r.as_dict() for r in results if not r.passed]
