@@ -449,7 +449,7 @@ def _forward(plan: Plan, q, k, v, bias, mask):
         return b, h, i, kv_block(i, j)
 
     q_spec = pl.BlockSpec((sq, sq, bq, d), lambda b, h, i, j: (b, h, i, 0))
-    kv_spec = pl.BlockSpec((sq, sq, bk, d), lambda b, h, i, j: (b, h // group, kv_block(i, j), 0))
+    kv_spec = pl.BlockSpec((sq, sq, bk, d), lambda b, h, i, j: (b, lax.div(h, group), kv_block(i, j), 0))
     lse_spec = pl.BlockSpec((sq, sq, bq, LANES), lambda b, h, i, j: (b, h, i, 0))
     extra_specs, extra = _extra_inputs(plan, bias, mask, bq, bk, logical)
     return pl.pallas_call(
@@ -490,7 +490,7 @@ def _backward(plan: Plan, q, k, v, bias, mask, o, lse, do):
         return jnp.minimum(j, _last_kv_block(plan, i, bq, bk)) if plan.causal else j
 
     q_spec = pl.BlockSpec((sq, sq, bq, d), lambda b, h, i, j: (b, h, i, 0))
-    kv_spec = pl.BlockSpec((sq, sq, bk, d), lambda b, h, i, j: (b, h // group, kv_block(i, j), 0))
+    kv_spec = pl.BlockSpec((sq, sq, bk, d), lambda b, h, i, j: (b, lax.div(h, group), kv_block(i, j), 0))
     lse_spec = pl.BlockSpec((sq, sq, bq, LANES), lambda b, h, i, j: (b, h, i, 0))
     extra_specs, extra = _extra_inputs(plan, bias, mask, bq, bk, lambda b, h, i, j: (b, h, i, kv_block(i, j)))
     out_shape = [jax.ShapeDtypeStruct(q.shape, q.dtype)]
@@ -554,7 +554,7 @@ def _broadcast_dbias(plan: Plan, q, k, v, bias, mask, o, lse, do):
         return tuple(idx)
 
     q_spec = pl.BlockSpec((sq, sq, bq, d), lambda *g: (lambda b, h, i, j: (b, h, i, 0))(*logical(*g)))
-    kv_spec = pl.BlockSpec((sq, sq, bk, d), lambda *g: (lambda b, h, i, j: (b, h // group, j, 0))(*logical(*g)))
+    kv_spec = pl.BlockSpec((sq, sq, bk, d), lambda *g: (lambda b, h, i, j: (b, lax.div(h, group), j, 0))(*logical(*g)))
     lse_spec = pl.BlockSpec((sq, sq, bq, LANES), lambda *g: (lambda b, h, i, j: (b, h, i, 0))(*logical(*g)))
     extra_specs, extra = _extra_inputs(plan, bias, mask, bq, bk, logical)
     out_spec = extra_specs[0]  # dbias has the bias's blocks
@@ -956,7 +956,7 @@ def export_attention(
     dtype: Any,
     config: dict,
     *,
-    batch: int = 1,
+    batch: int = 2,
     heads: int = 2,
     kv_heads: int = 1,
     q_len: int,
@@ -1029,7 +1029,7 @@ def export_attention(
 def inspect_tpu_attention(target: str, dtype: Any = "bfloat16") -> list[dict]:
     """For each shipped config of ``target`` ("tpu-v5e", "tpu-v5p", "tpu-v6e")
     and ``dtype``: export forward and backward (causal, GQA 2:1, a bias broadcast
-    over batch, a key-padding mask) for TPU on two blocks per axis and report
+    over batch, so the dbias kernel is in, and a key-padding mask) for TPU on two blocks per axis and report
     blocks, grids, VMEM against the generation's budgets and whether the Mosaic
     lowering passed."""
     kdtype = kernel_dtype(dtype)
