@@ -313,7 +313,7 @@ def test_select_config_fits_short_sequences_and_has_a_heuristic():
         ({"q": (1, 8, 2, 16), "k": (1, 8, 1, 16), "v": (1, 8, 1, 16)}, "q"),  # head_dim 16
         ({"k": (1, 8, 3, 32), "v": (1, 8, 3, 32)}, "k"),  # 3 kv heads for 2 heads
         ({"v": (1, 9, 1, 32)}, "v"),
-        ({"bias": (2, 8, 8)}, "bias"),
+        ({"bias": (3, 8, 8)}, "bias"),
         ({"mask": (1, 1, 8, 7)}, "mask"),
     ],
 )
