@@ -117,13 +117,13 @@ def _check_close(name, ours, base, ref, dtype):
 
 
 def _run_case(rng, *, batch, q_len, k_len, heads, kv_heads, head_dim, dtype, causal, bias_shape, mask_shape, config,
-              mask_fn=None):
+              mask_fn=None, bias_dtype="float32"):
     """Forward, lse and every gradient (bias included) against the oracle."""
     jdt = jnp.dtype(dtype)
     q = jnp.asarray(rng.standard_normal((batch, q_len, heads, head_dim)), jdt)
     k = jnp.asarray(rng.standard_normal((batch, k_len, kv_heads, head_dim)), jdt)
     v = jnp.asarray(rng.standard_normal((batch, k_len, kv_heads, head_dim)), jdt)
-    bias = None if bias_shape is None else jnp.asarray(rng.standard_normal(bias_shape), jnp.float32)
+    bias = None if bias_shape is None else jnp.asarray(rng.standard_normal(bias_shape), bias_dtype)
     mask = None
     if mask_shape is not None:
         mask = rng.random(mask_shape) < 0.8
@@ -159,6 +159,8 @@ def _run_case(rng, *, batch, q_len, k_len, heads, kv_heads, head_dim, dtype, cau
             assert g is None
             continue
         assert g.shape == r.shape, name
+        if name == "dbias":
+            assert g.dtype == bias.dtype
         _check_close(name, g, bg, r, dtype)
     return out, lse, grads, ref
 
@@ -211,12 +213,12 @@ def test_fully_masked_rows_give_zeros(request):
 
 
 def test_mask_broadcast_over_heads_bias_2d(request):
-    """A 2-D (q_len, k_len) bias (summed over batch and heads) and a per-batch
-    mask broadcast over heads, non-causal, MQA."""
+    """A 2-D (q_len, k_len) bfloat16 bias (summed over batch and heads) and a
+    per-batch mask broadcast over heads, non-causal, MQA."""
     _run_case(
         _rng(request),
         batch=2, q_len=7, k_len=29, heads=2, kv_heads=1, head_dim=64, dtype="bfloat16", causal=False,
-        bias_shape=(7, 29), mask_shape=(2, 1, 7, 29), config=SMALL,
+        bias_shape=(7, 29), mask_shape=(2, 1, 7, 29), config=SMALL, bias_dtype="bfloat16",
     )
 
 
