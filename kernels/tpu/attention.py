@@ -999,25 +999,32 @@ def export_attention(
     estimates = check_config(config, kdtype, _round_up(head_dim, LANES), target, "float32", with_mask)
     bq, bk, bqb, bkb = blocks(config)
     qp, kp = _round_up(q_len, math.lcm(bq, bqb)), _round_up(k_len, math.lcm(bk, bkb))
+    grids = {
+        "fwd": (batch, heads, qp // bq, kp // bk),
+        "dq": (batch, heads, qp // bqb, kp // bkb),
+        "dkv": (batch, kv_heads, kp // bkb, heads // kv_heads, qp // bqb),
+    }
     return {
         "target": target,
         "dtype": dtype_name(dtype),
-        "kernel_dtype": kdtype,
         "config": dict(config),
+        "head_dim": head_dim,
+        # flat summary first (what a table shows), the detail after
+        "exported": fwd_ok and bwd_ok,
+        "fwd_grid": "x".join(map(str, grids["fwd"])),
+        "vmem_fwd_bytes": estimates["fwd"].total,
+        "vmem_dq_bytes": estimates["dq"].total,
+        "vmem_dkv_bytes": estimates["dkv"].total,
+        "fits_scoped_default": all(e.total <= gen.scoped_vmem_default_bytes for e in estimates.values()),
+        "kernel_dtype": kdtype,
         "problem": {"batch": batch, "heads": heads, "kv_heads": kv_heads, "q_len": q_len, "k_len": k_len,
                     "head_dim": head_dim, "causal": causal, "bias": bias_shape, "mask": mask_shape if with_mask else None},
         "blocks": {"fwd": (bq, bk), "bwd": (bqb, bkb), "head_dim_padded": _round_up(head_dim, LANES)},
-        "grid": {
-            "fwd": (batch, heads, qp // bq, kp // bk),
-            "dq": (batch, heads, qp // bqb, kp // bkb),
-            "dkv": (batch, kv_heads, kp // bkb, heads // kv_heads, qp // bqb),
-        },
+        "grid": grids,
         "vmem_bytes": {name: est.as_dict() for name, est in estimates.items()},
         "vmem_limit_bytes": {name: vmem_limit_bytes(est, target) for name, est in estimates.items()},
         "scoped_vmem_default_bytes": gen.scoped_vmem_default_bytes,
         "usable_vmem_bytes": gen.usable_vmem_bytes,
-        "fits_scoped_default": all(e.total <= gen.scoped_vmem_default_bytes for e in estimates.values()),
-        "exported": fwd_ok and bwd_ok,
         "exported_fwd": fwd_ok,
         "exported_bwd": bwd_ok,
         "export_error": fwd_err or bwd_err,
@@ -1026,18 +1033,19 @@ def export_attention(
     }
 
 
-def inspect_tpu_attention(target: str, dtype: Any = "bfloat16") -> list[dict]:
+def inspect_tpu_attention(target: str, dtype: Any = "bfloat16", config: dict | None = None, head_dim: int = 128) -> list[dict]:
     """For each shipped config of ``target`` ("tpu-v5e", "tpu-v5p", "tpu-v6e")
-    and ``dtype``: export forward and backward (causal, GQA 2:1, a bias broadcast
-    over batch, so the dbias kernel is in, and a key-padding mask) for TPU on two blocks per axis and report
+    and ``dtype`` (or only ``config``, at ``head_dim``): export forward and
+    backward (causal, GQA 2:1, a bias broadcast over batch, so the dbias kernel
+    is in, and a key-padding mask) for TPU on two blocks per axis and report
     blocks, grids, VMEM against the generation's budgets and whether the Mosaic
     lowering passed."""
     kdtype = kernel_dtype(dtype)
     table = load_configs()[generation(target).target].get(kdtype, {})
+    if config is not None:
+        table = {str(head_dim): {**config, "provenance": "given"}}
     rows = []
     for d_pad, entry in table.items():
-        if d_pad == "about":
-            continue
         config = {key: entry[key] for key in ("block_q", "block_k", "block_q_bwd", "block_k_bwd") if key in entry}
         bq, bk, bqb, bkb = blocks(config)
         report = export_attention(
