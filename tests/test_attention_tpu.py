@@ -133,6 +133,7 @@ def _run_case(rng, *, batch, q_len, k_len, heads, kv_heads, head_dim, dtype, cau
     scale = 1.0 / math.sqrt(head_dim)
     jmask = None if mask is None else jnp.asarray(mask)
 
+    @jax.jit  # the wrapper traces: shapes, blocks and the plan are static
     def ours(q, k, v, bias):
         out, lse = tpu_attention.attention_jax(
             q, k, v, causal=causal, bias=bias, mask=jmask, return_lse=True, config=config
