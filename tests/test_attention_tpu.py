@@ -270,6 +270,20 @@ def test_every_shipped_config_exports_for_tpu(target):
             assert all(v["total"] <= GENERATIONS[target].usable_vmem_bytes for v in row["vmem_bytes"].values())
 
 
+@pytest.mark.parametrize("bias_shape", [(2, 2, 256, 256), (2, 1, 1, 256), (1, 1, 256, 1), (256, 256), (1, 1, 1, 1)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_every_bias_broadcast_exports_for_tpu(bias_shape, causal):
+    """The (1, bk), (bq, 1) and (1, 1) bias blocks and their dbias scratch lower
+    through Mosaic; a full bias takes the dq kernel's path (3 kernels), the
+    others the dbias kernel (4)."""
+    row = tpu_attention.export_attention(
+        "tpu-v5e", "bfloat16", {"block_q": 128, "block_k": 128}, q_len=256, k_len=256, head_dim=64,
+        bias_shape=bias_shape, causal=causal,
+    )
+    assert row["exported"], row["export_error"]
+    assert row["mosaic_kernels"] == {"fwd": 1, "fwd_bwd": 3 if bias_shape == (2, 2, 256, 256) else 4}
+
+
 # --------------------------------------------------------------------------- rules and input errors
 
 
