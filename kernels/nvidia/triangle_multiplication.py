@@ -548,21 +548,27 @@ def trimul_bwd(x, direction, mask, weights, eps, saved, dout, config=None, *, ta
     return tuple(g if i == 0 else g.to(w.dtype) for i, (g, w) in enumerate(zip(grads, (x, *weights))))
 
 
+_OUT_DTYPE_OK: dict[str, bool] = {}
+
+
 def _wgrad(d, inp):
-    """d^T @ inp accumulated in fp32 (a weight gradient over a block of rows)."""
+    """d^T @ inp with fp32 output (a weight gradient over a block of rows).
+
+    16-bit operands go through the tensor cores with an fp32 result where this
+    PyTorch has ``matmul(..., out_dtype=)`` for the device; elsewhere the 16-bit
+    product is widened, as PyTorch's own autograd of a bf16 linear would keep it.
+    """
     if d.dtype == torch.float32:
         return d.mT @ inp
-    return torch.matmul(d.mT, inp, out_dtype=torch.float32) if _has_out_dtype() else (d.mT @ inp).float()
-
-
-@cache
-def _has_out_dtype() -> bool:
-    try:
-        a = torch.zeros(2, 2, dtype=torch.bfloat16)
-        torch.matmul(a, a, out_dtype=torch.float32)
-        return True
-    except TypeError:
-        return False
+    kind = d.device.type
+    if _OUT_DTYPE_OK.get(kind, True):
+        try:
+            out = torch.matmul(d.mT, inp, out_dtype=torch.float32)
+            _OUT_DTYPE_OK[kind] = True
+            return out
+        except (TypeError, RuntimeError, NotImplementedError):
+            _OUT_DTYPE_OK[kind] = False
+    return (d.mT @ inp).float()
 
 
 # ----------------------------------------------------------------------------- static compile
