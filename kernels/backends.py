@@ -30,6 +30,7 @@ OPS: dict[str, dict[str, str]] = {
         "reference": "kernels.triangle.reference",
         "nvidia": "kernels.nvidia.triangle_attention",
         "amd": "kernels.amd.triangle_attention",
+        "tpu": "kernels.tpu.triangle_attention",
     },
     "triangle_multiplicative_update": {
         "reference": "kernels.triangle.reference",

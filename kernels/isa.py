@@ -190,6 +190,9 @@ INSPECTORS: dict[tuple[str, str], str] = {
     ("triangle_attention", "gfx942"): "kernels.amd.triangle_attention:compile_specs",
     ("triangle_multiplicative_update", "sm_90a"): "kernels.nvidia.triangle_multiplication:compile_specs",
     ("triangle_multiplicative_update", "gfx942"): "kernels.amd.triangle_multiplication:compile_specs",
+    ("triangle_attention", "tpu-v5e"): "kernels.tpu.triangle_attention:inspect_tpu_triangle_attention",
+    ("triangle_attention", "tpu-v5p"): "kernels.tpu.triangle_attention:inspect_tpu_triangle_attention",
+    ("triangle_attention", "tpu-v6e"): "kernels.tpu.triangle_attention:inspect_tpu_triangle_attention",
 }
 
 

@@ -77,7 +77,7 @@ def triangle_attention_smoke(backend: str, device: str, seed: int) -> list[Smoke
 
     mode = backends.op_availability("triangle_attention", backend).mode
     gen = torch.Generator().manual_seed(seed)
-    B, N, H, D = (1, 129, 4, 32) if device != "cpu" else (1, 9, 2, 16)
+    B, N, H, D = (1, 129, 4, 32) if device != "cpu" else (1, 9, 2, 32)  # D >= 32: the TPU kernel's minimum
     q, k, v, dout = (torch.randn(B, N, H, N, D, generator=gen).to(device, torch.bfloat16) for _ in range(4))
     bias = torch.randn(B, 1, H, N, N, generator=gen).to(device)
     mask = (torch.rand(B, N, 1, 1, N, generator=gen) > 0.2).to(device)

@@ -87,6 +87,10 @@ def _attention_impl(backend: str):
         return _ReferenceJax
     if backend in TRITON_BACKENDS:
         return _TritonJax(backend)
+    if backend == "tpu":  # Pallas: JAX arrays natively
+        from kernels import backends
+
+        return backends.implementation("triangle_attention", "tpu")
     raise BackendUnavailable(f"triangle_attention on backend={backend!r} has no JAX entry point")
 
 
