@@ -36,6 +36,7 @@ OPS: dict[str, dict[str, str]] = {
         "reference": "kernels.triangle.reference",
         "nvidia": "kernels.nvidia.triangle_multiplication",
         "amd": "kernels.amd.triangle_multiplication",
+        "tpu": "kernels.tpu.triangle_multiplication",
     },
 }
 

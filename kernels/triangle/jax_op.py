@@ -137,6 +137,10 @@ def _trimul_check(backend: str):
         return None
     if backend in TRITON_BACKENDS:
         return _TritonJax(backend)
+    if backend == "tpu":
+        from kernels import backends
+
+        return backends.implementation("triangle_multiplicative_update", "tpu")
     raise BackendUnavailable(f"triangle_multiplicative_update on backend={backend!r} has no JAX entry point")
 
 
