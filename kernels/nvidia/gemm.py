@@ -1,0 +1,409 @@
+"""GEMM for Hopper (sm_90a) in Triton: persistent, TMA-fed, wgmma, fused epilogue.
+
+The kernel follows the shape of an expert Hopper GEMM:
+
+* **Persistent over output tiles.** One program per SM walks the tile list with
+  stride ``NUM_SMS``, so launch and prologue costs are paid once per SM and the
+  next tile's loads overlap the previous tile's epilogue (``flatten=True`` lets
+  the software pipeliner run across the tile boundary).
+* **Grouped tile order.** Tiles are visited in column groups of ``GROUP_M`` rows
+  so that a wave of SMs shares A row-panels and B column-panels in L2.
+* **TMA tensor descriptors** (host-side ``TensorDescriptor``) move A and B tiles
+  into shared memory with the bulk-copy engine, out-of-bounds rows and columns
+  zero-filled, so odd sizes need no masks; ``num_stages`` buffers deep.
+* **wgmma** through ``tl.dot`` with fp32 accumulators in registers; a transposed
+  operand is loaded in its stored (K-major) layout and transposed in shared memory,
+  which wgmma reads directly for 16-bit types.
+* **Fused epilogue**: bias (fp32), relu / gelu (erf) / silu, cast, and a TMA store,
+  optionally in two halves (``EPILOGUE_SUBTILE``) to halve the epilogue's shared
+  memory and registers.
+* **Warp specialization** (``WARP_SPECIALIZE``) splits producer and consumer
+  warps where the installed Triton supports it for the target.
+
+Configs per device and shape live in ``configs/gemm.json``; shapes nobody tuned
+get :func:`heuristic_config`; ``config="autotune"`` times the candidates on the
+device and persists the winner (see :mod:`kernels.nvidia.autotune`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.triton_runtime import launcher
+
+CONFIG_FILE = Path(__file__).with_name("configs") / "gemm.json"
+CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_stages", "num_warps", "EPILOGUE_SUBTILE", "WARP_SPECIALIZE")
+
+
+@triton.jit
+def grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
+    """(pid_m, pid_n) of ``tile_id`` in grouped order: GROUP_M tile-rows per column sweep."""
+    num_pid_in_group = GROUP_M * num_pid_n
+    group_id = tile_id // num_pid_in_group
+    first_pid_m = group_id * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + (tile_id % group_size_m)
+    pid_n = (tile_id % num_pid_in_group) // group_size_m
+    return pid_m, pid_n
+
+
+@triton.jit
+def epilogue(acc, bias_ptr, offs_n, N, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr):
+    """bias and activation on the fp32 accumulator tile."""
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)
+        acc = acc + bias[None, :]
+    if ACTIVATION == "relu":
+        acc = tl.maximum(acc, 0.0)
+    elif ACTIVATION == "gelu":
+        acc = 0.5 * acc * (1.0 + tl.math.erf(acc * 0.7071067811865476))
+    elif ACTIVATION == "silu":
+        acc = acc * tl.sigmoid(acc)
+    return acc
+
+
+@triton.jit
+def load_a(a_desc, batch, offs_m, offs_k, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+           A_TRANS: tl.constexpr, BATCHED: tl.constexpr):
+    """A tile (BLOCK_M, BLOCK_K); a transposed A is stored (K, M) and loaded as such."""
+    if A_TRANS:
+        if BATCHED:
+            a = a_desc.load([batch, offs_k, offs_m]).reshape(BLOCK_K, BLOCK_M)
+        else:
+            a = a_desc.load([offs_k, offs_m])
+        return a.T
+    else:
+        if BATCHED:
+            return a_desc.load([batch, offs_m, offs_k]).reshape(BLOCK_M, BLOCK_K)
+        else:
+            return a_desc.load([offs_m, offs_k])
+
+
+@triton.jit
+def load_b(b_desc, batch, offs_k, offs_n, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr,
+           B_TRANS: tl.constexpr, BATCHED: tl.constexpr):
+    """B tile (BLOCK_K, BLOCK_N); a transposed B (an nn.Linear weight) is stored (N, K)."""
+    if B_TRANS:
+        if BATCHED:
+            b = b_desc.load([batch, offs_n, offs_k]).reshape(BLOCK_N, BLOCK_K)
+        else:
+            b = b_desc.load([offs_n, offs_k])
+        return b.T
+    else:
+        if BATCHED:
+            return b_desc.load([batch, offs_k, offs_n]).reshape(BLOCK_K, BLOCK_N)
+        else:
+            return b_desc.load([offs_k, offs_n])
+
+
+@triton.jit
+def store_c(c_desc, batch, offs_m, offs_n, c, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+            BATCHED: tl.constexpr):
+    if BATCHED:
+        c_desc.store([batch, offs_m, offs_n], c.reshape(1, BLOCK_M, BLOCK_N))
+    else:
+        c_desc.store([offs_m, offs_n], c)
+
+
+@triton.jit
+def gemm_kernel(
+    a_desc, b_desc, c_desc, bias_ptr,
+    M, N, K, BATCH,
+    A_TRANS: tl.constexpr, B_TRANS: tl.constexpr, BATCHED: tl.constexpr,
+    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr,
+    EPILOGUE_SUBTILE: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+):
+    start_pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    tiles_per_batch = num_pid_m * num_pid_n
+    num_tiles = tiles_per_batch * BATCH
+    out_dtype = c_desc.dtype
+
+    # The epilogue trails the main loop by one tile in the flattened schedule, so it
+    # recomputes its own tile coordinates from a second counter.
+    tile_id_c = start_pid - NUM_SMS
+    for tile_id in tl.range(start_pid, num_tiles, NUM_SMS, flatten=True, warp_specialize=WARP_SPECIALIZE):
+        batch = tile_id // tiles_per_batch
+        pid_m, pid_n = grouped_tile(tile_id % tiles_per_batch, num_pid_m, num_pid_n, GROUP_M)
+        offs_am = pid_m * BLOCK_M
+        offs_bn = pid_n * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for ki in range(k_tiles):
+            offs_k = ki * BLOCK_K
+            a = load_a(a_desc, batch, offs_am, offs_k, BLOCK_M, BLOCK_K, A_TRANS, BATCHED)
+            b = load_b(b_desc, batch, offs_k, offs_bn, BLOCK_K, BLOCK_N, B_TRANS, BATCHED)
+            acc = tl.dot(a, b, acc)
+
+        tile_id_c += NUM_SMS
+        batch_c = tile_id_c // tiles_per_batch
+        pid_m, pid_n = grouped_tile(tile_id_c % tiles_per_batch, num_pid_m, num_pid_n, GROUP_M)
+        offs_cm = pid_m * BLOCK_M
+        offs_cn = pid_n * BLOCK_N
+        if EPILOGUE_SUBTILE:
+            halves = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
+            acc0, acc1 = tl.split(halves)
+            offs_n0 = offs_cn + tl.arange(0, BLOCK_N // 2)
+            c0 = epilogue(acc0, bias_ptr, offs_n0, N, HAS_BIAS, ACTIVATION).to(out_dtype)
+            store_c(c_desc, batch_c, offs_cm, offs_cn, c0, BLOCK_M, BLOCK_N // 2, BATCHED)
+            c1 = epilogue(acc1, bias_ptr, offs_n0 + BLOCK_N // 2, N, HAS_BIAS, ACTIVATION).to(out_dtype)
+            store_c(c_desc, batch_c, offs_cm, offs_cn + BLOCK_N // 2, c1, BLOCK_M, BLOCK_N // 2, BATCHED)
+        else:
+            offs_n = offs_cn + tl.arange(0, BLOCK_N)
+            c = epilogue(acc, bias_ptr, offs_n, N, HAS_BIAS, ACTIVATION).to(out_dtype)
+            store_c(c_desc, batch_c, offs_cm, offs_cn, c, BLOCK_M, BLOCK_N, BATCHED)
+
+
+# --------------------------------------------------------------------------- configs
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    BLOCK_M: int
+    BLOCK_N: int
+    BLOCK_K: int
+    GROUP_M: int = 8
+    num_stages: int = 3
+    num_warps: int = 8
+    EPILOGUE_SUBTILE: bool = False
+    WARP_SPECIALIZE: bool = False
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "GemmConfig":
+        unknown = set(d) - set(CONFIG_KEYS)
+        if unknown:
+            from kernels.errors import InputError
+
+            raise InputError("config", f"keys among {CONFIG_KEYS}", f"unknown keys {sorted(unknown)}")
+        return cls(**d)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in CONFIG_KEYS}
+
+    def shared_memory_bytes(self, elem_bytes: int, out_bytes: int) -> int:
+        """Pipeline buffers plus the epilogue's staging tile (what TMA stores read)."""
+        stages = self.num_stages * (self.BLOCK_M + self.BLOCK_N) * self.BLOCK_K * elem_bytes
+        epilogue_cols = self.BLOCK_N // 2 if self.EPILOGUE_SUBTILE else self.BLOCK_N
+        return stages + self.BLOCK_M * epilogue_cols * out_bytes
+
+
+# Hopper: 228 KiB of shared memory per SM, 227 KiB usable by one block.
+SMEM_LIMIT_SM90 = 227 * 1024
+
+
+@cache
+def _config_table() -> dict[str, Any]:
+    return json.loads(CONFIG_FILE.read_text())
+
+
+def device_key(name: str | None) -> str | None:
+    """The table key for a device name ('NVIDIA H200' -> 'H200', 'NVIDIA H100 80GB HBM3' -> 'H100')."""
+    if not name:
+        return None
+    for key in _config_table()["devices"]:
+        if key.lower() in name.lower():
+            return key
+    return None
+
+
+def heuristic_config(m: int, n: int, k: int, dtype: str) -> GemmConfig:
+    """A config for a shape nobody tuned, from the shape class.
+
+    wgmma wants BLOCK_M a multiple of 64 per warpgroup and a wide BLOCK_N; a tile
+    that leaves most SMs idle is worse than a smaller one, so the tile shrinks
+    until the grid covers the 132 SMs about once.
+    """
+    if dtype == "float32":  # 4-byte operands: half the K depth for the same shared memory
+        return GemmConfig(128, 128, 32, 8, 3, 8)
+    if m <= 64:
+        return GemmConfig(64, 128, 128, 8, 4, 4)
+    tiles_big = triton.cdiv(m, 128) * triton.cdiv(n, 256)
+    if tiles_big >= 132:
+        return GemmConfig(128, 256, 64, 8, 3, 8, EPILOGUE_SUBTILE=True)
+    if triton.cdiv(m, 128) * triton.cdiv(n, 128) >= 132:
+        return GemmConfig(128, 128, 64, 8, 4, 8)
+    return GemmConfig(64, 128, 64, 8, 4, 4)
+
+
+def select_config(m: int, n: int, k: int, dtype: str, device_name: str | None) -> tuple[GemmConfig, str]:
+    """(config, where it came from): the device's tuned table, else the heuristic."""
+    key = device_key(device_name)
+    if key is not None:
+        for entry in _config_table()["devices"][key]:
+            if entry["dtype"] == dtype and tuple(entry["shape"]) == (m, n, k):
+                return GemmConfig.from_dict(entry["config"]), f"tuned:{key}"
+    return heuristic_config(m, n, k, dtype), "heuristic"
+
+
+def shipped_configs(dtype: str = "bfloat16") -> list[GemmConfig]:
+    """Every distinct config the table ships for ``dtype``, plus the heuristic's."""
+    seen: dict[GemmConfig, None] = {}
+    for entries in _config_table()["devices"].values():
+        for entry in entries:
+            if entry["dtype"] == dtype:
+                seen[GemmConfig.from_dict(entry["config"])] = None
+    for shape in ((16, 4096, 4096), (512, 512, 512), (1024, 2048, 1024), (4096, 4096, 4096)):
+        seen[heuristic_config(*shape, dtype)] = None
+    return list(seen)
+
+
+# --------------------------------------------------------------------------- launch
+
+TMA_ALIGN = 16  # bytes: TMA needs 16-byte aligned base and strides
+
+
+def _aligned(x: torch.Tensor) -> bool:
+    item = x.element_size()
+    return x.data_ptr() % TMA_ALIGN == 0 and all((s * item) % TMA_ALIGN == 0 for s in x.stride()[:-1])
+
+
+def _tma_storage(x: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """(a unit-last-stride view TMA can read, whether x is the transpose of it)."""
+    if x.stride(-1) == 1 and (x.shape[-2] == 1 or x.stride(-2) >= x.shape[-1]):
+        view, trans = x, False
+    elif x.stride(-2) == 1:
+        view, trans = x.mT, True
+    else:
+        view, trans = x.contiguous(), False
+    if not _aligned(view):
+        view = _pad_rows(view)
+    return view, trans
+
+
+def _pad_rows(x: torch.Tensor, copy: bool = True) -> torch.Tensor:
+    """A view like x whose rows start on 16-byte boundaries (odd sizes only), holding x if ``copy``."""
+    per_row = TMA_ALIGN // x.element_size()
+    cols = x.shape[-1]
+    padded = triton.cdiv(cols, per_row) * per_row
+    storage = torch.empty((*x.shape[:-1], padded), dtype=x.dtype, device=x.device)
+    view = storage[..., :cols]
+    if copy:
+        view.copy_(x)
+    return view
+
+
+def _descriptor(t: torch.Tensor, block: list[int]):
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    return TensorDescriptor.from_tensor(t, block)
+
+
+@cache
+def _sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+# The interpreter runs programs one after another: a few persistent programs
+# exercise the tile loop (several tiles per program) without wasting time.
+INTERPRETED_PROGRAMS = 3
+
+
+def gemm(a: torch.Tensor, b: torch.Tensor, bias, activation, out_dtype, config=None) -> torch.Tensor:
+    """``activation(a @ b + bias)`` on the Hopper kernel (interpreted on CPU tensors).
+
+    Arguments are validated by ``kernels.gemm.spec``; ``out_dtype`` is a torch dtype
+    and ``config`` a dict of :data:`CONFIG_KEYS` (or None for the table/heuristic).
+    """
+    on_gpu = a.is_cuda
+    out = torch.empty((*a.shape[:-1], b.shape[-1]), dtype=out_dtype, device=a.device)
+    if a.dim() == 3 and b.dim() == 2:
+        # One weight for the whole batch: fold the batch into M.
+        a = a if a.stride(-1) == 1 and a.stride(0) == a.shape[1] * a.stride(1) else a.contiguous()
+        a = a.reshape(-1, a.shape[-1])
+    c = out.view(-1, out.shape[-1]) if a.dim() == 2 else out
+    m, k = a.shape[-2:]
+    n = b.shape[-1]
+    batched = a.dim() == 3
+    nbatch = a.shape[0] if batched else 1
+    if out.numel() == 0:
+        return out
+    if k == 0:  # an empty sum: the epilogue of a zero accumulator
+        from kernels.gemm.reference import activate_torch
+
+        z = torch.zeros(out.shape, dtype=torch.float32, device=out.device)
+        return out.copy_(activate_torch(z + bias.float() if bias is not None else z, activation))
+
+    dtype = str(a.dtype).removeprefix("torch.")
+    if config is None:
+        cfg, _ = select_config(m, n, k, dtype, torch.cuda.get_device_name(a.device) if on_gpu else None)
+    elif config == "autotune":
+        from kernels.nvidia import autotune
+
+        cfg = autotune.best_config(a, b, bias, activation, out_dtype)
+    else:
+        cfg = GemmConfig.from_dict(config)
+
+    a_view, a_trans = _tma_storage(a)
+    b_view, b_trans = _tma_storage(b)
+    c_view = c if _aligned(c) else _pad_rows(c, copy=False)
+
+    lead = [1] if batched else []
+    a_block = lead + ([cfg.BLOCK_K, cfg.BLOCK_M] if a_trans else [cfg.BLOCK_M, cfg.BLOCK_K])
+    b_block = lead + ([cfg.BLOCK_N, cfg.BLOCK_K] if b_trans else [cfg.BLOCK_K, cfg.BLOCK_N])
+    c_block = lead + [cfg.BLOCK_M, cfg.BLOCK_N // 2 if cfg.EPILOGUE_SUBTILE else cfg.BLOCK_N]
+
+    num_tiles = triton.cdiv(m, cfg.BLOCK_M) * triton.cdiv(n, cfg.BLOCK_N) * nbatch
+    programs = _sm_count(a.device.index or 0) if on_gpu else INTERPRETED_PROGRAMS
+    num_sms = max(1, min(programs, num_tiles))
+    bias_arg = bias if bias is not None else c_view  # never read when HAS_BIAS is False
+
+    launcher(gemm_kernel, on_gpu=on_gpu)[(num_sms,)](
+        _descriptor(a_view, a_block), _descriptor(b_view, b_block), _descriptor(c_view, c_block), bias_arg,
+        m, n, k, nbatch,
+        A_TRANS=a_trans, B_TRANS=b_trans, BATCHED=batched,
+        HAS_BIAS=bias is not None, ACTIVATION=activation or "none",
+        BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, BLOCK_K=cfg.BLOCK_K, GROUP_M=cfg.GROUP_M,
+        NUM_SMS=num_sms, EPILOGUE_SUBTILE=cfg.EPILOGUE_SUBTILE, WARP_SPECIALIZE=cfg.WARP_SPECIALIZE,
+        num_stages=cfg.num_stages, num_warps=cfg.num_warps,
+    )
+    if c_view.data_ptr() != c.data_ptr():
+        c.copy_(c_view)
+    return out
+
+
+# --------------------------------------------------------------------------- static inspection
+
+_TRITON_DTYPE = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
+
+
+def compile_specs(dtype: str = "bfloat16", b_trans: bool = False) -> list:
+    """A ``kernels.isa.CompileSpec`` per shipped config, for the 2-D row-major case."""
+    from kernels.isa import CompileSpec
+
+    t = _TRITON_DTYPE[dtype]
+    specs = []
+    for cfg in shipped_configs(dtype):
+        c_cols = cfg.BLOCK_N // 2 if cfg.EPILOGUE_SUBTILE else cfg.BLOCK_N
+        b_block = [cfg.BLOCK_N, cfg.BLOCK_K] if b_trans else [cfg.BLOCK_K, cfg.BLOCK_N]
+        signature = {
+            "a_desc": f"tensordesc<{t}[{cfg.BLOCK_M},{cfg.BLOCK_K}]>",
+            "b_desc": f"tensordesc<{t}[{b_block[0]},{b_block[1]}]>",
+            "c_desc": f"tensordesc<{t}[{cfg.BLOCK_M},{c_cols}]>",
+            "bias_ptr": f"*{t}",
+            "M": "i32", "N": "i32", "K": "i32", "BATCH": "i32",
+        }
+        constexprs = {
+            "A_TRANS": False, "B_TRANS": b_trans, "BATCHED": False, "HAS_BIAS": True, "ACTIVATION": "gelu",
+            "BLOCK_M": cfg.BLOCK_M, "BLOCK_N": cfg.BLOCK_N, "BLOCK_K": cfg.BLOCK_K, "GROUP_M": cfg.GROUP_M,
+            "NUM_SMS": 132, "EPILOGUE_SUBTILE": cfg.EPILOGUE_SUBTILE, "WARP_SPECIALIZE": cfg.WARP_SPECIALIZE,
+        }
+        for key in constexprs:
+            signature[key] = "constexpr"
+        name = "gemm_{}x{}x{}_g{}_s{}_w{}{}{}".format(
+            cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K, cfg.GROUP_M, cfg.num_stages, cfg.num_warps,
+            "_sub" if cfg.EPILOGUE_SUBTILE else "", "_ws" if cfg.WARP_SPECIALIZE else "",
+        )
+        specs.append(CompileSpec(name, gemm_kernel, signature, constexprs,
+                                 {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}, cfg.as_dict()))
+    return specs
