@@ -97,6 +97,7 @@ def occupancy(machine: Machine, config: dict, size: int, static: StaticFacts | N
 
 
 def gemm_terms(shape: dict, config: dict, machine: Machine, dtype: str, static: StaticFacts | None) -> dict[str, float]:
+    shape = _work.normalize_shape("gemm", shape)
     m, n, k = int(shape["M"]), int(shape["N"]), int(shape["K"])
     batch = int(shape.get("batch") or 1)
     size = _work.dtype_bytes(dtype)
@@ -143,7 +144,7 @@ def generic_terms(op: str, shape: dict, config: dict, machine: Machine, dtype: s
 
 def terms(op: str, shape: dict, config: dict | None, machine: Machine, dtype: str | None = None,
           static: StaticFacts | None = None, extra: dict | None = None) -> dict[str, float]:
-    dtype = str(dtype or shape.get("dtype") or "bfloat16")
+    dtype = str(dtype or _work.record_dtype(shape, config or {}, extra or {}))
     if op == "gemm" and config and "BLOCK_M" in config:
         t = gemm_terms(shape, config, machine, dtype, static)
     else:
@@ -184,7 +185,8 @@ class Sample:
 
     @property
     def group(self) -> str:
-        return f"{self.device}|{self.op}|{_config_key(self.shape)}|{self.dtype}"
+        shape = {k: v for k, v in self.shape.items() if k != "dtype"}
+        return f"{self.device}|{self.op}|{_config_key(shape)}|{self.dtype}"
 
 
 def machines_for(records: list[Record]) -> dict[str, Machine]:
@@ -206,7 +208,7 @@ def samples(records: Iterable[Record], machines: dict[str, Machine] | None = Non
         machine = machines.get(key)
         if machine is None:
             continue
-        dtype = str(r.shape.get("dtype") or r.extra.get("dtype") or "bfloat16")
+        dtype = _work.record_dtype(r.shape, r.config, r.extra)
         target = spec.target if spec else ""
         static = statics.get((r.op, target, _config_key(r.config)))
         try:
@@ -215,7 +217,7 @@ def samples(records: Iterable[Record], machines: dict[str, Machine] | None = Non
             continue
         seconds = float(r.median if r.median is not None else r.value)
         if seconds > 0:
-            out.append(Sample(key, r.op, r.shape, r.config, dtype, seconds, t, r))
+            out.append(Sample(key, r.op, _work.normalize_shape(r.op, r.shape), r.config, dtype, seconds, t, r))
     return out
 
 

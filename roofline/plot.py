@@ -46,8 +46,9 @@ def placements(records: Iterable[Record], device_key: str) -> list[Placement]:
         w = work.count(r.op, r.shape, r.config, r.extra)
         if w is None or not w.bytes:
             continue
-        dims = "x".join(str(r.shape[a]) for a in ("M", "N", "K") if a in r.shape) or ",".join(
-            f"{k}={v}" for k, v in sorted(r.shape.items()) if k != "dtype")
+        shape = work.normalize_shape(r.op, r.shape)
+        dims = "x".join(str(shape[a]) for a in ("M", "N", "K") if a in shape) or ",".join(
+            f"{k}={v}" for k, v in sorted(shape.items()) if k != "dtype")
         out.append(Placement(f"{r.op} {r.name} {dims}", w.flops / seconds,
                              {lvl: w.flops / b for lvl, b in w.bytes.items() if b > 0}, r.name))
     return out

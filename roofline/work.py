@@ -35,7 +35,22 @@ def dtype_bytes(dtype: str | None) -> int:
     return DTYPE_BYTES.get(str(dtype or "bfloat16").removeprefix("torch."), 2)
 
 
+_GEMM_AXES = {"m": "M", "n": "N", "k": "K", "b": "batch"}
+
+
+def normalize_shape(op: str, shape: dict[str, Any]) -> dict[str, Any]:
+    """GEMM axes as ``M``, ``N``, ``K`` whatever case the record used."""
+    if op != "gemm":
+        return dict(shape)
+    return {_GEMM_AXES.get(k, k): v for k, v in shape.items()}
+
+
+def record_dtype(shape: dict, config: dict, extra: dict) -> str:
+    return str(shape.get("dtype") or config.get("dtype") or extra.get("dtype") or "bfloat16")
+
+
 def gemm(shape: dict[str, Any], config: dict[str, Any] | None = None, dtype: str | None = None) -> Work:
+    shape = normalize_shape("gemm", shape)
     m, n, k = int(shape["M"]), int(shape["N"]), int(shape["K"])
     batch = int(shape.get("batch") or 1)
     size = dtype_bytes(dtype or shape.get("dtype"))
@@ -73,13 +88,13 @@ COUNTERS = {"gemm": gemm, "attention": attention, "attention_fwd": attention, "a
 def count(op: str, shape: dict[str, Any], config: dict[str, Any] | None = None, extra: dict | None = None) -> Work | None:
     """Work of one launch; ``extra`` may carry counted ``flops``/``bytes`` for ops without a counter."""
     extra = extra or {}
+    counter = COUNTERS.get(op)
+    if counter is not None:
+        try:
+            return counter(shape, config, record_dtype(shape, config or {}, extra))
+        except (KeyError, TypeError, ValueError):
+            pass
     if "flops" in extra and "bytes" in extra:
         b = extra["bytes"]
         return Work(float(extra["flops"]), dict(b) if isinstance(b, dict) else {"hbm": float(b)})
-    counter = COUNTERS.get(op)
-    if counter is None:
-        return None
-    try:
-        return counter(shape, config, extra.get("dtype") or shape.get("dtype"))
-    except (KeyError, TypeError, ValueError):
-        return None
+    return None

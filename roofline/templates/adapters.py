@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from microbench.records import Record
 from roofline.templates import expressions
+from roofline.work import normalize_shape
 from roofline.templates.schema import Template, config_key
 
 # --- Triton -----------------------------------------------------------------------------------------
@@ -94,7 +95,8 @@ def kernel_tuner_cache(template: Template, shape: dict[str, Any], records: list[
     for r in records:
         if r.kind != "kernel" or r.op != template.op or r.metric != "time":
             continue
-        if any(int(r.shape.get(a, -1)) != int(shape[a]) for a in template.axes):
+        rshape = normalize_shape(r.op, r.shape)
+        if any(int(rshape.get(a, -1)) != int(shape[a]) for a in template.axes):
             continue
         if not set(names) <= set(r.config):
             continue

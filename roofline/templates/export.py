@@ -22,6 +22,7 @@ from typing import Any
 from microbench.records import Record, _git_commit
 from roofline import devices, model as _model
 from roofline.machine import Machine, from_ceilings
+from roofline.work import normalize_shape, record_dtype
 from roofline import ceilings as _ceilings
 from roofline.templates.schema import BestPoint, CostModel, Constraint, Measured, Parameter, Template, config_key
 
@@ -64,48 +65,62 @@ def _shape_from(d: dict[str, Any], axes: list[str]) -> dict[str, int] | None:
     return None
 
 
-def shipped_points(data: Any, names: list[str], axes: list[str]) -> list[tuple[dict | None, dict, str]]:
-    """(shape or None, config, device hint) for every config in a vendor's config file.
+def shipped_points(data: Any, names: list[str], axes: list[str], dtype: str) -> list[dict[str, Any]]:
+    """Every config in a vendor's config file: ``{shape, config, device, label, source}``.
 
     The vendor files are plain JSON written by the kernel authors; any dict that
-    holds the template's parameters is a config, and the shape is read from the
-    dict itself, its parent, or the key it sits under ("4096x4096x4096").
+    holds the template's tile parameters is a config. Its shape is read from the
+    dict itself, its parent, or the key it sits under ("4096x4096x4096"); the
+    device from an enclosing key that names one ("H200", "MI300X"). Entries for
+    another dtype and candidate lists (``candidates``) are not best points.
     """
-    found: list[tuple[dict | None, dict, str]] = []
+    found: list[dict[str, Any]] = []
 
-    def walk(node: Any, shape: dict | None, device: str) -> None:
+    def walk(node: Any, ctx: dict[str, Any]) -> None:
         if isinstance(node, dict):
-            here = _shape_from(node, axes) or shape
+            ctx = dict(ctx)
+            ctx["shape"] = _shape_from(node, axes) or ctx.get("shape")
+            for key in ("dtype", "source"):
+                if isinstance(node.get(key), str):
+                    ctx[key] = node[key]
             if "BLOCK_M" in node and "BLOCK_N" in node:
-                found.append((here, {k: node[k] for k in names if k in node}, device))
+                if ctx.get("dtype", dtype) == dtype:
+                    found.append({"shape": ctx.get("shape"), "config": {k: node[k] for k in names if k in node},
+                                  "device": ctx.get("device", ""), "label": ctx.get("label", ""),
+                                  "source": ctx.get("source", "")})
                 return
             for key, value in node.items():
+                if key in ("candidates", "about"):
+                    continue
+                sub = dict(ctx, label=str(key))
                 m = _SHAPE_KEY.match(str(key))
-                sub_shape = dict(zip(axes, map(int, m.groups()))) if m and len(axes) == 3 else here
-                sub_device = device
-                if devices.match(str(key)) is not None:
-                    sub_device = devices.match(str(key)).key
-                walk(value, sub_shape, sub_device)
+                if m and len(axes) == 3:
+                    sub["shape"] = dict(zip(axes, map(int, m.groups())))
+                spec = devices.match(str(key))
+                if spec is not None:
+                    sub["device"] = spec.key
+                walk(value, sub)
         elif isinstance(node, list):
             for item in node:
-                walk(item, shape, device)
+                walk(item, ctx)
 
-    walk(data, None, "")
+    walk(data, {})
     return found
 
 
-def _shipped(family: str, backend: str, names: list[str], axes: list[str]) -> tuple[list, str | None]:
+def _shipped(family: str, backend: str, names: list[str], axes: list[str], dtype: str) -> tuple[list, str | None]:
     path = REPO / "kernels" / backend / "configs" / f"{family}.json"
     if not path.exists():
         return [], None
-    return shipped_points(json.loads(path.read_text()), names, axes), str(path.relative_to(REPO))
+    return shipped_points(json.loads(path.read_text()), names, axes, dtype), str(path.relative_to(REPO))
 
 
 # --- building ---------------------------------------------------------------------------------------
 
 
-def _records_for(records: list[Record], op: str, backend: str) -> list[Record]:
-    return [r for r in records if r.kind == "kernel" and r.op == op and (r.backend == backend or r.name == backend)]
+def _records_for(records: list[Record], op: str, backend: str, dtype: str) -> list[Record]:
+    return [r for r in records if r.kind == "kernel" and r.op == op and (r.backend == backend or r.name == backend)
+            and r.metric == "time" and record_dtype(r.shape, r.config, r.extra) == dtype]
 
 
 def _measured(r: Record, flops: float | None) -> Measured:
@@ -116,7 +131,8 @@ def _measured(r: Record, flops: float | None) -> Measured:
 
 
 def _shape_of(r: Record, axes: list[str]) -> dict[str, int]:
-    return {a: int(r.shape[a]) for a in axes if a in r.shape}
+    shape = normalize_shape(r.op, r.shape)
+    return {a: int(shape[a]) for a in axes if a in shape}
 
 
 def _priors(parameters: list[Parameter], good: list[dict]) -> None:
@@ -160,13 +176,14 @@ def build(family: str, target: str, records: list[Record], perf: _model.PerfMode
     def predict(shape: dict, config: dict) -> float:
         return perf.predict(op, {**shape, "dtype": sp["dtype"]}, config, machine, sp["dtype"]).seconds
 
-    mine = [r for r in _records_for(records, op, backend) if devices.match(r.provenance.device) in (spec, None)
+    mine = [r for r in _records_for(records, op, backend, sp["dtype"]) if devices.match(r.provenance.device) in (spec, None)
             and set(names) <= set(r.config)]
     shapes = {config_key(_shape_of(r, axes)): _shape_of(r, axes) for r in mine}
-    shipped, shipped_from = _shipped(family, backend, names, axes)
-    for shape, _, _ in shipped:
-        if shape:
-            shapes.setdefault(config_key(shape), shape)
+    shipped, shipped_from = _shipped(family, backend, names, axes, sp["dtype"])
+    shipped = [p for p in shipped if p["device"] in ("", spec.key)]
+    for p in shipped:
+        if p["shape"]:
+            shapes.setdefault(config_key(p["shape"]), p["shape"])
     for w in template.workloads:
         shapes.setdefault(config_key(w), w)
     template.workloads = list(shapes.values())
@@ -179,15 +196,16 @@ def build(family: str, target: str, records: list[Record], perf: _model.PerfMode
             by_point[key] = r
     baselines = _baselines(records, op, axes, spec)
     good: list[dict] = []
-    for shape, config, device in shipped:
-        if device and device != spec.key:
-            continue
+    for p in shipped:
+        shape, config = p["shape"], p["config"]
         rec = by_point.get((config_key(shape), config_key(config))) if shape else None
         flops = _flops(shape)
+        detail = ", ".join(x for x in (p["label"] if not shape else "", p["source"]) if x)
         template.best_points.append(BestPoint(
-            shape=shape, config=config, source=f"shipped config {shipped_from}",
+            shape=shape, config=config, source=f"shipped config {shipped_from}" + (f" ({detail})" if detail else ""),
             measured=_measured(rec, flops) if rec else None,
-            predicted_s=predict(shape, config) if shape and template.is_valid(config) else None,
+            predicted_s=predict(shape, config) if shape and set(config) == set(names) and template.is_valid(config)
+            else None,
             baseline=baselines.get(config_key(shape)) if shape else None,
         ))
         good.append(config)
@@ -249,7 +267,7 @@ def write(template: Template, records: list[Record], out: str | Path) -> Path:
     folder = Path(out) / template.family / template.target
     folder.mkdir(parents=True, exist_ok=True)
     template.save(folder / "template.json")
-    mine = [r for r in _records_for(records, template.op, template.backend)
+    mine = [r for r in _records_for(records, template.op, template.backend, template.dtype)
             if devices.match(r.provenance.device) in (devices.get(template.device), None)]
     with open(folder / template.records_file, "w") as fh:
         for r in mine:
