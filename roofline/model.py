@@ -153,7 +153,8 @@ def terms(op: str, shape: dict, config: dict | None, machine: Machine, dtype: st
 
 
 def _config_key(config: dict) -> str:
-    return json.dumps(config, sort_keys=True, default=str)
+    # the dtype is a property of the problem, not of the kernel config
+    return json.dumps({k: v for k, v in config.items() if k != "dtype"}, sort_keys=True, default=str)
 
 
 def static_index(records: Iterable[Record]) -> dict[tuple[str, str, str], StaticFacts]:
