@@ -256,21 +256,31 @@ class PerfModel:
         return cls(d.get("coefficients", {}), d.get("fitted_on", {}))
 
 
-def fit(data: list[Sample], min_samples: int = 12) -> PerfModel:
-    """Non-negative least squares on relative error, one coefficient set per (device, op)."""
+def fit(data: list[Sample], min_samples: int = 12, prior_weight: float = 0.05) -> PerfModel:
+    """Non-negative least squares on relative error, one coefficient set per (device, op).
+
+    The terms overlap (on most shapes the roof *is* one of the level terms), so
+    a weak ridge pulls the coefficients toward the analytic ones; it settles
+    ties the data cannot, and lets a model fit on memory-bound shapes still
+    rank compute-bound ones by their roofline.
+    """
     from scipy.optimize import nnls
 
     by_key: dict[str, list[Sample]] = defaultdict(list)
     for s in data:
         by_key[f"{s.device}|{s.op}"].append(s)
     model = PerfModel()
+    prior = np.array([ANALYTIC.get(name, 0.0) for name in TERMS])
     for key, rows in by_key.items():
         if len(rows) < min_samples:
             continue
         a = np.array([[s.terms[name] / s.seconds for name in TERMS] for s in rows])
         scale = a.max(axis=0)
         scale[scale == 0] = 1.0
-        coef, _ = nnls(a / scale, np.ones(len(rows)))
+        lam = prior_weight * math.sqrt(len(rows))
+        system = np.vstack([a / scale, lam * np.eye(len(TERMS))])
+        target = np.concatenate([np.ones(len(rows)), lam * prior * scale])
+        coef, _ = nnls(system, target)
         model.coefficients[key] = {name: float(c / sc) for name, c, sc in zip(TERMS, coef, scale)}
         model.fitted_on[key] = len(rows)
     return model
