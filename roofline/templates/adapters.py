@@ -7,6 +7,7 @@ template, ready for ``kernels.<op>(..., config=...)``.
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -136,10 +137,13 @@ def kernel_tuner_search(template: Template, shape: dict[str, Any], cache: str | 
     import kernel_tuner
 
     space = kernel_tuner_space(template, shape)
-    results, _ = kernel_tuner.tune_cache(
-        str(cache), restrictions=space.restrictions, strategy=strategy,
-        strategy_options={"max_fevals": max_fevals}, seed=seed, quiet=True, verbose=False,
-    )
+    with warnings.catch_warnings():
+        # the GEMM's parameters are tile sizes, not thread-block dimensions; Kernel Tuner warns about that
+        warnings.filterwarnings("ignore", message="None of the tunable parameters specify thread block dimensions")
+        results, _ = kernel_tuner.tune_cache(
+            str(cache), restrictions=space.restrictions, strategy=strategy,
+            strategy_options={"max_fevals": max_fevals}, seed=seed, quiet=True, verbose=False,
+        )
     timed = [r for r in results if r and "__error__" not in r and isinstance(r.get("time"), (int, float))]
     best = min(timed, key=lambda r: r["time"])
     return {k: best[k] for k in template.names}, float(best["time"])
@@ -155,21 +159,34 @@ def optuna_space(template: Template) -> dict[str, Any]:
     return {p.name: CategoricalDistribution(list(p.values)) for p in template.parameters}
 
 
+def warm_start_points(template: Template, shape: dict[str, Any], top_k: int = 5) -> list[dict[str, Any]]:
+    """Where a search should start on ``shape``: the best points for it, then the model's top predictions."""
+    out: list[dict[str, Any]] = []
+    for b in template.best_points:
+        if b.shape in (None, shape) and template.is_valid(b.config, shape):
+            out.append(dict(b.config))
+    for entry in template.cost_model.predictions:
+        if entry["shape"] == shape:
+            out.extend(dict(p["config"]) for p in entry["top"][:top_k])
+    unique = {config_key(c): c for c in out}
+    return list(unique.values())
+
+
 def optuna_search(template: Template, shape: dict[str, Any], objective: Callable[[dict], float], n_trials: int = 40,
                   seed: int = 0, warm_start: bool = True):
     """Minimise ``objective(config)`` over the valid points; invalid suggestions are pruned.
 
-    The template's best points for this shape (and its default) are tried first.
-    Returns the finished ``optuna.Study``.
+    With ``warm_start``, the template's best points for this shape and the
+    model's top predictions are tried first. Returns the finished ``optuna.Study``.
     """
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(direction="minimize", sampler=optuna.samplers.TPESampler(seed=seed))
+    sampler = optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=15)
+    study = optuna.create_study(direction="minimize", sampler=sampler)
     if warm_start:
-        for b in template.best_points:
-            if (b.shape in (None, shape)) and template.is_valid(b.config, shape):
-                study.enqueue_trial(dict(b.config))
+        for config in warm_start_points(template, shape):
+            study.enqueue_trial(config)
     space = optuna_space(template)
 
     def run(trial):
