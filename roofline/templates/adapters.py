@@ -131,8 +131,8 @@ def kernel_tuner_cache(template: Template, shape: dict[str, Any], records: list[
     return path
 
 
-def kernel_tuner_search(template: Template, shape: dict[str, Any], cache: str | Path, strategy: str = "random_sample",
-                        max_fevals: int = 40, seed: int = 0) -> tuple[dict[str, Any], float]:
+def kernel_tuner_search(template: Template, shape: dict[str, Any], cache: str | Path, strategy: str = "diff_evo",
+                        max_fevals: int = 100, seed: int = 0) -> tuple[dict[str, Any], float]:
     """Replay a search with Kernel Tuner's simulation mode; returns the best point and its time (ms)."""
     import kernel_tuner
 
