@@ -55,7 +55,7 @@ def placements(records: Iterable[Record], device_key: str) -> list[Placement]:
 
 
 def plot(dc: DeviceCeilings, points: list[Placement], out_stem: str | Path, dtype: str = "bfloat16",
-         title: str | None = None, max_labels: int = 12) -> list[Path]:
+         title: str | None = None, max_labels: int = 6) -> list[Path]:
     """Write ``<out_stem>.png`` and ``<out_stem>.svg``; returns both paths."""
     import matplotlib
 
@@ -97,7 +97,8 @@ def plot(dc: DeviceCeilings, points: list[Placement], out_stem: str | Path, dtyp
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
-    ymax = max([peak.value if peak else 1.0, *(p.flops_per_s for p in points)]) * 2
+    top = peak.value if peak else max((c.value * hi for c in dc.bandwidth.values()), default=1.0)
+    ymax = max([top, *(p.flops_per_s for p in points)]) * 2
     ymin = min([ymax / 1e5, *(p.flops_per_s / 2 for p in points)])
     ax.set_ylim(ymin, ymax)
     ax.set_xlabel("arithmetic intensity (FLOP/byte at each level)")
