@@ -23,6 +23,7 @@ OPS: dict[str, dict[str, str]] = {
         "reference": "kernels.gemm.reference",
         "nvidia": "kernels.nvidia.gemm",
         "amd": "kernels.amd.gemm",
+        "tpu": "kernels.tpu.gemm",
     },
 }
 

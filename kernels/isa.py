@@ -163,3 +163,39 @@ def profile(spec: CompileSpec, target: str) -> StaticProfile:
         },
         config=dict(spec.config),
     )
+
+
+# --------------------------------------------------------------------------- per-op inspection
+
+# (op, target) -> "module:function". Triton targets name a ``compile_specs(dtype)``
+# function whose specs are compiled and profiled here; the other targets name a
+# function that does its own lowering and returns one dict per shipped config.
+INSPECTORS: dict[tuple[str, str], str] = {
+    ("gemm", "sm_90a"): "kernels.nvidia.gemm:compile_specs",
+    ("gemm", "gfx942"): "kernels.amd.gemm:compile_specs",
+    ("gemm", "tpu-v5e"): "kernels.tpu.gemm:inspect_tpu",
+    ("gemm", "tpu-v5p"): "kernels.tpu.gemm:inspect_tpu",
+    ("gemm", "tpu-v6e"): "kernels.tpu.gemm:inspect_tpu",
+}
+
+
+def inspect_targets(op: str) -> list[str]:
+    return [t for (o, t) in INSPECTORS if o == op]
+
+
+def inspect_op(op: str, target: str, dtype: str = "bfloat16", config: dict | None = None) -> list[dict[str, Any]]:
+    """Static facts of every shipped config of ``op`` for ``target`` (or of one ``config``)."""
+    import importlib
+
+    if (op, target) not in INSPECTORS:
+        raise ValueError(f"target: expected one of {inspect_targets(op)} for {op}, got {target!r}")
+    module_name, func_name = INSPECTORS[(op, target)].split(":")
+    func = getattr(importlib.import_module(module_name), func_name)
+    if target not in TARGETS:
+        return func(target, dtype=dtype, config=config) if config else func(target, dtype=dtype)
+    specs = func(dtype=dtype)
+    if config is not None:
+        specs = [s for s in specs if all(s.config.get(k) == v for k, v in config.items())]
+        if not specs:
+            raise ValueError(f"config: {config} is not among the shipped {op} configs for {target}")
+    return [profile(spec, target).as_dict() for spec in specs]

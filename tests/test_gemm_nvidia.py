@@ -105,3 +105,79 @@ def test_sm90a_static_facts():
         assert p.spill_bytes == 0 and p.extra["ldl_stl"] == 0, f"{spec.name}: spills {p.spill_bytes} B"
         assert 0 < p.shared_bytes <= SMEM_LIMIT_SM90, f"{spec.name}: shared memory {p.shared_bytes}"
         assert p.registers <= 255
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(kernels.backends.gpu_vendor() != "nvidia", reason="needs an NVIDIA GPU; the CPU tests above run the same kernel interpreted")
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_on_gpu_every_layout_and_epilogue(dtype):
+    """The compiled kernel on the device: odd sizes, all layouts, batched, each epilogue, default configs."""
+    gen = torch.Generator().manual_seed(21)
+    cuda = lambda t: t.cuda()  # noqa: E731
+    for (m, n, k) in ((1031, 777, 515), (64, 4096, 1024), (2048, 2048, 2048)):
+        for ta, tb in ((False, False), (False, True), (True, False), (True, True)):
+            a = cuda(operand((m, k), dtype, ta, gen))
+            b = cuda(operand((k, n), dtype, tb, gen))
+            check(a, b, config=None)
+    a = cuda(torch.randn(4, 333, 257, dtype=dtype, generator=gen))
+    check(a, cuda(torch.randn(4, 257, 190, dtype=dtype, generator=gen)), config=None)
+    check(a, cuda(torch.randn(257, 190, dtype=dtype, generator=gen)), config=None)
+    bias = cuda(torch.randn(190, dtype=dtype, generator=gen))
+    for act in ("relu", "gelu", "silu"):
+        check(a, cuda(torch.randn(257, 190, dtype=dtype, generator=gen)), bias=bias, activation=act, config=None)
+        check(a, cuda(operand((4, 257, 190), dtype, True, gen)), bias=bias, activation=act, out_dtype=torch.float32, config=None)
+    poisoned = torch.full((1031, 777), float("nan"), device="cuda", dtype=dtype)
+    out = kernels.gemm(cuda(operand((1031, 515), dtype, False, gen)), cuda(operand((515, 777), dtype, False, gen)), backend="nvidia")
+    poisoned.copy_(out)
+    assert not torch.isnan(poisoned).any(), "an output element was never written"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(kernels.backends.gpu_vendor() != "nvidia", reason="needs an NVIDIA GPU")
+def test_on_gpu_backward():
+    gen = torch.Generator().manual_seed(22)
+    a = torch.randn(3, 300, 200, dtype=torch.bfloat16, generator=gen).cuda().requires_grad_()
+    w = torch.randn(250, 200, dtype=torch.bfloat16, generator=gen).cuda().requires_grad_()  # nn.Linear layout
+    bias = torch.randn(250, dtype=torch.bfloat16, generator=gen).cuda().requires_grad_()
+    grad = torch.randn(3, 300, 250, dtype=torch.bfloat16, generator=gen).cuda()
+    out = kernels.gemm(a, w.mT, bias=bias, activation="gelu", backend="nvidia")
+    got = torch.autograd.grad(out, (a, w, bias), grad)
+    a64, w64, b64 = (t.detach().double().requires_grad_() for t in (a, w, bias))
+    ref = reference_gemm(a64, w64.mT, b64, "gelu", torch.float64, compute_dtype=torch.float64)
+    want = torch.autograd.grad(ref, (a64, w64, b64), grad.double())
+    # The framework's own computation at the same precision: PyTorch's bf16 linear + gelu and its autograd.
+    a_, w_, b_ = (t.detach().requires_grad_() for t in (a, w, bias))
+    low = torch.nn.functional.gelu(torch.nn.functional.linear(a_, w_, b_))
+    base = torch.autograd.grad(low, (a_, w_, b_), grad)
+    for name, g, w_, b_ in zip(("grad a", "grad w", "grad bias"), got, want, base):
+        assert_close_by_ratio(g, b_.to(g.dtype), w_, ratio=2.0, atol=5e-2, name=name)
+
+
+@pytest.mark.parametrize("split_k", [2, 3])
+def test_split_k(split_k):
+    """Skinny-M split-K: partial planes in fp32, then a reduction launch that applies the epilogue."""
+    gen = torch.Generator().manual_seed(30 + split_k)
+    a = torch.randn(13, 70, dtype=torch.bfloat16, generator=gen)
+    b = operand((70, 41), torch.bfloat16, True, gen)
+    bias = torch.randn(41, dtype=torch.bfloat16, generator=gen)
+    check(a, b, bias=bias, activation="silu", config=dict(SMALL, SPLIT_K=split_k))
+    check(a.float(), b.float(), config=dict(SMALL, SPLIT_K=split_k))
+
+
+def test_jax_arrays_through_the_interpreter():
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+    import numpy as np
+
+    rng = np.random.default_rng(40)
+    a = jnp.asarray(rng.standard_normal((21, 18)), dtype=jnp.bfloat16)
+    b = jnp.asarray(rng.standard_normal((18, 27)), dtype=jnp.bfloat16)
+    bias = jnp.asarray(rng.standard_normal((27,)), dtype=jnp.float32)
+    out = kernels.gemm(a, b, bias=bias, activation="relu", backend="nvidia", config=SMALL)
+    assert isinstance(out, jax.Array) and out.dtype == jnp.bfloat16
+    ref = np.maximum(np.asarray(a, np.float64) @ np.asarray(b, np.float64) + np.asarray(bias, np.float64), 0)
+    np.testing.assert_allclose(np.asarray(out, np.float64), ref, rtol=1e-2, atol=5e-2)
+    cot = jnp.asarray(rng.standard_normal((21, 27)), dtype=jnp.float32)
+    grad = jax.grad(lambda x: jnp.sum(kernels.gemm(x, b, backend="nvidia", config=SMALL).astype(jnp.float32) * cot))(a)
+    want = np.asarray(cot, np.float64) @ np.asarray(b, np.float64).T
+    np.testing.assert_allclose(np.asarray(grad, np.float64), want, rtol=2e-2, atol=5e-2)

@@ -27,11 +27,15 @@ def cache_path(device_name: str) -> Path:
     return root / f"gemm-autotune-{safe}.json"
 
 
-def candidates(dtype: str) -> list[GemmConfig]:
-    table = _config_table()["candidates"]
-    entries = table["float32"] if dtype == "float32" else table["16bit"]
+SKINNY_M = 256  # at or below this M the skinny candidates (split-K, narrow tiles) are timed too
+
+
+def candidates(dtype: str, m: int | None = None) -> list[GemmConfig]:
+    """The candidate configs for ``dtype`` (and, given ``m``, its shape class), without duplicates."""
+    table = _config_table()["candidates"]["float32" if dtype == "float32" else "16bit"]
+    entries = table["large"] + (table["skinny"] if m is None or m <= SKINNY_M else [])
     item = 4 if dtype == "float32" else 2
-    configs = [GemmConfig.from_dict(c) for c in entries]
+    configs = dict.fromkeys(GemmConfig.from_dict(c) for c in entries)
     return [c for c in configs if c.shared_memory_bytes(item, item) <= SMEM_LIMIT_SM90]
 
 
@@ -73,7 +77,7 @@ def best_config(a, b, bias, activation, out_dtype) -> GemmConfig:
         return GemmConfig.from_dict(cached["config"])
     dtype = str(a.dtype).removeprefix("torch.")
     timings = []
-    for cfg in candidates(dtype):
+    for cfg in candidates(dtype, a.shape[-2] if a.dim() == 2 else None):
         try:
             ms = triton.testing.do_bench(
                 lambda: gemm(a, b, bias, activation, out_dtype, cfg.as_dict()), warmup=10, rep=40, return_mode="median"

@@ -40,7 +40,8 @@ import triton.language as tl
 from kernels.triton_runtime import launcher
 
 CONFIG_FILE = Path(__file__).with_name("configs") / "gemm.json"
-CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_stages", "num_warps", "EPILOGUE_SUBTILE", "WARP_SPECIALIZE")
+CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_stages", "num_warps", "EPILOGUE_SUBTILE",
+               "WARP_SPECIALIZE", "SPLIT_K")
 
 
 @triton.jit
@@ -116,42 +117,54 @@ def store_c(c_desc, batch, offs_m, offs_n, c, BLOCK_M: tl.constexpr, BLOCK_N: tl
 @triton.jit
 def gemm_kernel(
     a_desc, b_desc, c_desc, bias_ptr,
-    M, N, K, BATCH,
+    M, N, K, BATCH, M_PADDED,
     A_TRANS: tl.constexpr, B_TRANS: tl.constexpr, BATCHED: tl.constexpr,
     HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr,
-    EPILOGUE_SUBTILE: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+    EPILOGUE_SUBTILE: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, SPLIT_K: tl.constexpr,
 ):
     start_pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     k_tiles = tl.cdiv(K, BLOCK_K)
+    k_tiles_per_split = tl.cdiv(k_tiles, SPLIT_K)
     tiles_per_batch = num_pid_m * num_pid_n
     num_tiles = tiles_per_batch * BATCH
+    # With SPLIT_K > 1 each work item is (K slice, tile); the slices' fp32 partial
+    # tiles go to a workspace of SPLIT_K stacked (M_PADDED, N) planes that
+    # splitk_reduce_kernel sums and finishes. M_PADDED is a multiple of BLOCK_M,
+    # so a tile never spills into the next plane.
+    num_items = num_tiles * SPLIT_K
     out_dtype = c_desc.dtype
 
     # The epilogue trails the main loop by one tile in the flattened schedule, so it
     # recomputes its own tile coordinates from a second counter.
     tile_id_c = start_pid - NUM_SMS
-    for tile_id in tl.range(start_pid, num_tiles, NUM_SMS, flatten=True, warp_specialize=WARP_SPECIALIZE):
+    for item in tl.range(start_pid, num_items, NUM_SMS, flatten=True, warp_specialize=WARP_SPECIALIZE):
+        tile_id = item % num_tiles
+        k_first = (item // num_tiles) * k_tiles_per_split
+        k_last = min(k_first + k_tiles_per_split, k_tiles)
         batch = tile_id // tiles_per_batch
         pid_m, pid_n = grouped_tile(tile_id % tiles_per_batch, num_pid_m, num_pid_n, GROUP_M)
         offs_am = pid_m * BLOCK_M
         offs_bn = pid_n * BLOCK_N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for ki in range(k_tiles):
+        for ki in range(k_first, k_last):
             offs_k = ki * BLOCK_K
             a = load_a(a_desc, batch, offs_am, offs_k, BLOCK_M, BLOCK_K, A_TRANS, BATCHED)
             b = load_b(b_desc, batch, offs_k, offs_bn, BLOCK_K, BLOCK_N, B_TRANS, BATCHED)
             acc = tl.dot(a, b, acc)
 
         tile_id_c += NUM_SMS
-        batch_c = tile_id_c // tiles_per_batch
+        split_c = tile_id_c // num_tiles
+        batch_c = (tile_id_c % num_tiles) // tiles_per_batch
         pid_m, pid_n = grouped_tile(tile_id_c % tiles_per_batch, num_pid_m, num_pid_n, GROUP_M)
         offs_cm = pid_m * BLOCK_M
         offs_cn = pid_n * BLOCK_N
-        if EPILOGUE_SUBTILE:
+        if SPLIT_K > 1:  # a partial sum: no epilogue yet
+            c_desc.store([split_c * M_PADDED + offs_cm, offs_cn], acc)
+        elif EPILOGUE_SUBTILE:
             halves = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
             acc0, acc1 = tl.split(halves)
             offs_n0 = offs_cn + tl.arange(0, BLOCK_N // 2)
@@ -163,6 +176,22 @@ def gemm_kernel(
             offs_n = offs_cn + tl.arange(0, BLOCK_N)
             c = epilogue(acc, bias_ptr, offs_n, N, HAS_BIAS, ACTIVATION).to(out_dtype)
             store_c(c_desc, batch_c, offs_cm, offs_cn, c, BLOCK_M, BLOCK_N, BATCHED)
+
+
+@triton.jit
+def splitk_reduce_kernel(ws_ptr, c_ptr, bias_ptr, M, N, M_PADDED, stride_ws, stride_cm,
+                         SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Sum the SPLIT_K partial planes, then bias, activation and cast."""
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for split in range(SPLIT_K):
+        rows = split * M_PADDED + offs_m
+        acc += tl.load(ws_ptr + rows[:, None] * stride_ws + offs_n[None, :], mask=mask, other=0.0)
+    acc = epilogue(acc, bias_ptr, offs_n, N, HAS_BIAS, ACTIVATION)
+    tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :], acc.to(c_ptr.dtype.element_ty), mask=mask)
 
 
 # --------------------------------------------------------------------------- configs
@@ -178,6 +207,7 @@ class GemmConfig:
     num_warps: int = 8
     EPILOGUE_SUBTILE: bool = False
     WARP_SPECIALIZE: bool = False
+    SPLIT_K: int = 1  # K slices for skinny M; >1 adds a reduction launch
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "GemmConfig":
@@ -195,7 +225,8 @@ class GemmConfig:
         """Pipeline buffers plus the epilogue's staging tile (what TMA stores read)."""
         stages = self.num_stages * (self.BLOCK_M + self.BLOCK_N) * self.BLOCK_K * elem_bytes
         epilogue_cols = self.BLOCK_N // 2 if self.EPILOGUE_SUBTILE else self.BLOCK_N
-        return stages + self.BLOCK_M * epilogue_cols * out_bytes
+        staged_bytes = 4 if self.SPLIT_K > 1 else out_bytes  # split-K stages fp32 partials
+        return stages + self.BLOCK_M * epilogue_cols * staged_bytes
 
 
 # Hopper: 228 KiB of shared memory per SM, 227 KiB usable by one block.
@@ -217,22 +248,30 @@ def device_key(name: str | None) -> str | None:
     return None
 
 
+H100_H200_SMS = 132
+
+
 def heuristic_config(m: int, n: int, k: int, dtype: str) -> GemmConfig:
     """A config for a shape nobody tuned, from the shape class.
 
     wgmma wants BLOCK_M a multiple of 64 per warpgroup and a wide BLOCK_N; a tile
-    that leaves most SMs idle is worse than a smaller one, so the tile shrinks
-    until the grid covers the 132 SMs about once.
+    grid that leaves most SMs idle is worse than a smaller tile. Skinny M (decode,
+    small batches) is bound by streaming B: narrow tiles and split-K give every SM
+    a share of B to stream.
     """
     if dtype == "float32":  # 4-byte operands: half the K depth for the same shared memory
-        return GemmConfig(128, 128, 32, 8, 3, 8)
-    if m <= 64:
-        return GemmConfig(64, 128, 128, 8, 4, 4)
-    tiles_big = triton.cdiv(m, 128) * triton.cdiv(n, 256)
-    if tiles_big >= 132:
+        return GemmConfig(128, 128, 32, 8, 3, 8) if m > 256 else GemmConfig(64, 64, 64, 8, 3, 4)
+    if m <= 256:
+        tiles = triton.cdiv(m, 64) * triton.cdiv(n, 64)
+        k_tiles = triton.cdiv(k, 128)
+        split = 1
+        while split < 8 and tiles * split * 2 <= 2 * H100_H200_SMS and k_tiles >= 4 * split * 2:
+            split *= 2
+        return GemmConfig(64, 64, 128, 8, 5, 4, SPLIT_K=split)
+    if triton.cdiv(m, 128) * triton.cdiv(n, 256) >= H100_H200_SMS:
         return GemmConfig(128, 256, 64, 8, 3, 8, EPILOGUE_SUBTILE=True)
-    if triton.cdiv(m, 128) * triton.cdiv(n, 128) >= 132:
-        return GemmConfig(128, 128, 64, 8, 4, 8)
+    if triton.cdiv(m, 128) * triton.cdiv(n, 128) >= H100_H200_SMS:
+        return GemmConfig(128, 128, 64, 8, 5, 8)
     return GemmConfig(64, 128, 64, 8, 4, 4)
 
 
@@ -253,7 +292,7 @@ def shipped_configs(dtype: str = "bfloat16") -> list[GemmConfig]:
         for entry in entries:
             if entry["dtype"] == dtype:
                 seen[GemmConfig.from_dict(entry["config"])] = None
-    for shape in ((16, 4096, 4096), (512, 512, 512), (1024, 2048, 1024), (4096, 4096, 4096)):
+    for shape in ((16, 4096, 4096), (128, 4096, 4096), (512, 512, 512), (1024, 2048, 1024), (2048, 2048, 2048), (4096, 4096, 4096)):
         seen[heuristic_config(*shape, dtype)] = None
     return list(seen)
 
@@ -344,31 +383,45 @@ def gemm(a: torch.Tensor, b: torch.Tensor, bias, activation, out_dtype, config=N
     else:
         cfg = GemmConfig.from_dict(config)
 
+    split_k = cfg.SPLIT_K if not batched else 1  # batched problems have parallelism to spare
     a_view, a_trans = _tma_storage(a)
     b_view, b_trans = _tma_storage(b)
-    c_view = c if _aligned(c) else _pad_rows(c, copy=False)
+    m_padded = triton.cdiv(m, cfg.BLOCK_M) * cfg.BLOCK_M
+    if split_k > 1:
+        # fp32 partial planes; N padded so each row starts on a 16-byte boundary.
+        target = _pad_rows(torch.empty((split_k * m_padded, n), dtype=torch.float32, device=a.device), copy=False)
+    else:
+        target = c if _aligned(c) else _pad_rows(c, copy=False)
 
     lead = [1] if batched else []
     a_block = lead + ([cfg.BLOCK_K, cfg.BLOCK_M] if a_trans else [cfg.BLOCK_M, cfg.BLOCK_K])
     b_block = lead + ([cfg.BLOCK_N, cfg.BLOCK_K] if b_trans else [cfg.BLOCK_K, cfg.BLOCK_N])
-    c_block = lead + [cfg.BLOCK_M, cfg.BLOCK_N // 2 if cfg.EPILOGUE_SUBTILE else cfg.BLOCK_N]
+    subtile = cfg.EPILOGUE_SUBTILE and split_k == 1
+    c_block = lead + [cfg.BLOCK_M, cfg.BLOCK_N // 2 if subtile else cfg.BLOCK_N]
 
-    num_tiles = triton.cdiv(m, cfg.BLOCK_M) * triton.cdiv(n, cfg.BLOCK_N) * nbatch
+    num_items = triton.cdiv(m, cfg.BLOCK_M) * triton.cdiv(n, cfg.BLOCK_N) * nbatch * split_k
     programs = _sm_count(a.device.index or 0) if on_gpu else INTERPRETED_PROGRAMS
-    num_sms = max(1, min(programs, num_tiles))
-    bias_arg = bias if bias is not None else c_view  # never read when HAS_BIAS is False
+    num_sms = max(1, min(programs, num_items))
+    bias_arg = bias if bias is not None else target  # never read when HAS_BIAS is False
 
     launcher(gemm_kernel, on_gpu=on_gpu)[(num_sms,)](
-        _descriptor(a_view, a_block), _descriptor(b_view, b_block), _descriptor(c_view, c_block), bias_arg,
-        m, n, k, nbatch,
+        _descriptor(a_view, a_block), _descriptor(b_view, b_block), _descriptor(target, c_block), bias_arg,
+        m, n, k, nbatch, m_padded,
         A_TRANS=a_trans, B_TRANS=b_trans, BATCHED=batched,
         HAS_BIAS=bias is not None, ACTIVATION=activation or "none",
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, BLOCK_K=cfg.BLOCK_K, GROUP_M=cfg.GROUP_M,
-        NUM_SMS=num_sms, EPILOGUE_SUBTILE=cfg.EPILOGUE_SUBTILE, WARP_SPECIALIZE=cfg.WARP_SPECIALIZE,
+        NUM_SMS=num_sms, EPILOGUE_SUBTILE=subtile, WARP_SPECIALIZE=cfg.WARP_SPECIALIZE, SPLIT_K=split_k,
         num_stages=cfg.num_stages, num_warps=cfg.num_warps,
     )
-    if c_view.data_ptr() != c.data_ptr():
-        c.copy_(c_view)
+    if split_k > 1:
+        grid = (triton.cdiv(m, 32), triton.cdiv(n, 128))
+        launcher(splitk_reduce_kernel, on_gpu=on_gpu)[grid](
+            target, c, bias_arg, m, n, m_padded, target.stride(0), c.stride(0),
+            SPLIT_K=split_k, HAS_BIAS=bias is not None, ACTIVATION=activation or "none",
+            BLOCK_M=32, BLOCK_N=128, num_warps=4,
+        )
+    elif target.data_ptr() != c.data_ptr():
+        c.copy_(target)
     return out
 
 
@@ -388,25 +441,45 @@ def compile_spec(config: dict[str, Any], dtype: str = "bfloat16", b_trans: bool 
 
     cfg = GemmConfig.from_dict(config)
     t = _TRITON_DTYPE[dtype]
-    c_cols = cfg.BLOCK_N // 2 if cfg.EPILOGUE_SUBTILE else cfg.BLOCK_N
+    c_cols = cfg.BLOCK_N // 2 if cfg.EPILOGUE_SUBTILE and cfg.SPLIT_K == 1 else cfg.BLOCK_N
+    c_type = "fp32" if cfg.SPLIT_K > 1 else t
     b_block = [cfg.BLOCK_N, cfg.BLOCK_K] if b_trans else [cfg.BLOCK_K, cfg.BLOCK_N]
     signature = {
         "a_desc": f"tensordesc<{t}[{cfg.BLOCK_M},{cfg.BLOCK_K}]>",
         "b_desc": f"tensordesc<{t}[{b_block[0]},{b_block[1]}]>",
-        "c_desc": f"tensordesc<{t}[{cfg.BLOCK_M},{c_cols}]>",
+        "c_desc": f"tensordesc<{c_type}[{cfg.BLOCK_M},{c_cols}]>",
         "bias_ptr": f"*{t}",
-        "M": "i32", "N": "i32", "K": "i32", "BATCH": "i32",
+        "M": "i32", "N": "i32", "K": "i32", "BATCH": "i32", "M_PADDED": "i32",
     }
     constexprs = {
         "A_TRANS": False, "B_TRANS": b_trans, "BATCHED": False, "HAS_BIAS": True, "ACTIVATION": "gelu",
         "BLOCK_M": cfg.BLOCK_M, "BLOCK_N": cfg.BLOCK_N, "BLOCK_K": cfg.BLOCK_K, "GROUP_M": cfg.GROUP_M,
-        "NUM_SMS": 132, "EPILOGUE_SUBTILE": cfg.EPILOGUE_SUBTILE, "WARP_SPECIALIZE": cfg.WARP_SPECIALIZE,
+        "NUM_SMS": 132, "EPILOGUE_SUBTILE": cfg.EPILOGUE_SUBTILE and cfg.SPLIT_K == 1,
+        "WARP_SPECIALIZE": cfg.WARP_SPECIALIZE, "SPLIT_K": cfg.SPLIT_K,
     }
     for key in constexprs:
         signature[key] = "constexpr"
-    name = "gemm_{}x{}x{}_g{}_s{}_w{}{}{}".format(
+    name = "gemm_{}x{}x{}_g{}_s{}_w{}{}{}{}".format(
         cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K, cfg.GROUP_M, cfg.num_stages, cfg.num_warps,
         "_sub" if cfg.EPILOGUE_SUBTILE else "", "_ws" if cfg.WARP_SPECIALIZE else "",
+        f"_splitk{cfg.SPLIT_K}" if cfg.SPLIT_K > 1 else "",
     )
     return CompileSpec(name, gemm_kernel, signature, constexprs,
                        {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}, cfg.as_dict())
+
+
+def gemm_jax(a, b, bias, activation, out_dtype, config=None):
+    """The same kernel on JAX arrays: interpreted through a host callback on a CPU."""
+    import jax
+
+    from kernels.arrays import torch_dtype
+    from kernels.jax_bridge import call_on_cpu
+
+    shape = (*a.shape[:-1], b.shape[-1])
+    result = jax.ShapeDtypeStruct(shape, out_dtype)
+    args = (a, b) if bias is None else (a, b, bias)
+
+    def run(x, y, z=None):
+        return gemm(x, y, z, activation, torch_dtype(str(out_dtype)), config)
+
+    return call_on_cpu(run, result, *args, backend="nvidia")
