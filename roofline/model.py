@@ -104,8 +104,10 @@ def gemm_terms(shape: dict, config: dict, machine: Machine, dtype: str, static: 
     bm, bn, bk = _cfg(config, "BLOCK_M", 128), _cfg(config, "BLOCK_N", 128), _cfg(config, "BLOCK_K", 64)
     stages = _cfg(config, "num_stages", 3)
     units = max(1, machine.units)
-    tiles = batch * math.ceil(m / bm) * math.ceil(n / bn)
-    k_iters = math.ceil(k / bk)
+    split = _cfg(config, "SPLIT_K", 1)
+    # split-K turns each output tile into SPLIT_K work items of ceil(k_tiles / SPLIT_K) K-steps
+    tiles = batch * math.ceil(m / bm) * math.ceil(n / bn) * split
+    k_iters = math.ceil(math.ceil(k / bk) / split)
     tiles_per_unit = math.ceil(tiles / units)  # the busiest SM: wave quantization
     occ = occupancy(machine, config, size, static)
     no_tensor_cores = static is not None and static.tensor_core_instructions == 0

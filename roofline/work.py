@@ -57,12 +57,15 @@ def gemm(shape: dict[str, Any], config: dict[str, Any] | None = None, dtype: str
     out = dtype_bytes(shape.get("out_dtype") or dtype or shape.get("dtype"))
     flops = 2.0 * batch * m * n * k
     levels = {"hbm": batch * (size * (m * k + k * n) + out * m * n)}
+    split = int((config or {}).get("SPLIT_K") or 1)
+    if split > 1:  # fp32 partial planes written by the slices and read back by the reduction
+        levels["hbm"] += batch * 2 * 4 * m * n * split
     if config and "BLOCK_M" in config and "BLOCK_N" in config:
         bm, bn = int(config["BLOCK_M"]), int(config["BLOCK_N"])
         tiles_m, tiles_n = math.ceil(m / bm), math.ceil(n / bn)
         k_pad = math.ceil(k / int(config.get("BLOCK_K", 1))) * int(config.get("BLOCK_K", 1))
         panels = size * (tiles_m * tiles_n) * (bm * k_pad + k_pad * bn)
-        levels["l2"] = batch * (panels + out * m * n)
+        levels["l2"] = batch * (panels + out * m * n + 2 * 4 * m * n * (split if split > 1 else 0))
         levels["smem"] = batch * 2 * panels
     return Work(flops, levels)
 

@@ -82,10 +82,14 @@ def test_shipped_configs_are_valid_best_points(bare):
 def test_constraints_reject_what_the_hardware_cannot_hold(bare):
     nvidia = bare["sm_90a"]
     big = {"BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 128, "GROUP_M": 8, "num_stages": 5, "num_warps": 8,
-           "EPILOGUE_SUBTILE": False, "WARP_SPECIALIZE": False}
+           "EPILOGUE_SUBTILE": False, "WARP_SPECIALIZE": False, "SPLIT_K": 1}
     why = nvidia.violations(big)
     assert any("shared-memory" in w for w in why) and any("accumulator-registers" in w for w in why)
     assert nvidia.violations({**big, "BLOCK_M": 96})[0].startswith("BLOCK_M=96 is outside")
+    # shape constraints decide only once the shape is known
+    split = {**big, "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_stages": 3, "SPLIT_K": 4}
+    assert nvidia.violations(split) == [] and nvidia.violations(split, {"M": 64, "N": 64, "K": 4096}) == []
+    assert any("split-k-depth" in w for w in nvidia.violations(split, {"M": 64, "N": 64, "K": 256}))
     amd = bare["gfx942"]
     ok = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_stages": 2, "num_warps": 4,
           "matrix_instr_nonkdim": 16, "waves_per_eu": 2, "kpack": 2}
@@ -131,7 +135,7 @@ def test_triton_configs_carry_launch_options_and_prune(exported):
     import triton
 
     bad = triton.Config({"BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 128, "GROUP_M": 8, "EPILOGUE_SUBTILE": False,
-                         "WARP_SPECIALIZE": False}, num_warps=8, num_stages=5)
+                         "WARP_SPECIALIZE": False, "SPLIT_K": 1}, num_warps=8, num_stages=5)
     kept = adapters.early_config_prune(template)([first, bad], {"M": 4096, "N": 4096, "K": 4096})
     assert kept == [first]
 
@@ -142,12 +146,14 @@ def test_imported_config_is_validated_and_runs_in_the_kernel(exported):
     with pytest.raises(InputError, match="config") as err:
         adapters.validate_config(template, {"BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 128, "GROUP_M": 8,
                                             "num_stages": 5, "num_warps": 8, "EPILOGUE_SUBTILE": False,
-                                            "WARP_SPECIALIZE": False})
+                                            "WARP_SPECIALIZE": False, "SPLIT_K": 1})
     assert "shared-memory" in str(err.value)
     # an optimizer's pick (floats from JSON) becomes the kernel's config and runs (Triton interpreter on the CPU)
     chosen = {"BLOCK_M": 64.0, "BLOCK_N": 64.0, "BLOCK_K": 32.0, "GROUP_M": 4.0, "num_stages": 2.0, "num_warps": 4.0,
-              "EPILOGUE_SUBTILE": False, "WARP_SPECIALIZE": False}
+              "EPILOGUE_SUBTILE": False, "WARP_SPECIALIZE": False, "SPLIT_K": 1.0}
     config = adapters.validate_config(template, chosen, {"M": 70, "N": 50, "K": 40})
+    assert config["SPLIT_K"] == 1 and isinstance(config["BLOCK_M"], int)
+    assert set(adapters.validate_config(template, {k: v for k, v in chosen.items() if k != "GROUP_M"})) == set(config)
     from kernels.gemm import gemm
 
     a = torch.randn(70, 40, dtype=torch.bfloat16)

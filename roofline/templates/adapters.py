@@ -205,11 +205,13 @@ def optuna_search(template: Template, shape: dict[str, Any], objective: Callable
 def validate_config(template: Template, config: dict[str, Any], shape: dict[str, Any] | None = None) -> dict[str, Any]:
     """A config from outside (any optimizer), checked against the template; returns the kernel config.
 
+    Parameters the config leaves out take the template's default (its most likely value).
+
     Raises ``kernels.errors.InputError`` naming ``config`` and every violated rule.
     """
     from kernels.errors import InputError
 
-    point = {}
+    point = {p.name: p.default for p in template.parameters if p.name not in config and p.default is not None}
     for k, v in config.items():
         if isinstance(v, float) and v.is_integer():
             v = int(v)  # JSON round trips and some optimizers give floats
