@@ -36,6 +36,9 @@ class CompileSpec:
     constexprs: dict[str, Any]
     options: dict[str, Any]  # num_warps, num_stages (+ waves_per_eu, matrix_instr_nonkdim, kpack on AMD)
     config: dict[str, Any] = field(default_factory=dict)  # the user-facing config it came from
+    # Argument names known to be multiples of 16 (pointers: 16-byte aligned), as a real
+    # launch specializes them; without this the compiler cannot vectorize pointer loads.
+    divisible_by_16: tuple[str, ...] = ()
 
 
 @dataclass
@@ -69,7 +72,9 @@ def compile_for(spec: CompileSpec, target: str):
     if backend == "cuda":  # options that only the AMD backend knows
         for key in ("waves_per_eu", "matrix_instr_nonkdim", "kpack"):
             options.pop(key, None)
-    src = ASTSource(fn=spec.fn, signature=spec.signature, constexprs=spec.constexprs)
+    names = list(spec.fn.arg_names)
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in spec.divisible_by_16}
+    src = ASTSource(fn=spec.fn, signature=spec.signature, constexprs=spec.constexprs, attrs=attrs)
     return triton.compile(src, target=GPUTarget(backend, arch, warp), options=options)
 
 
@@ -176,6 +181,8 @@ INSPECTORS: dict[tuple[str, str], str] = {
     ("gemm", "tpu-v5e"): "kernels.tpu.gemm:inspect_tpu",
     ("gemm", "tpu-v5p"): "kernels.tpu.gemm:inspect_tpu",
     ("gemm", "tpu-v6e"): "kernels.tpu.gemm:inspect_tpu",
+    ("gemm", "trn1"): "kernels.trainium.inspection:inspect_trainium",
+    ("gemm", "trn2"): "kernels.trainium.inspection:inspect_trainium",
 }
 
 

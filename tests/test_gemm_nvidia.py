@@ -181,3 +181,90 @@ def test_jax_arrays_through_the_interpreter():
     grad = jax.grad(lambda x: jnp.sum(kernels.gemm(x, b, backend="nvidia", config=SMALL).astype(jnp.float32) * cot))(a)
     want = np.asarray(cot, np.float64) @ np.asarray(b, np.float64).T
     np.testing.assert_allclose(np.asarray(grad, np.float64), want, rtol=2e-2, atol=5e-2)
+
+
+@pytest.mark.parametrize("split_k", [1, 2])
+def test_pointer_path_used_by_jax_on_gpu(split_k):
+    """gemm_kernel_jax (jax-triton's argument order, USE_TMA=False), interpreted on torch tensors."""
+    import triton
+
+    from kernels.nvidia.gemm import gemm_kernel_jax, splitk_reduce_kernel_jax
+    from kernels.triton_runtime import interpreted
+
+    gen = torch.Generator().manual_seed(50 + split_k)
+    m, n, k = 37, 45, 70
+    a = torch.randn(m, k, dtype=torch.bfloat16, generator=gen)
+    b = torch.randn(k, n, dtype=torch.bfloat16, generator=gen)
+    bias = torch.randn(n, dtype=torch.float32, generator=gen)
+    bm, bn, bk = 32, 32, 16
+    m_padded = triton.cdiv(m, bm) * bm
+    c = torch.full((split_k * m_padded, n) if split_k > 1 else (m, n), float("nan"),
+                   dtype=torch.float32 if split_k > 1 else torch.bfloat16)
+    meta = dict(BATCHED=False, HAS_BIAS=split_k == 1, ACTIVATION="gelu" if split_k == 1 else "none",
+                BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=2, NUM_SMS=3, EPILOGUE_SUBTILE=False,
+                WARP_SPECIALIZE=False, SPLIT_K=split_k)
+    interpreted(gemm_kernel_jax)[(3,)](a, b, bias, m, n, k, 1, m_padded, m * k, k, 1, k * n, n, 1, m * n, n, c, **meta)
+    out = c
+    if split_k > 1:
+        out = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
+        interpreted(splitk_reduce_kernel_jax)[(triton.cdiv(m, 32), triton.cdiv(n, 32))](
+            c, bias, m, n, m_padded, n, n, out, SPLIT_K=split_k, HAS_BIAS=True, ACTIVATION="gelu", BLOCK_M=32, BLOCK_N=32)
+    ref = reference_gemm(a, b, bias, "gelu", torch.float64, compute_dtype=torch.float64)
+    framework = reference_gemm(a, b, bias, "gelu", torch.bfloat16)
+    assert_close_by_ratio(out, framework, ref, atol=1e-2)
+
+
+def test_pointer_path_compiles_with_hgmma():
+    import dataclasses
+
+    from kernels.isa import profile
+    from kernels.nvidia.gemm import compile_specs
+
+    spec = compile_specs("bfloat16")[0]
+    # As jax-triton launches it: pointers 16-byte aligned, unit strides specialized, the rest multiples of 16.
+    sig = dict(spec.signature, a="*bf16", b="*bf16", c="*bf16", stride_ak="constexpr", stride_bn="constexpr")
+    constexprs = dict(spec.constexprs, USE_TMA=False, stride_ak=1, stride_bn=1)
+    aligned = ("a", "b", "c", "bias_ptr", "M", "N", "K", "M_PADDED", "stride_ab", "stride_am", "stride_bb", "stride_bk",
+               "stride_cb", "stride_cm")
+    p = profile(dataclasses.replace(spec, signature=sig, constexprs=constexprs, divisible_by_16=aligned), "sm_90a")
+    assert p.instruction_mix.get("HGMMA", 0) > 0 and p.spill_bytes == 0
+    assert p.instruction_mix.get("LDGSTS", 0) > 0, "pointer loads are not pipelined through cp.async"
+
+
+def _jax_gpu() -> str | None:
+    """Why the JAX-on-GPU test cannot run here, or None when it can."""
+    try:
+        import jax
+        import jax_triton  # noqa: F401
+    except ImportError as exc:
+        return f"needs jax and jax-triton ({exc})"
+    return None if jax.default_backend() == "gpu" else "needs JAX on a GPU"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_jax_gpu() is not None, reason=_jax_gpu() or "")
+def test_jax_on_gpu_through_jax_triton():
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    rng = np.random.default_rng(60)
+    for (m, n, k), batch in (((1024, 768, 512), None), ((16, 4096, 4096), None), ((256, 384, 512), 3)):
+        shape_a = (m, k) if batch is None else (batch, m, k)
+        a = jnp.asarray(rng.standard_normal(shape_a), dtype=jnp.bfloat16)
+        b = jnp.asarray(rng.standard_normal((k, n)), dtype=jnp.bfloat16)
+        bias = jnp.asarray(rng.standard_normal((n,)), dtype=jnp.bfloat16)
+        cot = jnp.asarray(rng.standard_normal((*shape_a[:-1], n)), dtype=jnp.float32)
+        f = jax.jit(lambda a, b, bias: kernels.gemm(a, b, bias=bias, activation="gelu", backend="nvidia"))
+        out = np.asarray(f(a, b, bias), np.float64)
+        z = np.asarray(a, np.float64) @ np.asarray(b, np.float64) + np.asarray(bias, np.float64)
+        ref = np.asarray(jax.nn.gelu(jnp.asarray(z), approximate=False), np.float64)
+        low = np.asarray(jax.nn.gelu((a @ b + bias).astype(jnp.float32), approximate=False).astype(jnp.bfloat16), np.float64)
+        assert np.abs(out - ref).max() <= 2 * np.abs(low - ref).max() + 1e-2
+        grads = jax.grad(lambda a, b, bias: jnp.sum(kernels.gemm(a, b, bias=bias, activation="gelu", backend="nvidia")
+                                                     .astype(jnp.float32) * cot), argnums=(0, 1, 2))(a, b, bias)
+        want = jax.grad(lambda a, b, bias: jnp.sum(jax.nn.gelu((a.astype(jnp.float32) @ b.astype(jnp.float32) + bias),
+                                                               approximate=False) * cot), argnums=(0, 1, 2))(a, b, bias)
+        for g, w in zip(grads, want):
+            g, w = np.asarray(g, np.float64), np.asarray(w, np.float64)
+            assert np.isfinite(g).all() and np.abs(g - w).max() <= 3e-2 * np.abs(w).max() + 1e-2

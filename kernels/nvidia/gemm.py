@@ -72,57 +72,85 @@ def epilogue(acc, bias_ptr, offs_n, N, HAS_BIAS: tl.constexpr, ACTIVATION: tl.co
 
 
 @triton.jit
-def load_a(a_desc, batch, offs_m, offs_k, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
-           A_TRANS: tl.constexpr, BATCHED: tl.constexpr):
-    """A tile (BLOCK_M, BLOCK_K); a transposed A is stored (K, M) and loaded as such."""
-    if A_TRANS:
-        if BATCHED:
-            a = a_desc.load([batch, offs_k, offs_m]).reshape(BLOCK_K, BLOCK_M)
+def load_a(a, batch, offs_m, offs_k, M, K, stride_ab, stride_am, stride_ak,
+           BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+           A_TRANS: tl.constexpr, BATCHED: tl.constexpr, USE_TMA: tl.constexpr):
+    """A tile (BLOCK_M, BLOCK_K).
+
+    With TMA, ``a`` is a tensor descriptor; a transposed A is stored (K, M) and
+    loaded as such. Without (the JAX path, see ``gemm_jax``), ``a`` is a pointer
+    and the strides place the tile; masks zero the out-of-bounds part.
+    """
+    if USE_TMA:
+        if A_TRANS:
+            if BATCHED:
+                t = a.load([batch, offs_k, offs_m]).reshape(BLOCK_K, BLOCK_M)
+            else:
+                t = a.load([offs_k, offs_m])
+            return t.T
         else:
-            a = a_desc.load([offs_k, offs_m])
-        return a.T
+            if BATCHED:
+                return a.load([batch, offs_m, offs_k]).reshape(BLOCK_M, BLOCK_K)
+            else:
+                return a.load([offs_m, offs_k])
     else:
-        if BATCHED:
-            return a_desc.load([batch, offs_m, offs_k]).reshape(BLOCK_M, BLOCK_K)
-        else:
-            return a_desc.load([offs_m, offs_k])
+        rm = offs_m + tl.arange(0, BLOCK_M)
+        rk = offs_k + tl.arange(0, BLOCK_K)
+        ptrs = a + batch * stride_ab + rm[:, None] * stride_am + rk[None, :] * stride_ak
+        return tl.load(ptrs, mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
 
 
 @triton.jit
-def load_b(b_desc, batch, offs_k, offs_n, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr,
-           B_TRANS: tl.constexpr, BATCHED: tl.constexpr):
+def load_b(b, batch, offs_k, offs_n, K, N, stride_bb, stride_bk, stride_bn,
+           BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr,
+           B_TRANS: tl.constexpr, BATCHED: tl.constexpr, USE_TMA: tl.constexpr):
     """B tile (BLOCK_K, BLOCK_N); a transposed B (an nn.Linear weight) is stored (N, K)."""
-    if B_TRANS:
-        if BATCHED:
-            b = b_desc.load([batch, offs_n, offs_k]).reshape(BLOCK_N, BLOCK_K)
+    if USE_TMA:
+        if B_TRANS:
+            if BATCHED:
+                t = b.load([batch, offs_n, offs_k]).reshape(BLOCK_N, BLOCK_K)
+            else:
+                t = b.load([offs_n, offs_k])
+            return t.T
         else:
-            b = b_desc.load([offs_n, offs_k])
-        return b.T
+            if BATCHED:
+                return b.load([batch, offs_k, offs_n]).reshape(BLOCK_K, BLOCK_N)
+            else:
+                return b.load([offs_k, offs_n])
     else:
-        if BATCHED:
-            return b_desc.load([batch, offs_k, offs_n]).reshape(BLOCK_K, BLOCK_N)
-        else:
-            return b_desc.load([offs_k, offs_n])
+        rk = offs_k + tl.arange(0, BLOCK_K)
+        rn = offs_n + tl.arange(0, BLOCK_N)
+        ptrs = b + batch * stride_bb + rk[:, None] * stride_bk + rn[None, :] * stride_bn
+        return tl.load(ptrs, mask=(rk[:, None] < K) & (rn[None, :] < N), other=0.0)
 
 
 @triton.jit
-def store_c(c_desc, batch, offs_m, offs_n, c, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-            BATCHED: tl.constexpr):
-    if BATCHED:
-        c_desc.store([batch, offs_m, offs_n], c.reshape(1, BLOCK_M, BLOCK_N))
+def store_c(c, batch, offs_m, offs_n, tile, rows, N, stride_cb, stride_cm,
+            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BATCHED: tl.constexpr, USE_TMA: tl.constexpr):
+    """Store a (BLOCK_M, BLOCK_N) tile at (offs_m, offs_n); ``rows`` bounds the rows written."""
+    if USE_TMA:
+        if BATCHED:
+            c.store([batch, offs_m, offs_n], tile.reshape(1, BLOCK_M, BLOCK_N))
+        else:
+            c.store([offs_m, offs_n], tile)
     else:
-        c_desc.store([offs_m, offs_n], c)
+        rm = offs_m + tl.arange(0, BLOCK_M)
+        rn = offs_n + tl.arange(0, BLOCK_N)
+        ptrs = c + batch * stride_cb + rm[:, None] * stride_cm + rn[None, :]
+        tl.store(ptrs, tile, mask=(rm[:, None] < rows) & (rn[None, :] < N))
 
 
 @triton.jit
 def gemm_kernel(
-    a_desc, b_desc, c_desc, bias_ptr,
+    a, b, c, bias_ptr,
     M, N, K, BATCH, M_PADDED,
+    stride_ab, stride_am, stride_ak, stride_bb, stride_bk, stride_bn, stride_cb, stride_cm,
     A_TRANS: tl.constexpr, B_TRANS: tl.constexpr, BATCHED: tl.constexpr,
     HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr,
     EPILOGUE_SUBTILE: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, SPLIT_K: tl.constexpr,
+    USE_TMA: tl.constexpr,
 ):
     start_pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -136,12 +164,17 @@ def gemm_kernel(
     # splitk_reduce_kernel sums and finishes. M_PADDED is a multiple of BLOCK_M,
     # so a tile never spills into the next plane.
     num_items = num_tiles * SPLIT_K
-    out_dtype = c_desc.dtype
+    if USE_TMA:
+        out_dtype = c.dtype
+    else:
+        out_dtype = c.dtype.element_ty
 
     # The epilogue trails the main loop by one tile in the flattened schedule, so it
     # recomputes its own tile coordinates from a second counter.
     tile_id_c = start_pid - NUM_SMS
-    for item in tl.range(start_pid, num_items, NUM_SMS, flatten=True, warp_specialize=WARP_SPECIALIZE):
+    # Flattening lets the TMA pipeline run across tiles; the pointer path pipelines only
+    # its K loop (cp.async), which flattening would prevent.
+    for item in tl.range(start_pid, num_items, NUM_SMS, flatten=USE_TMA, warp_specialize=WARP_SPECIALIZE):
         tile_id = item % num_tiles
         k_first = (item // num_tiles) * k_tiles_per_split
         k_last = min(k_first + k_tiles_per_split, k_tiles)
@@ -152,9 +185,11 @@ def gemm_kernel(
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for ki in range(k_first, k_last):
             offs_k = ki * BLOCK_K
-            a = load_a(a_desc, batch, offs_am, offs_k, BLOCK_M, BLOCK_K, A_TRANS, BATCHED)
-            b = load_b(b_desc, batch, offs_k, offs_bn, BLOCK_K, BLOCK_N, B_TRANS, BATCHED)
-            acc = tl.dot(a, b, acc)
+            a_tile = load_a(a, batch, offs_am, offs_k, M, K, stride_ab, stride_am, stride_ak,
+                            BLOCK_M, BLOCK_K, A_TRANS, BATCHED, USE_TMA)
+            b_tile = load_b(b, batch, offs_k, offs_bn, K, N, stride_bb, stride_bk, stride_bn,
+                            BLOCK_K, BLOCK_N, B_TRANS, BATCHED, USE_TMA)
+            acc = tl.dot(a_tile, b_tile, acc)
 
         tile_id_c += NUM_SMS
         split_c = tile_id_c // num_tiles
@@ -163,19 +198,23 @@ def gemm_kernel(
         offs_cm = pid_m * BLOCK_M
         offs_cn = pid_n * BLOCK_N
         if SPLIT_K > 1:  # a partial sum: no epilogue yet
-            c_desc.store([split_c * M_PADDED + offs_cm, offs_cn], acc)
+            store_c(c, 0, split_c * M_PADDED + offs_cm, offs_cn, acc, (split_c + 1) * M_PADDED, N, 0, stride_cm,
+                    BLOCK_M, BLOCK_N, False, USE_TMA)
         elif EPILOGUE_SUBTILE:
             halves = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
             acc0, acc1 = tl.split(halves)
             offs_n0 = offs_cn + tl.arange(0, BLOCK_N // 2)
             c0 = epilogue(acc0, bias_ptr, offs_n0, N, HAS_BIAS, ACTIVATION).to(out_dtype)
-            store_c(c_desc, batch_c, offs_cm, offs_cn, c0, BLOCK_M, BLOCK_N // 2, BATCHED)
+            store_c(c, batch_c, offs_cm, offs_cn, c0, M, N, stride_cb, stride_cm,
+                    BLOCK_M, BLOCK_N // 2, BATCHED, USE_TMA)
             c1 = epilogue(acc1, bias_ptr, offs_n0 + BLOCK_N // 2, N, HAS_BIAS, ACTIVATION).to(out_dtype)
-            store_c(c_desc, batch_c, offs_cm, offs_cn + BLOCK_N // 2, c1, BLOCK_M, BLOCK_N // 2, BATCHED)
+            store_c(c, batch_c, offs_cm, offs_cn + BLOCK_N // 2, c1, M, N, stride_cb, stride_cm,
+                    BLOCK_M, BLOCK_N // 2, BATCHED, USE_TMA)
         else:
             offs_n = offs_cn + tl.arange(0, BLOCK_N)
-            c = epilogue(acc, bias_ptr, offs_n, N, HAS_BIAS, ACTIVATION).to(out_dtype)
-            store_c(c_desc, batch_c, offs_cm, offs_cn, c, BLOCK_M, BLOCK_N, BATCHED)
+            tile = epilogue(acc, bias_ptr, offs_n, N, HAS_BIAS, ACTIVATION).to(out_dtype)
+            store_c(c, batch_c, offs_cm, offs_cn, tile, M, N, stride_cb, stride_cm,
+                    BLOCK_M, BLOCK_N, BATCHED, USE_TMA)
 
 
 @triton.jit
@@ -407,7 +446,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, bias, activation, out_dtype, config=N
     launcher(gemm_kernel, on_gpu=on_gpu)[(num_sms,)](
         _descriptor(a_view, a_block), _descriptor(b_view, b_block), _descriptor(target, c_block), bias_arg,
         m, n, k, nbatch, m_padded,
-        A_TRANS=a_trans, B_TRANS=b_trans, BATCHED=batched,
+        0, 0, 0, 0, 0, 0, 0, 0,  # strides: only the pointer (non-TMA) path reads them
+        A_TRANS=a_trans, B_TRANS=b_trans, BATCHED=batched, USE_TMA=True,
         HAS_BIAS=bias is not None, ACTIVATION=activation or "none",
         BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, BLOCK_K=cfg.BLOCK_K, GROUP_M=cfg.GROUP_M,
         NUM_SMS=num_sms, EPILOGUE_SUBTILE=subtile, WARP_SPECIALIZE=cfg.WARP_SPECIALIZE, SPLIT_K=split_k,
@@ -445,17 +485,19 @@ def compile_spec(config: dict[str, Any], dtype: str = "bfloat16", b_trans: bool 
     c_type = "fp32" if cfg.SPLIT_K > 1 else t
     b_block = [cfg.BLOCK_N, cfg.BLOCK_K] if b_trans else [cfg.BLOCK_K, cfg.BLOCK_N]
     signature = {
-        "a_desc": f"tensordesc<{t}[{cfg.BLOCK_M},{cfg.BLOCK_K}]>",
-        "b_desc": f"tensordesc<{t}[{b_block[0]},{b_block[1]}]>",
-        "c_desc": f"tensordesc<{c_type}[{cfg.BLOCK_M},{c_cols}]>",
+        "a": f"tensordesc<{t}[{cfg.BLOCK_M},{cfg.BLOCK_K}]>",
+        "b": f"tensordesc<{t}[{b_block[0]},{b_block[1]}]>",
+        "c": f"tensordesc<{c_type}[{cfg.BLOCK_M},{c_cols}]>",
         "bias_ptr": f"*{t}",
         "M": "i32", "N": "i32", "K": "i32", "BATCH": "i32", "M_PADDED": "i32",
     }
+    for stride in ("stride_ab", "stride_am", "stride_ak", "stride_bb", "stride_bk", "stride_bn", "stride_cb", "stride_cm"):
+        signature[stride] = "i32"
     constexprs = {
         "A_TRANS": False, "B_TRANS": b_trans, "BATCHED": False, "HAS_BIAS": True, "ACTIVATION": "gelu",
         "BLOCK_M": cfg.BLOCK_M, "BLOCK_N": cfg.BLOCK_N, "BLOCK_K": cfg.BLOCK_K, "GROUP_M": cfg.GROUP_M,
         "NUM_SMS": 132, "EPILOGUE_SUBTILE": cfg.EPILOGUE_SUBTILE and cfg.SPLIT_K == 1,
-        "WARP_SPECIALIZE": cfg.WARP_SPECIALIZE, "SPLIT_K": cfg.SPLIT_K,
+        "WARP_SPECIALIZE": cfg.WARP_SPECIALIZE, "SPLIT_K": cfg.SPLIT_K, "USE_TMA": True,
     }
     for key in constexprs:
         signature[key] = "constexpr"
@@ -468,10 +510,43 @@ def compile_spec(config: dict[str, Any], dtype: str = "bfloat16", b_trans: bool 
                        {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}, cfg.as_dict())
 
 
+@triton.jit
+def gemm_kernel_jax(
+    a, b, bias_ptr, M, N, K, BATCH, M_PADDED,
+    stride_ab, stride_am, stride_ak, stride_bb, stride_bk, stride_bn, stride_cb, stride_cm,
+    c,
+    BATCHED: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    NUM_SMS: tl.constexpr, EPILOGUE_SUBTILE: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, SPLIT_K: tl.constexpr,
+):
+    """gemm_kernel with jax-triton's argument order (outputs after inputs), on pointers."""
+    gemm_kernel(a, b, c, bias_ptr, M, N, K, BATCH, M_PADDED,
+                stride_ab, stride_am, stride_ak, stride_bb, stride_bk, stride_bn, stride_cb, stride_cm,
+                False, False, BATCHED, HAS_BIAS, ACTIVATION, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_SMS,
+                EPILOGUE_SUBTILE, WARP_SPECIALIZE, SPLIT_K, False)
+
+
+@triton.jit
+def splitk_reduce_kernel_jax(ws_ptr, bias_ptr, M, N, M_PADDED, stride_ws, stride_cm, c_ptr,
+                             SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
+                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    splitk_reduce_kernel(ws_ptr, c_ptr, bias_ptr, M, N, M_PADDED, stride_ws, stride_cm,
+                         SPLIT_K, HAS_BIAS, ACTIVATION, BLOCK_M, BLOCK_N)
+
+
 def gemm_jax(a, b, bias, activation, out_dtype, config=None):
-    """The same kernel on JAX arrays: interpreted through a host callback on a CPU."""
+    """The same kernel on JAX arrays: through jax-triton on a GPU, interpreted through a
+    host callback on a CPU.
+
+    jax-triton passes plain pointers (it cannot build TMA descriptors), so on a GPU
+    the kernel runs with ``USE_TMA=False``: the same persistent schedule, wgmma and
+    epilogue, with tiles loaded by masked pointer loads that Triton pipelines with
+    cp.async.
+    """
     import jax
 
+    if jax.default_backend() == "gpu":
+        return _gemm_jax_triton(a, b, bias, activation, out_dtype, config)
     from kernels.arrays import torch_dtype
     from kernels.jax_bridge import call_on_cpu
 
@@ -483,3 +558,55 @@ def gemm_jax(a, b, bias, activation, out_dtype, config=None):
         return gemm(x, y, z, activation, torch_dtype(str(out_dtype)), config)
 
     return call_on_cpu(run, result, *args, backend="nvidia")
+
+
+def _gemm_jax_triton(a, b, bias, activation, out_dtype, config):
+    import jax
+    import jax.numpy as jnp
+    import jax_triton as jt
+
+    out_shape = (*a.shape[:-1], b.shape[-1])
+    if a.ndim == 3 and b.ndim == 2:  # one weight for the batch: fold the batch into M
+        a = a.reshape(-1, a.shape[-1])
+    batched = a.ndim == 3
+    nbatch = a.shape[0] if batched else 1
+    m, k = a.shape[-2:]
+    n = b.shape[-1]
+    device = jax.devices()[0]
+    dtype = jnp.dtype(a.dtype).name
+    if config is None:
+        cfg, _ = select_config(m, n, k, dtype, device.device_kind)
+    else:
+        cfg = GemmConfig.from_dict(config)
+    split_k = cfg.SPLIT_K if not batched else 1
+    m_padded = triton.cdiv(m, cfg.BLOCK_M) * cfg.BLOCK_M
+    items = triton.cdiv(m, cfg.BLOCK_M) * triton.cdiv(n, cfg.BLOCK_N) * nbatch * split_k
+    num_sms = max(1, min(getattr(device, "core_count", H100_H200_SMS), items))
+    bias_arg = bias if bias is not None else b  # never read when HAS_BIAS is False
+    common = dict(HAS_BIAS=bias is not None, ACTIVATION=activation or "none")
+    strides = (m * k, k, 1, k * n, n, 1)
+    if split_k > 1:
+        ws = jt.triton_call(
+            a, b, bias_arg, m, n, k, nbatch, m_padded, *strides, 0, n,
+            kernel=gemm_kernel_jax, out_shape=jax.ShapeDtypeStruct((split_k * m_padded, n), jnp.float32),
+            grid=(num_sms,), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            BATCHED=False, HAS_BIAS=False, ACTIVATION="none", BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
+            BLOCK_K=cfg.BLOCK_K, GROUP_M=cfg.GROUP_M, NUM_SMS=num_sms, EPILOGUE_SUBTILE=False,
+            WARP_SPECIALIZE=cfg.WARP_SPECIALIZE, SPLIT_K=split_k,
+        )
+        out = jt.triton_call(
+            ws, bias_arg, m, n, m_padded, n, n,
+            kernel=splitk_reduce_kernel_jax, out_shape=jax.ShapeDtypeStruct((m, n), out_dtype),
+            grid=(triton.cdiv(m, 32), triton.cdiv(n, 128)), num_warps=4,
+            SPLIT_K=split_k, BLOCK_M=32, BLOCK_N=128, **common,
+        )
+        return out.reshape(out_shape)
+    out = jt.triton_call(
+        a, b, bias_arg, m, n, k, nbatch, m_padded, *strides, m * n, n,
+        kernel=gemm_kernel_jax, out_shape=jax.ShapeDtypeStruct((nbatch, m, n) if batched else (m, n), out_dtype),
+        grid=(num_sms,), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        BATCHED=batched, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, BLOCK_K=cfg.BLOCK_K, GROUP_M=cfg.GROUP_M,
+        NUM_SMS=num_sms, EPILOGUE_SUBTILE=cfg.EPILOGUE_SUBTILE, WARP_SPECIALIZE=cfg.WARP_SPECIALIZE, SPLIT_K=1,
+        **common,
+    )
+    return out.reshape(out_shape)
