@@ -206,6 +206,8 @@ def samples(records: Iterable[Record], machines: dict[str, Machine] | None = Non
     for r in records:
         if r.kind != "kernel" or r.metric != "time" or r.unit != "s":
             continue
+        if not {k for k in r.config if k != "dtype"} or r.extra.get("status", "ok") != "ok":
+            continue  # a library call without a config (the vendor baseline) or a failed run says nothing about configs
         spec = _ceilings.devices.match(r.provenance.device)
         key = spec.key if spec else r.provenance.device
         machine = machines.get(key)
