@@ -99,9 +99,10 @@ def kernel_tuner_cache(template: Template, shape: dict[str, Any], records: list[
         rshape = normalize_shape(r.op, r.shape)
         if any(int(rshape.get(a, -1)) != int(shape[a]) for a in template.axes):
             continue
-        if not set(names) <= set(r.config):
+        config = template.complete(r.config)
+        if not set(names) <= set(config):
             continue
-        point = {k: r.config[k] for k in names}
+        point = {k: config[k] for k in names}
         key = ",".join(str(point[k]) for k in names)
         ms = 1e3 * float(r.median if r.median is not None else r.value)
         status = str(r.extra.get("status", "ok"))

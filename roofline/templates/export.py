@@ -176,8 +176,9 @@ def build(family: str, target: str, records: list[Record], perf: _model.PerfMode
     def predict(shape: dict, config: dict) -> float:
         return perf.predict(op, {**shape, "dtype": sp["dtype"]}, config, machine, sp["dtype"]).seconds
 
-    mine = [r for r in _records_for(records, op, backend, sp["dtype"]) if devices.match(r.provenance.device) in (spec, None)
-            and set(names) <= set(r.config)]
+    mine = [r.model_copy(update={"config": template.complete(r.config)})
+            for r in _records_for(records, op, backend, sp["dtype"]) if devices.match(r.provenance.device) in (spec, None)]
+    mine = [r for r in mine if set(names) <= set(r.config)]
     shapes = {config_key(_shape_of(r, axes)): _shape_of(r, axes) for r in mine}
     shipped, shipped_from = _shipped(family, backend, names, axes, sp["dtype"])
     shipped = [p for p in shipped if p["device"] in ("", spec.key)]
@@ -197,7 +198,7 @@ def build(family: str, target: str, records: list[Record], perf: _model.PerfMode
     baselines = _baselines(records, op, axes, spec)
     good: list[dict] = []
     for p in shipped:
-        shape, config = p["shape"], p["config"]
+        shape, config = p["shape"], template.complete(p["config"])
         rec = by_point.get((config_key(shape), config_key(config))) if shape else None
         flops = _flops(shape)
         detail = ", ".join(x for x in (p["label"] if not shape else "", p["source"]) if x)
@@ -269,14 +270,15 @@ def write(template: Template, records: list[Record], out: str | Path) -> Path:
     template.save(folder / "template.json")
     mine = [r for r in _records_for(records, template.op, template.backend, template.dtype)
             if devices.match(r.provenance.device) in (devices.get(template.device), None)]
+    complete = [r.model_copy(update={"config": template.complete(r.config)}) for r in mine]
     with open(folder / template.records_file, "w") as fh:
         for r in mine:
             fh.write(r.model_dump_json() + "\n")
     measured_shapes = {config_key(_shape_of(r, template.axes)): _shape_of(r, template.axes)
-                       for r in mine if set(template.names) <= set(r.config)}
+                       for r in complete if set(template.names) <= set(r.config)}
     for shape in measured_shapes.values():
         name = "x".join(str(shape[a]) for a in template.axes)
-        kernel_tuner_cache(template, shape, mine, folder / "kernel_tuner" / f"{name}.json")
+        kernel_tuner_cache(template, shape, complete, folder / "kernel_tuner" / f"{name}.json")
     return folder
 
 

@@ -29,6 +29,7 @@ class Parameter(BaseModel):
     values: list[Value]
     default: Value | None = None
     tag: str | None = None  # what the knob means: tile_m, pipeline_stages, swizzle, ...
+    implied: Value | None = None  # the kernel's value when a config leaves this parameter out
     prior: dict[str, float] = Field(default_factory=dict)  # str(value) -> probability
 
 
@@ -100,6 +101,12 @@ class Template(BaseModel):
             if p.name == name:
                 return p
         raise KeyError(name)
+
+    def complete(self, config: dict[str, Any]) -> dict[str, Any]:
+        """``config`` restricted to the template's parameters, with implied values for those it leaves out."""
+        out = {p.name: p.implied for p in self.parameters if p.implied is not None}
+        out.update({k: v for k, v in config.items() if k in self.names})
+        return out
 
     def context(self, shape: dict[str, Any] | None = None) -> dict[str, Any]:
         """Every non-parameter name a constraint may use."""
