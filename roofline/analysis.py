@@ -110,3 +110,32 @@ def analyze(records: list[Record], out: str | Path, families: list[str] | None =
 
 def _safe(name: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in name).strip("-") or "device"
+
+
+def report_step(out: Path, summary: dict, families: list[str] | None = None) -> dict[str, Path]:
+    """The last step of ``ceiling run``: fit, plot, export and write ``OUT/report/``.
+
+    Fits from the run's records (``OUT/records``) together with the measurements
+    shipped in the package, so a machine without a GPU still fits from the
+    committed H200 data. ``summary`` is the run's summary so far: its steps
+    (``{"steps": {title: {"status", "seconds"}}}``) and, when present, its
+    ``hardware`` table appear in the report. Returns the report's paths.
+    """
+    from roofline import report as _report
+    from roofline import store as _store
+
+    out = Path(out)
+    records = _store.load([out / "records"])
+    data = analyze(records, out / "report", families)
+    steps = []
+    for title, info in summary.get("steps", {}).items():
+        status = str(info.get("status", ""))
+        state = "ok" if status == "ok" else ("skipped" if status.startswith("skipped") else "failed")
+        steps.append(Step(title, state, float(info.get("seconds", 0.0)), "" if status == "ok" else status))
+    data.steps = steps + data.steps
+    hardware = summary.get("hardware")
+    if isinstance(hardware, dict):
+        data.hardware = hardware
+    paths = _report.write(data, out / "report")
+    summary["report"] = {k: str(v) for k, v in paths.items()}
+    return paths
