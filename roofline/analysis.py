@@ -42,9 +42,9 @@ class Fit:
         return paths
 
 
-def fit(records: list[Record], ops: tuple[str, ...] = ("gemm",), test_fraction: float = 0.25, seed: int = 0) -> Fit:
+def fit(records: list[Record], ops: tuple[str, ...] = ("gemm",), folds: int = 4, seed: int = 0) -> Fit:
     table = _ceilings.fit(records)
-    perf, evaluations = _model.fit_and_evaluate(records, test_fraction, seed)
+    perf, evaluations = _model.fit_and_evaluate(records, folds, seed)
     modes = {}
     for key in {*evaluations, *(f"{d.key}|{op}" for d in devices.PUBLISHED.values() for op in ops)}:
         device, op = key.split("|", 1)

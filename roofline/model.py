@@ -313,6 +313,7 @@ class Evaluation:
     regret_max: float
     groups: int
     split: str
+    noise: float = float("nan")  # median (p80 - p20) / median of the held-out timings: the floor any model meets
 
     def meets(self, mape: float = 0.10, spearman: float = 0.9, regret: float = 0.05) -> bool:
         return self.mape <= mape and self.spearman >= spearman and self.regret <= regret
@@ -339,10 +340,17 @@ def split(data: list[Sample], test_fraction: float = 0.25, seed: int = 0) -> tup
 
 
 def evaluate_on(model: PerfModel, test: list[Sample], n_train: int = 0, how: str = "") -> Evaluation:
+    pred = [model.predict_terms(s.device, s.op, s.terms).seconds for s in test]
+    modes = {model.mode(s.device, s.op) for s in test}
+    return metrics(test, pred, "fitted" if "fitted" in modes else "analytic", n_train, how)
+
+
+def metrics(test: list[Sample], predicted: list[float], mode: str, n_train: int = 0, how: str = "") -> Evaluation:
+    """MAPE, within-shape Spearman and top-1 regret of ``predicted`` against the measured times."""
     if not test:
         nan = float("nan")
-        return Evaluation("analytic", n_train, 0, nan, nan, nan, nan, nan, 0, how)
-    pred = np.array([model.predict_terms(s.device, s.op, s.terms).seconds for s in test])
+        return Evaluation(mode, n_train, 0, nan, nan, nan, nan, nan, 0, how)
+    pred = np.asarray(predicted, dtype=float)
     meas = np.array([s.seconds for s in test])
     by_group: dict[str, list[int]] = defaultdict(list)
     for i, s in enumerate(test):
@@ -356,9 +364,8 @@ def evaluate_on(model: PerfModel, test: list[Sample], n_train: int = 0, how: str
         if len(idx) >= 2:
             pick = idx[int(np.argmin(pred[idx]))]
             regrets.append(meas[pick] / meas[idx].min() - 1.0)
-    modes = {model.mode(s.device, s.op) for s in test}
     return Evaluation(
-        mode="fitted" if "fitted" in modes else "analytic",
+        mode=mode,
         n_train=n_train,
         n_test=len(test),
         mape=float(np.mean(np.abs(pred - meas) / meas)),
@@ -368,12 +375,52 @@ def evaluate_on(model: PerfModel, test: list[Sample], n_train: int = 0, how: str
         regret_max=float(np.max(regrets)) if regrets else float("nan"),
         groups=len(by_group),
         split=how,
+        noise=_noise(test),
     )
 
 
-def fit_and_evaluate(records: Iterable[Record], test_fraction: float = 0.25, seed: int = 0,
+def _noise(test: list[Sample]) -> float:
+    spreads = [(s.record.p80 - s.record.p20) / s.seconds for s in test
+               if s.record is not None and s.record.p20 is not None and s.record.p80 is not None]
+    return float(np.median(spreads)) if spreads else float("nan")
+
+
+def cross_validate(rows: list[Sample], folds: int = 4, seed: int = 0, min_samples: int = 12) -> Evaluation:
+    """Every shape held out once: fit on the other folds of shapes, predict the held-out fold, pool.
+
+    With fewer than ``folds`` shapes, each shape is its own fold (leave one shape out);
+    with a single shape, random samples are held out instead.
+    """
+    rng = random.Random(seed)
+    groups = sorted({s.group for s in rows})
+    rng.shuffle(groups)
+    if len(groups) >= 2:
+        k = min(folds, len(groups))
+        fold_of = {g: i % k for i, g in enumerate(groups)}
+        assign = [fold_of[s.group] for s in rows]
+        how = f"{k}-fold over {len(groups)} shapes (each shape held out once)"
+    else:
+        k = min(folds, len(rows))
+        assign = [i % k for i in rng.sample(range(len(rows)), len(rows))]
+        how = f"{k}-fold over samples of one shape"
+    test: list[Sample] = []
+    pred: list[float] = []
+    modes = set()
+    trained = 0
+    for f in range(k):
+        train = [s for s, a in zip(rows, assign) if a != f]
+        held = [s for s, a in zip(rows, assign) if a == f]
+        model = fit(train, min_samples)
+        trained += len(train)
+        test.extend(held)
+        pred.extend(model.predict_terms(s.device, s.op, s.terms).seconds for s in held)
+        modes.update(model.mode(s.device, s.op) for s in held)
+    return metrics(test, pred, "fitted" if "fitted" in modes else "analytic", round(trained / max(k, 1)), how)
+
+
+def fit_and_evaluate(records: Iterable[Record], folds: int = 4, seed: int = 0,
                      min_samples: int = 12) -> tuple[PerfModel, dict[str, Evaluation]]:
-    """Fit on a training split, judge on the held-out part, per (device, op); then refit on everything.
+    """Judge the model per (device, op) on held-out shapes (cross-validated), then fit on everything.
 
     Returns the model fit on all samples and the held-out evaluation per "device|op".
     """
@@ -381,9 +428,5 @@ def fit_and_evaluate(records: Iterable[Record], test_fraction: float = 0.25, see
     by_key: dict[str, list[Sample]] = defaultdict(list)
     for s in data:
         by_key[f"{s.device}|{s.op}"].append(s)
-    evaluations = {}
-    for key, rows in by_key.items():
-        train, test, how = split(rows, test_fraction, seed)
-        held_model = fit(train, min_samples)
-        evaluations[key] = evaluate_on(held_model, test, len(train), how)
+    evaluations = {key: cross_validate(rows, folds, seed, min_samples) for key, rows in by_key.items()}
     return fit(data, min_samples), evaluations

@@ -65,7 +65,9 @@ def comparisons(records: list[Record]) -> list[dict]:
         role = r.extra.get("role") or ("ours" if (r.backend in VENDOR_BACKENDS or r.name in VENDOR_BACKENDS)
                                       else "baseline")
         shape = work.normalize_shape(r.op, r.shape)
-        dims = ", ".join(f"{k}={v}" for k, v in shape.items() if k != "dtype")
+        order = {a: i for i, a in enumerate(("batch", "M", "N", "K"))}
+        dims = ", ".join(f"{k}={v}" for k, v in sorted(shape.items(), key=lambda kv: (order.get(kv[0], 9), kv[0]))
+                         if k != "dtype")
         key = (_device_key(r), r.op, dims, work.record_dtype(r.shape, r.config, r.extra))
         groups[key]["ours" if role == "ours" else "baseline"].append(r)
     rows = []

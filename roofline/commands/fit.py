@@ -14,15 +14,15 @@ def fit(
     store: list[Path] = typer.Option([], "--store", help="A records folder (Parquet parts); repeatable."),
     embedded: bool = typer.Option(True, "--embedded/--no-embedded", help="Include the measurements shipped with the package."),
     out: Path = typer.Option(Path("ceiling-fit"), "--out", help="Folder for model.json, evaluation.json, ceilings.json."),
-    test_fraction: float = typer.Option(0.25, help="Share of shapes held out from the fit."),
-    seed: int = typer.Option(0, help="Seed of the held-out split."),
+    folds: int = typer.Option(4, help="Folds of shapes: each shape is held out of the fit once."),
+    seed: int = typer.Option(0, help="Seed of the assignment of shapes to folds."),
     as_json: bool = typer.Option(False, "--json", help="Print the evaluation as JSON."),
 ) -> None:
     """Fit ceilings per device and the performance model; print MAPE, Spearman and top-1 regret on held-out records."""
     from roofline import analysis, store as _store
 
     records = _store.load(store, embedded=embedded)
-    result = analysis.fit(records, test_fraction=test_fraction, seed=seed)
+    result = analysis.fit(records, folds=folds, seed=seed)
     paths = result.save(out)
     if as_json:
         typer.echo(paths["evaluation"].read_text())
@@ -38,6 +38,9 @@ def fit(
     for key, mode in result.modes.items():
         if key not in result.evaluations:
             table.add_row(key, mode, "0", "0", "-", "-", "-", "no measurements: analytic terms only")
+    for key, e in result.evaluations.items():
+        console.print(f"{key}: {e.split}; median timing spread (p80-p20)/median of the held-out records: "
+                      f"{100 * e.noise:.1f}%")
     console.print(table)
     ceil = Table(title="Ceilings")
     for col in ("device", "kind", "name", "value", "source"):
