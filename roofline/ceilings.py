@@ -12,8 +12,12 @@ name what it measured:
 * bandwidth: ``metric == "bandwidth"`` (unit ``B/s``); the level is
   ``extra["level"]``, or read from the op name (``hbm``/``dram``, ``l2``,
   ``smem``/``shared``/``lds``, ``l1``);
-* compute: ``metric == "flops"`` (unit ``FLOP/s``); the dtype is
-  ``extra["dtype"]`` or ``config["dtype"]``, else ``float32``.
+* compute: ``metric`` ``flops`` or ``peak-flops`` (unit ``FLOP/s``); the dtype
+  is ``extra["dtype"]`` or ``config["dtype"]``, else read from the name
+  (``bf16``, ``f16``, ``fp8``, ``tf32``), else ``float32``.
+
+Both GPU microbenchmarks (``kind="microbench"``) and host ones (``kind="host"``)
+count; a host's main memory is the ``dram`` level.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from microbench.records import Record
 from roofline import devices
 
 _LEVEL_WORDS = (
+    ("dram", ("host-memory",)),  # a host's main memory
     ("hbm", ("hbm", "dram", "global-memory", "stream")),
     ("l2", ("l2",)),
     ("l1", ("l1",)),
@@ -79,6 +84,21 @@ def level_of(record: Record) -> str | None:
     return None
 
 
+_DTYPE_WORDS = (("bfloat16", ("bf16", "bfloat16")), ("float16", ("f16", "fp16", "float16")),
+                ("float8", ("fp8", "e4m3", "e5m2")), ("tf32", ("tf32",)), ("float64", ("f64", "fp64", "float64")))
+
+
+def dtype_of(record: Record) -> str:
+    dtype = record.extra.get("dtype") or record.config.get("dtype")
+    if dtype:
+        return str(dtype)
+    text = f"{record.op} {record.name}".lower()
+    for name, words in _DTYPE_WORDS:
+        if any(re.search(rf"(^|[^a-z0-9]){w}([^a-z0-9]|$)", text) for w in words):
+            return name
+    return "float32"
+
+
 def _rate(record: Record) -> float:
     return float(record.median if record.median is not None else record.value)
 
@@ -91,7 +111,7 @@ def fit(records: Iterable[Record], include_published: bool = True) -> dict[str, 
     """
     out: dict[str, DeviceCeilings] = {}
     for r in records:
-        if r.kind != "microbench" or r.metric not in ("bandwidth", "flops"):
+        if r.kind not in ("microbench", "host") or r.metric not in ("bandwidth", "flops", "peak-flops"):
             continue
         spec = devices.match(r.provenance.device)
         key = spec.key if spec else r.provenance.device
@@ -105,7 +125,7 @@ def fit(records: Iterable[Record], include_published: bool = True) -> dict[str, 
             if best is None or _rate(r) > best.value:
                 dc.bandwidth[level] = Ceiling(level, _rate(r), "B/s", "measured", detail)
         else:
-            dtype = str(r.extra.get("dtype") or r.config.get("dtype") or "float32")
+            dtype = dtype_of(r)
             best = dc.compute.get(dtype)
             if best is None or _rate(r) > best.value:
                 dc.compute[dtype] = Ceiling(dtype, _rate(r), "FLOP/s", "measured", detail)

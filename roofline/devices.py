@@ -215,11 +215,17 @@ PUBLISHED: dict[str, DeviceSpec] = {
 TARGET_DEVICE = {"sm_90a": "h200", "gfx942": "mi300x", "tpu": "tpu-v5e", "trn1": "trn1", "trn2": "trn2"}
 
 
+def target_of(device: str) -> str:
+    """The compile target named by a static record's device ("target sm_90a (compiled on the host)")."""
+    rest = device.strip().removeprefix("target ").strip()
+    return rest.split()[0] if rest else ""
+
+
 def match(name: str) -> DeviceSpec | None:
     """The published device whose reported name this is, if any."""
     text = name.lower()
     if text.startswith("target "):
-        key = TARGET_DEVICE.get(text.removeprefix("target ").strip())
+        key = TARGET_DEVICE.get(target_of(text))
         return PUBLISHED.get(key) if key else None
     for spec in PUBLISHED.values():
         if any(re.search(p, text) for p in spec.match):

@@ -168,7 +168,7 @@ def static_index(records: Iterable[Record]) -> dict[tuple[str, str, str], Static
     for r in records:
         if r.kind != "static" or r.metric not in names:
             continue
-        target = r.provenance.device.removeprefix("target ").strip()
+        target = _ceilings.devices.target_of(r.provenance.device)
         fields[(r.op, target, _config_key(r.config))][names[r.metric]] = int(r.value)
     return {key: StaticFacts(**f) for key, f in fields.items()}
 

@@ -16,7 +16,7 @@ from microbench.records import Record
 from roofline import devices, work
 from roofline.ceilings import DeviceCeilings
 
-LEVEL_STYLE = {"hbm": ("o", "tab:blue"), "l2": ("s", "tab:orange"), "smem": ("^", "tab:green"),
+LEVEL_STYLE = {"dram": ("o", "tab:cyan"), "hbm": ("o", "tab:blue"), "l2": ("s", "tab:orange"), "smem": ("^", "tab:green"),
                "l1": ("v", "tab:red"), "vmem": ("D", "tab:purple"), "sbuf": ("D", "tab:brown")}
 
 

@@ -95,7 +95,7 @@ def static_rows(records: list[Record]) -> list[dict]:
             continue
         cfg = ",".join(f"{k}={v}" for k, v in sorted(r.config.items()) if k != "dtype")
         row = table.setdefault((r.provenance.device, r.op, r.name, cfg),
-                               dict(target=r.provenance.device.removeprefix("target "), op=r.op, name=r.name,
+                               dict(target=devices.target_of(r.provenance.device), op=r.op, name=r.name,
                                     config=cfg))
         row[r.metric] = r.value
     return list(table.values())

@@ -39,9 +39,12 @@ def test_measured_levels_override_published_and_the_rest_stay_published():
 
 
 def test_a_host_without_published_figures_gets_only_what_was_measured():
-    table = ceilings.fit([_bw("cpu: x86_64", "dram-stream", 2.1e10)], include_published=False)
+    host_bw = _bw("cpu: x86_64", "host-memory-bandwidth", 2.1e10).model_copy(update={"kind": "host"})
+    blas = Record(kind="host", op="host-blas", name="matmul-float32-peak", metric="peak-flops", value=9e11,
+                  unit="FLOP/s", config={"dtype": "float32"}, provenance=Provenance(device="cpu: x86_64"))
+    table = ceilings.fit([host_bw, blas], include_published=False)
     (host,) = table.values()
-    assert host.key is None and set(host.bandwidth) == {"hbm"} and not host.compute
+    assert host.key is None and set(host.bandwidth) == {"dram"} and set(host.compute) == {"float32"}
 
 
 def test_device_names_and_levels_are_recognised():
@@ -51,6 +54,11 @@ def test_device_names_and_levels_are_recognised():
     assert devices.match("Intel Xeon") is None
     assert ceilings.level_of(_bw("x", "lds-bandwidth", 1.0)) == "smem"
     assert ceilings.level_of(_bw("x", "l2-bandwidth", 1.0)) == "l2"
+    assert ceilings.level_of(_bw("x", "smem-bandwidth", 1.0)) == "smem"
+    wgmma = Record(kind="microbench", op="tensor-core", name="wgmma-m64n256k16-bf16-f32", metric="flops", value=1.0,
+                   unit="FLOP/s", provenance=Provenance(device="NVIDIA H200"))
+    assert ceilings.dtype_of(wgmma) == "bfloat16"
+    assert ceilings.dtype_of(wgmma.model_copy(update={"op": "fp32-fma", "name": "ffma-8-chains"})) == "float32"
 
 
 def test_gemm_work_counts_levels_from_the_tiling():
