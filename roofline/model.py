@@ -86,7 +86,9 @@ def occupancy(machine: Machine, config: dict, size: int, static: StaticFacts | N
             per_simd = min(per_simd, wpe)
         by_waves = max(1, per_simd * 4 // warps)
         return max(1, min(by_lds, by_waves, 16))
-    smem = static.smem_bytes if static and static.smem_bytes else (bm * bk + bk * bn) * size * stages
+    split = _cfg(config, "SPLIT_K", 1)
+    epilogue = bm * (bn // 2 if config.get("EPILOGUE_SUBTILE") and split == 1 else bn) * (4 if split > 1 else size)
+    smem = static.smem_bytes if static and static.smem_bytes else (bm * bk + bk * bn) * size * stages + epilogue
     smem_blk = math.ceil((smem + 1024) / 128) * 128
     by_smem = int(lim.get("smem_per_unit", 228 * 1024) // smem_blk)
     regs = static.registers if static and static.registers else min(255, bm * bn // (32 * warps) + 40)
