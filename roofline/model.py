@@ -88,6 +88,7 @@ def occupancy(machine: Machine, config: dict, size: int, static: StaticFacts | N
         return max(1, min(by_lds, by_waves, 16))
     split = _cfg(config, "SPLIT_K", 1)
     epilogue = bm * (bn // 2 if config.get("EPILOGUE_SUBTILE") and split == 1 else bn) * (4 if split > 1 else size)
+    epilogue *= 2 if config.get("WARP_SPECIALIZE") and warps == 4 else 1
     smem = static.smem_bytes if static and static.smem_bytes else (bm * bk + bk * bn) * size * stages + epilogue
     smem_blk = math.ceil((smem + 1024) / 128) * 128
     by_smem = int(lim.get("smem_per_unit", 228 * 1024) // smem_blk)
