@@ -48,3 +48,22 @@ def call_on_cpu(fn: Callable, result_shape, *arrays, backend: str):
         return to_numpy(fn(*[None if x is None else to_torch(np.asarray(x)) for x in xs]))
 
     return jax.pure_callback(host, result_shape, *arrays)
+
+
+def import_jax_triton():
+    """``import jax_triton`` without its side effect on the rest of the process.
+
+    jax-triton sets ``TRITON_CACHE_DIR=""`` when imported (it keeps its own cache),
+    which leaves every later PyTorch-side Triton launch unable to create a cache
+    directory. The variable is restored to what it was.
+    """
+    import os
+
+    before = os.environ.get("TRITON_CACHE_DIR")
+    import jax_triton
+
+    if before is None:
+        os.environ.pop("TRITON_CACHE_DIR", None)
+    else:
+        os.environ["TRITON_CACHE_DIR"] = before
+    return jax_triton

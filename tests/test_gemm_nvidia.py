@@ -233,11 +233,14 @@ def test_pointer_path_compiles_with_hgmma():
 
 def _jax_gpu() -> str | None:
     """Why the JAX-on-GPU test cannot run here, or None when it can."""
-    try:
-        import jax
-        import jax_triton  # noqa: F401
-    except ImportError as exc:
-        return f"needs jax and jax-triton ({exc})"
+    import importlib.util
+
+    # find_spec, not import: importing jax-triton changes TRITON_CACHE_DIR for the process.
+    for name in ("jax", "jax_triton"):
+        if importlib.util.find_spec(name) is None:
+            return f"needs jax and jax-triton ({name} is not installed)"
+    import jax
+
     return None if jax.default_backend() == "gpu" else "needs JAX on a GPU"
 
 

@@ -3,8 +3,8 @@ device for this problem, keep the fastest, and remember it on disk.
 
 The cache is a JSON file per device under ``$CEILING_CACHE_DIR`` (default
 ``~/.cache/ceiling``), keyed by dtype, shape, layouts and epilogue, so a
-problem is tuned once per machine. Timing uses ``triton.testing.do_bench``
-(CUDA events, warm-up, median).
+problem is tuned once per machine. Timing is the tuning sweep's
+(CUDA-graph replay, median), so a pick reflects device time.
 """
 
 from __future__ import annotations
@@ -64,9 +64,8 @@ def best_config(a, b, bias, activation, out_dtype) -> GemmConfig:
 
     if not a.is_cuda:
         raise BackendUnavailable("config='autotune' times configs on a GPU; these tensors are on the CPU")
-    import triton.testing
-
     from kernels.nvidia.gemm import gemm
+    from kernels.nvidia.tune import _time
 
     device_name = torch.cuda.get_device_name(a.device)
     path = cache_path(device_name)
@@ -79,9 +78,7 @@ def best_config(a, b, bias, activation, out_dtype) -> GemmConfig:
     timings = []
     for cfg in candidates(dtype, a.shape[-2] if a.dim() == 2 else None):
         try:
-            ms = triton.testing.do_bench(
-                lambda: gemm(a, b, bias, activation, out_dtype, cfg.as_dict()), warmup=10, rep=40, return_mode="median"
-            )
+            ms, _, _ = _time(lambda: gemm(a, b, bias, activation, out_dtype, cfg.as_dict()), 40)
         except Exception:  # noqa: BLE001 - a config the compiler rejects for this shape is skipped
             continue
         timings.append((ms, cfg))

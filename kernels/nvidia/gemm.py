@@ -378,6 +378,11 @@ def _descriptor(t: torch.Tensor, block: list[int]):
 
 
 @cache
+def _device_name(device_index: int) -> str:
+    return torch.cuda.get_device_name(device_index)
+
+
+@cache
 def _sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
@@ -414,7 +419,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, bias, activation, out_dtype, config=N
 
     dtype = str(a.dtype).removeprefix("torch.")
     if config is None:
-        cfg, _ = select_config(m, n, k, dtype, torch.cuda.get_device_name(a.device) if on_gpu else None)
+        cfg, _ = select_config(m, n, k, dtype, _device_name(a.device.index or 0) if on_gpu else None)
     elif config == "autotune":
         from kernels.nvidia import autotune
 
@@ -563,7 +568,10 @@ def gemm_jax(a, b, bias, activation, out_dtype, config=None):
 def _gemm_jax_triton(a, b, bias, activation, out_dtype, config):
     import jax
     import jax.numpy as jnp
-    import jax_triton as jt
+
+    from kernels.jax_bridge import import_jax_triton
+
+    jt = import_jax_triton()
 
     out_shape = (*a.shape[:-1], b.shape[-1])
     if a.ndim == 3 and b.ndim == 2:  # one weight for the batch: fold the batch into M

@@ -15,7 +15,7 @@ def tune(
     shapes: str = typer.Option("gemm-llm", help="Shape suite from kernels.gemm.shapes."),
     dtype: str = typer.Option("bfloat16", help="Input dtype."),
     layout: str = typer.Option("NT", help="NT: B is an nn.Linear weight viewed transposed; NN: row-major B."),
-    rep_ms: int = typer.Option(60, help="Milliseconds of timed repetitions per candidate (do_bench)."),
+    rep_ms: int = typer.Option(60, help="Milliseconds of timed CUDA-graph replays per candidate."),
     budget_s: float = typer.Option(240.0, help="Stop starting new shapes after this many seconds."),
     out: Path = typer.Option(Path("ceiling-tune"), "--out", "-o", help="Folder for rows, records and the table."),
     apply: bool = typer.Option(False, help="Merge the winners into kernels/nvidia/configs/gemm.json as measured entries."),
@@ -45,7 +45,7 @@ def tune(
         Record(kind="kernel", op="gemm", name=r["impl"], metric="time", value=r["median_ms"] / 1e3, unit="s",
                backend="nvidia" if r["impl"] != "torch.matmul" else "cublas",
                shape=dict(zip("mnk", r["shape"]), dtype=r["dtype"], layout=r["layout"]), config=r["config"] or {},
-               method="triton.testing.do_bench", median=r["median_ms"] / 1e3, p20=r["p20_ms"] / 1e3,
+               method="cuda-graph", median=r["median_ms"] / 1e3, p20=r["p20_ms"] / 1e3,
                p80=r["p80_ms"] / 1e3, extra={"tflops": r["tflops"], "rel_error": r.get("rel_error")}, provenance=prov)
         for r in rows if "median_ms" in r
     ]
