@@ -154,7 +154,26 @@ def terms(op: str, shape: dict, config: dict | None, machine: Machine, dtype: st
         t = gemm_terms(shape, config, machine, dtype, static)
     else:
         t = generic_terms(op, shape, config or {}, machine, dtype, extra)
-    return {name: float(t.get(name, 0.0)) for name in TERMS}
+    out = {name: float(t.get(name, 0.0)) for name in TERMS}
+    out["underfilled"] = float(_underfilled(op, shape, machine))
+    return out
+
+
+def _underfilled(op: str, shape: dict, machine: Machine) -> bool:
+    """A GEMM whose output, in 128x128 tiles, does not cover every SM once: a latency-bound regime
+    (skinny M) with its own coefficients, apart from the throughput-bound one."""
+    if op != "gemm":
+        return False
+    s = _work.normalize_shape("gemm", shape)
+    try:
+        tiles = int(s.get("batch") or 1) * math.ceil(int(s["M"]) / 128) * math.ceil(int(s["N"]) / 128)
+    except (KeyError, TypeError, ValueError):
+        return False
+    return tiles < max(1, machine.units)
+
+
+def regime(t: dict[str, float]) -> str:
+    return "underfilled" if t.get("underfilled") else "filled"
 
 
 def _config_key(config: dict) -> str:
@@ -239,11 +258,14 @@ class PerfModel:
     def mode(self, device: str, op: str) -> str:
         return "fitted" if f"{device}|{op}" in self.coefficients else "analytic"
 
-    def coefs(self, device: str, op: str) -> dict[str, float]:
+    def coefs(self, device: str, op: str, regime_: str | None = None) -> dict[str, float]:
+        """The coefficients of one regime ("filled", "underfilled") where fitted, else of the op, else analytic."""
+        if regime_ and f"{device}|{op}|{regime_}" in self.coefficients:
+            return self.coefficients[f"{device}|{op}|{regime_}"]
         return self.coefficients.get(f"{device}|{op}", ANALYTIC)
 
     def predict_terms(self, device: str, op: str, t: dict[str, float]) -> Prediction:
-        c = self.coefs(device, op)
+        c = self.coefs(device, op, regime(t))
         return Prediction(sum(c.get(name, 0.0) * t[name] for name in TERMS), self.mode(device, op), t)
 
     def predict(self, op: str, shape: dict, config: dict | None, machine: Machine, dtype: str | None = None,
@@ -264,7 +286,8 @@ class PerfModel:
 
 
 def fit(data: list[Sample], min_samples: int = 12, prior_weight: float = 0.05) -> PerfModel:
-    """Non-negative least squares on relative error, one coefficient set per (device, op).
+    """Non-negative least squares on relative error, one coefficient set per (device, op), and one
+    per regime (grid filled or not) where that regime has enough samples.
 
     The terms overlap (on most shapes the roof *is* one of the level terms), so
     a weak ridge pulls the coefficients toward the analytic ones; it settles
@@ -276,6 +299,7 @@ def fit(data: list[Sample], min_samples: int = 12, prior_weight: float = 0.05) -
     by_key: dict[str, list[Sample]] = defaultdict(list)
     for s in data:
         by_key[f"{s.device}|{s.op}"].append(s)
+        by_key[f"{s.device}|{s.op}|{regime(s.terms)}"].append(s)
     model = PerfModel()
     prior = np.array([ANALYTIC.get(name, 0.0) for name in TERMS])
     for key, rows in by_key.items():
@@ -431,5 +455,11 @@ def fit_and_evaluate(records: Iterable[Record], folds: int = 4, seed: int = 0,
     by_key: dict[str, list[Sample]] = defaultdict(list)
     for s in data:
         by_key[f"{s.device}|{s.op}"].append(s)
-    evaluations = {key: cross_validate(rows, folds, seed, min_samples) for key, rows in by_key.items()}
+    evaluations = {}
+    for key, rows in by_key.items():
+        evaluations[key] = cross_validate(rows, folds, seed, min_samples)
+        for part in ("filled", "underfilled"):
+            subset = [s for s in rows if regime(s.terms) == part]
+            if subset and len(subset) < len(rows):
+                evaluations[f"{key}|{part}"] = cross_validate(subset, folds, seed, min_samples)
     return fit(data, min_samples), evaluations
