@@ -55,7 +55,7 @@ def placements(records: Iterable[Record], device_key: str) -> list[Placement]:
 
 
 def plot(dc: DeviceCeilings, points: list[Placement], out_stem: str | Path, dtype: str = "bfloat16",
-         title: str | None = None, max_labels: int = 6) -> list[Path]:
+         title: str | None = None, max_labels: int = 4) -> list[Path]:
     """Write ``<out_stem>.png`` and ``<out_stem>.svg``; returns both paths."""
     import matplotlib
 
