@@ -8,10 +8,18 @@ decorated with plain ``triton.jit`` (so it compiles for real targets, and
 same source in a private copy of the kernel module's globals in which every
 ``@triton.jit`` helper is itself replaced by its twin, so helpers must be called by
 their bare name, as the Triton tutorials do.
+
+Triton's own library functions written in Triton (``tl.cdiv``, ``tl.sigmoid``,
+``tl.max``...) are ``JITFunction`` objects too; for the duration of an
+interpreted launch they are swapped for their twins on the ``triton.language``
+modules, the same way the interpreter itself patches those modules while it runs.
+As with the interpreter's own patching, do not compile a kernel in another thread
+while an interpreted launch is running.
 """
 
 from __future__ import annotations
 
+import contextlib
 import types
 from typing import Any
 
@@ -27,11 +35,91 @@ def triton_available() -> tuple[bool, str]:
     return True, ""
 
 
-def interpreted(jit_fn: Any) -> Any:
-    """The interpreter twin of a ``triton.jit`` function (cached per function)."""
-    from triton.runtime.interpreter import InterpretedFunction
+_patch_depth = 0
+
+
+@contextlib.contextmanager
+def _library_twins():
+    """Swap triton.language's JIT-written functions for twins while interpreting."""
+    global _patch_depth
+    if _patch_depth:
+        _patch_depth += 1
+        try:
+            yield
+        finally:
+            _patch_depth -= 1
+        return
+    import triton.language as tl
     from triton.runtime.jit import JITFunction
 
+    # Modules that Triton imports lazily during a launch copy library functions at
+    # import time and insist they are JITFunctions: import them before the swap.
+    with contextlib.suppress(ImportError):
+        import triton.experimental.gluon  # noqa: F401
+
+    swapped = []
+    for module in (tl, tl.math, tl.standard):
+        for name, member in list(vars(module).items()):
+            if isinstance(member, JITFunction):
+                swapped.append((module, name, member))
+                setattr(module, name, interpreted(member))
+    _patch_depth = 1
+    try:
+        yield
+    finally:
+        _patch_depth = 0
+        for module, name, member in reversed(swapped):
+            setattr(module, name, member)
+
+
+def _bf16_dot_fix() -> None:
+    """Make the interpreter's ``tl.dot`` read bfloat16 operands as numbers.
+
+    The interpreter stores bfloat16 as raw uint16 bits, and (in Triton 3.9) its
+    dot multiplies those bits as integers. Widening the bits to float32 first is
+    exact. Applied once; a no-op where operands are not stored as uint16.
+    """
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    builder = type(interpreter.interpreter_builder)
+    if getattr(builder.create_dot, "_bf16_widened", False):
+        return
+    original = builder.create_dot
+
+    def widen(h):
+        if h.dtype.scalar.name == "bf16" and h.data.dtype == np.uint16:
+            return interpreter.TensorHandle((h.data.astype(np.uint32) << 16).view(np.float32), tl.float32)
+        return h
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        return original(self, widen(a), widen(b), d, input_precision, max_num_imprecise_acc)
+
+    create_dot._bf16_widened = True
+    builder.create_dot = create_dot
+
+
+def _twin_class():
+    from triton.runtime.interpreter import InterpretedFunction
+
+    class Twin(InterpretedFunction):
+        def run(self, *args, **kwargs):
+            with _library_twins():
+                return super().run(*args, **kwargs)
+
+        def __call__(self, *args, **kwargs):
+            with _library_twins():
+                return super().__call__(*args, **kwargs)
+
+    return Twin
+
+
+def interpreted(jit_fn: Any) -> Any:
+    """The interpreter twin of a ``triton.jit`` function (cached per function)."""
+    from triton.runtime.jit import JITFunction
+
+    _bf16_dot_fix()
     fn = jit_fn.fn if isinstance(jit_fn, JITFunction) else jit_fn
     if id(fn) in _twins:
         return _twins[id(fn)]
@@ -43,7 +131,7 @@ def interpreted(jit_fn: Any) -> Any:
     twin.__qualname__ = fn.__qualname__
     twin.__module__ = fn.__module__
     twin.__doc__ = fn.__doc__
-    _twins[id(fn)] = InterpretedFunction(twin)
+    _twins[id(fn)] = _twin_class()(twin)
     for name, value in fn.__globals__.items():
         if isinstance(value, JITFunction):
             namespace[name] = interpreted(value)
