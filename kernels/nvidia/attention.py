@@ -333,8 +333,8 @@ def _attn_bwd_dkdv(
         h = hk * group + g
         q_ptrs = Q + b64 * stride_qb + h * stride_qh + offs_m[:, None] * stride_qs + offs_d[None, :]
         do_ptrs = DO + b64 * stride_dob + h * stride_doh + offs_m[:, None] * stride_dos + offs_d[None, :]
-        lse_ptrs = LSE + (b64 * n_heads + h) * seqlen_q + offs_m
-        delta_ptrs = Delta + (b64 * n_heads + h) * seqlen_q + offs_m
+        lse_ptrs = LSE + (b64 * n_heads + h) * seqlen_q
+        delta_ptrs = Delta + (b64 * n_heads + h) * seqlen_q
         bias_ptrs = Bias + b64 * stride_bb + h * stride_bh + offs_m[None, :] * stride_bm + offs_n[:, None] * stride_bn
         mask_ptrs = Mask + b64 * stride_mb + h * stride_mh + offs_m[None, :] * stride_mm + offs_n[:, None] * stride_mn
         q_row0 = b * seqlen_q
