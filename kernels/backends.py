@@ -24,6 +24,7 @@ OPS: dict[str, dict[str, str]] = {
         "nvidia": "kernels.nvidia.gemm",
         "amd": "kernels.amd.gemm",
     },
+    "attention": {"reference": "kernels.attention.reference", "nvidia": "kernels.nvidia.attention", "amd": "kernels.amd.attention"},
 }
 
 

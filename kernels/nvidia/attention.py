@@ -547,19 +547,23 @@ def heuristic(head_dim_padded: int) -> dict:
     }
 
 
-def select_config(head_dim: int, device: torch.device, config: dict | None = None, table: dict | None = None) -> dict:
-    """The tuned entry for (device, padded head dim), else the heuristic; ``config`` overrides
-    any section key by key (``{"fwd": {"block_n": 32}}``) plus the flags ``use_tma``, ``pre_load_v``."""
-    pad = head_dim_pad(head_dim)
-    table = _tuned() if table is None else table
-    chosen = {s: dict(v) for s, v in heuristic(pad).items()}
-    for overrides in (table.get(device_key(device), {}).get(str(pad), {}), config or {}):
-        for s, v in overrides.items():
+def merge_config(base: dict, *overrides: dict | None) -> dict:
+    """``base`` with each override applied section by section (``{"fwd": {"block_n": 32}}``);
+    top-level flags (``use_tma``, ``pre_load_v``) replace."""
+    chosen = {s: dict(v) if isinstance(v, dict) else v for s, v in base.items()}
+    for overrides_ in overrides:
+        for s, v in (overrides_ or {}).items():
             if isinstance(v, dict):
                 chosen.setdefault(s, {}).update(v)
             else:
                 chosen[s] = v
     return chosen
+
+
+def select_config(head_dim: int, device: torch.device, config: dict | None = None) -> dict:
+    """The tuned entry for (device, padded head dim) over the heuristic, then ``config``."""
+    pad = head_dim_pad(head_dim)
+    return merge_config(heuristic(pad), _tuned().get(device_key(device), {}).get(str(pad)), config)
 
 
 def _bshd_strides(x: torch.Tensor) -> tuple[int, int, int]:
