@@ -84,7 +84,7 @@ def _fwd_step(
     kv_row0, kv_col0, start_n,
     offs_m, offs_n, offs_d,
     seqlen_q, seqlen_k, causal_offset, qk_scale,
-    stride_ks, stride_vs, stride_bn, stride_mn,
+    stride_ks, stride_vs, stride_bm, stride_bn, stride_mm, stride_mn,
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr,
     MASKED: tl.constexpr, USE_TMA: tl.constexpr, PRE_LOAD_V: tl.constexpr,
@@ -93,20 +93,20 @@ def _fwd_step(
     if USE_TMA:
         k = K.load([kv_row0 + start_n, kv_col0])
     else:
-        k = _load_rows(k_ptrs + start_n * stride_ks, cols, seqlen_k, offs_d, HEAD_DIM, MASKED, HEAD_DIM != HEAD_DIM_PAD)
+        k = _load_rows(k_ptrs + cols[:, None] * stride_ks + offs_d[None, :], cols, seqlen_k, offs_d, HEAD_DIM, MASKED, HEAD_DIM != HEAD_DIM_PAD)
     if PRE_LOAD_V:  # issue the V load before the softmax math (helps CDNA3, where loads are not async)
         if USE_TMA:
             v = V.load([kv_row0 + start_n, kv_col0])
         else:
-            v = _load_rows(v_ptrs + start_n * stride_vs, cols, seqlen_k, offs_d, HEAD_DIM, MASKED, HEAD_DIM != HEAD_DIM_PAD)
+            v = _load_rows(v_ptrs + cols[:, None] * stride_vs + offs_d[None, :], cols, seqlen_k, offs_d, HEAD_DIM, MASKED, HEAD_DIM != HEAD_DIM_PAD)
     s = tl.dot(q, tl.trans(k)) * qk_scale  # log2 domain
     if HAS_BIAS or HAS_MASK:
         inside = (offs_m[:, None] < seqlen_q) & (cols[None, :] < seqlen_k)
         if HAS_BIAS:
-            bias = tl.load(bias_ptrs + start_n * stride_bn, mask=inside, other=0.0)
+            bias = tl.load(bias_ptrs + offs_m[:, None] * stride_bm + cols[None, :] * stride_bn, mask=inside, other=0.0)
             s += bias.to(tl.float32) * 1.4426950408889634
         if HAS_MASK:
-            attend = tl.load(mask_ptrs + start_n * stride_mn, mask=inside, other=0)
+            attend = tl.load(mask_ptrs + offs_m[:, None] * stride_mm + cols[None, :] * stride_mn, mask=inside, other=0)
             s = tl.where(attend != 0, s, float("-inf"))
     if MASKED:
         s = tl.where(_keep(offs_m, cols, seqlen_q, seqlen_k, causal_offset, CAUSAL), s, float("-inf"))
@@ -121,7 +121,7 @@ def _fwd_step(
         if USE_TMA:
             v = V.load([kv_row0 + start_n, kv_col0])
         else:
-            v = _load_rows(v_ptrs + start_n * stride_vs, cols, seqlen_k, offs_d, HEAD_DIM, MASKED, HEAD_DIM != HEAD_DIM_PAD)
+            v = _load_rows(v_ptrs + cols[:, None] * stride_vs + offs_d[None, :], cols, seqlen_k, offs_d, HEAD_DIM, MASKED, HEAD_DIM != HEAD_DIM_PAD)
     acc = tl.dot(p.to(v.dtype), v, acc)
     return acc, l_i, m_new
 
@@ -162,10 +162,12 @@ def _attn_fwd(
     else:
         q_ptrs = Q + b64 * stride_qb + h * stride_qh + offs_m[:, None] * stride_qs + offs_d[None, :]
         q = _load_rows(q_ptrs, offs_m, seqlen_q, offs_d, HEAD_DIM, True, HEAD_DIM != HEAD_DIM_PAD)
-    k_ptrs = K + b64 * stride_kb + hk * stride_kh + offs_n[:, None] * stride_ks + offs_d[None, :]
-    v_ptrs = V + b64 * stride_vb + hk * stride_vh + offs_n[:, None] * stride_vs + offs_d[None, :]
-    bias_ptrs = Bias + b64 * stride_bb + h * stride_bh + offs_m[:, None] * stride_bm + offs_n[None, :] * stride_bn
-    mask_ptrs = Mask + b64 * stride_mb + h * stride_mh + offs_m[:, None] * stride_mm + offs_n[None, :] * stride_mn
+    # Scalar bases; each step forms its tile's addresses (pointer tensors kept live across the
+    # loop cost 64-bit registers per element, which spills on CDNA3).
+    k_ptrs = K + b64 * stride_kb + hk * stride_kh
+    v_ptrs = V + b64 * stride_vb + hk * stride_vh
+    bias_ptrs = Bias + b64 * stride_bb + h * stride_bh
+    mask_ptrs = Mask + b64 * stride_mb + h * stride_mh
     kv_row0 = b * seqlen_k
     kv_col0 = hk * HEAD_DIM
 
@@ -185,14 +187,14 @@ def _attn_fwd(
         acc, l_i, m_i = _fwd_step(
             acc, l_i, m_i, q, desc_k, desc_v, k_ptrs, v_ptrs, bias_ptrs, mask_ptrs, kv_row0, kv_col0, start_n,
             offs_m, offs_n, offs_d, seqlen_q, seqlen_k, causal_offset, qk_scale,
-            stride_ks, stride_vs, stride_bn, stride_mn,
+            stride_ks, stride_vs, stride_bm, stride_bn, stride_mm, stride_mn,
             HEAD_DIM, HEAD_DIM_PAD, CAUSAL, HAS_BIAS, HAS_MASK, False, USE_TMA, PRE_LOAD_V,
         )
     for start_n in range(full_end, end, BLOCK_N):
         acc, l_i, m_i = _fwd_step(
             acc, l_i, m_i, q, desc_k, desc_v, k_ptrs, v_ptrs, bias_ptrs, mask_ptrs, kv_row0, kv_col0, start_n,
             offs_m, offs_n, offs_d, seqlen_q, seqlen_k, causal_offset, qk_scale,
-            stride_ks, stride_vs, stride_bn, stride_mn,
+            stride_ks, stride_vs, stride_bm, stride_bn, stride_mm, stride_mn,
             HEAD_DIM, HEAD_DIM_PAD, CAUSAL, HAS_BIAS, HAS_MASK, True, USE_TMA, PRE_LOAD_V,
         )
 
@@ -235,7 +237,7 @@ def _dkdv_step(
     q_row0, q_col0, start_m,
     offs_m, offs_n, offs_d,
     seqlen_q, seqlen_k, causal_offset, qk_scale,
-    stride_qs, stride_dos, stride_bm, stride_mm,
+    stride_qs, stride_dos, stride_bm, stride_bn, stride_mm, stride_mn,
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr,
     MASKED: tl.constexpr, USE_TMA: tl.constexpr,
@@ -245,8 +247,8 @@ def _dkdv_step(
         q = Q.load([q_row0 + start_m, q_col0])
         do = DO.load([q_row0 + start_m, q_col0])
     else:
-        q = _load_rows(q_ptrs + start_m * stride_qs, rows, seqlen_q, offs_d, HEAD_DIM, MASKED, HEAD_DIM != HEAD_DIM_PAD)
-        do = _load_rows(do_ptrs + start_m * stride_dos, rows, seqlen_q, offs_d, HEAD_DIM, MASKED, HEAD_DIM != HEAD_DIM_PAD)
+        q = _load_rows(q_ptrs + rows[:, None] * stride_qs + offs_d[None, :], rows, seqlen_q, offs_d, HEAD_DIM, MASKED, HEAD_DIM != HEAD_DIM_PAD)
+        do = _load_rows(do_ptrs + rows[:, None] * stride_dos + offs_d[None, :], rows, seqlen_q, offs_d, HEAD_DIM, MASKED, HEAD_DIM != HEAD_DIM_PAD)
     # lse = -inf marks a row that attends to nothing; +inf there makes its probabilities 0.
     lse = tl.load(lse_ptrs + rows, mask=rows < seqlen_q, other=float("inf"))
     lse = tl.where(lse == float("-inf"), float("inf"), lse) * 1.4426950408889634
@@ -256,11 +258,11 @@ def _dkdv_step(
     if HAS_BIAS or HAS_MASK:
         insideT = (offs_n[:, None] < seqlen_k) & (rows[None, :] < seqlen_q)
         if HAS_BIAS:
-            biasT = tl.load(bias_ptrs + start_m * stride_bm, mask=insideT, other=0.0)
+            biasT = tl.load(bias_ptrs + rows[None, :] * stride_bm + offs_n[:, None] * stride_bn, mask=insideT, other=0.0)
             sT += biasT.to(tl.float32) * 1.4426950408889634
     pT = tl.math.exp2(sT - lse[None, :])
     if HAS_MASK:
-        attendT = tl.load(mask_ptrs + start_m * stride_mm, mask=insideT, other=0)
+        attendT = tl.load(mask_ptrs + rows[None, :] * stride_mm + offs_n[:, None] * stride_mn, mask=insideT, other=0)
         pT = tl.where(attendT != 0, pT, 0.0)
     if MASKED:
         keepT = (offs_n[:, None] < seqlen_k) & (rows[None, :] < seqlen_q)
@@ -331,33 +333,33 @@ def _attn_bwd_dkdv(
 
     for g in range(0, group):
         h = hk * group + g
-        q_ptrs = Q + b64 * stride_qb + h * stride_qh + offs_m[:, None] * stride_qs + offs_d[None, :]
-        do_ptrs = DO + b64 * stride_dob + h * stride_doh + offs_m[:, None] * stride_dos + offs_d[None, :]
+        q_ptrs = Q + b64 * stride_qb + h * stride_qh
+        do_ptrs = DO + b64 * stride_dob + h * stride_doh
         lse_ptrs = LSE + (b64 * n_heads + h) * seqlen_q
         delta_ptrs = Delta + (b64 * n_heads + h) * seqlen_q
-        bias_ptrs = Bias + b64 * stride_bb + h * stride_bh + offs_m[None, :] * stride_bm + offs_n[:, None] * stride_bn
-        mask_ptrs = Mask + b64 * stride_mb + h * stride_mh + offs_m[None, :] * stride_mm + offs_n[:, None] * stride_mn
+        bias_ptrs = Bias + b64 * stride_bb + h * stride_bh
+        mask_ptrs = Mask + b64 * stride_mb + h * stride_mh
         q_row0 = b * seqlen_q
         q_col0 = h * HEAD_DIM
         for start_m in range(lo, mid, BLOCK_M):
             dk, dv = _dkdv_step(
                 dk, dv, k, v, desc_q, desc_do, q_ptrs, do_ptrs, lse_ptrs, delta_ptrs, bias_ptrs, mask_ptrs,
                 q_row0, q_col0, start_m, offs_m, offs_n, offs_d, seqlen_q, seqlen_k, causal_offset, qk_scale,
-                stride_qs, stride_dos, stride_bm, stride_mm,
+                stride_qs, stride_dos, stride_bm, stride_bn, stride_mm, stride_mn,
                 HEAD_DIM, HEAD_DIM_PAD, CAUSAL, HAS_BIAS, HAS_MASK, True, USE_TMA,
             )
         for start_m in range(mid, full_end, BLOCK_M):
             dk, dv = _dkdv_step(
                 dk, dv, k, v, desc_q, desc_do, q_ptrs, do_ptrs, lse_ptrs, delta_ptrs, bias_ptrs, mask_ptrs,
                 q_row0, q_col0, start_m, offs_m, offs_n, offs_d, seqlen_q, seqlen_k, causal_offset, qk_scale,
-                stride_qs, stride_dos, stride_bm, stride_mm,
+                stride_qs, stride_dos, stride_bm, stride_bn, stride_mm, stride_mn,
                 HEAD_DIM, HEAD_DIM_PAD, CAUSAL, HAS_BIAS, HAS_MASK, False, USE_TMA,
             )
         for start_m in range(tail, m_blocks_end, BLOCK_M):
             dk, dv = _dkdv_step(
                 dk, dv, k, v, desc_q, desc_do, q_ptrs, do_ptrs, lse_ptrs, delta_ptrs, bias_ptrs, mask_ptrs,
                 q_row0, q_col0, start_m, offs_m, offs_n, offs_d, seqlen_q, seqlen_k, causal_offset, qk_scale,
-                stride_qs, stride_dos, stride_bm, stride_mm,
+                stride_qs, stride_dos, stride_bm, stride_bn, stride_mm, stride_mn,
                 HEAD_DIM, HEAD_DIM_PAD, CAUSAL, HAS_BIAS, HAS_MASK, True, USE_TMA,
             )
 
@@ -372,11 +374,11 @@ def _attn_bwd_dkdv(
 @triton.jit
 def _dq_step(
     dq, dbias_rows, q, do, lse, delta,
-    K, V, k_ptrs, v_ptrs, bias_ptrs, mask_ptrs, dbias_ptrs, dbias_col_ptrs,
+    K, V, k_ptrs, v_ptrs, bias_ptrs, mask_ptrs, dbias_ptrs,
     kv_row0, kv_col0, start_n,
     offs_m, offs_n, offs_d,
     seqlen_q, seqlen_k, causal_offset, qk_scale,
-    stride_ks, stride_vs, stride_bn, stride_mn, stride_dbn,
+    stride_ks, stride_vs, stride_bm, stride_bn, stride_mm, stride_mn, stride_dbm, stride_dbn,
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr, DBIAS: tl.constexpr,
     MASKED: tl.constexpr, USE_TMA: tl.constexpr,
@@ -386,16 +388,16 @@ def _dq_step(
         k = K.load([kv_row0 + start_n, kv_col0])
         v = V.load([kv_row0 + start_n, kv_col0])
     else:
-        k = _load_rows(k_ptrs + start_n * stride_ks, cols, seqlen_k, offs_d, HEAD_DIM, MASKED, HEAD_DIM != HEAD_DIM_PAD)
-        v = _load_rows(v_ptrs + start_n * stride_vs, cols, seqlen_k, offs_d, HEAD_DIM, MASKED, HEAD_DIM != HEAD_DIM_PAD)
+        k = _load_rows(k_ptrs + cols[:, None] * stride_ks + offs_d[None, :], cols, seqlen_k, offs_d, HEAD_DIM, MASKED, HEAD_DIM != HEAD_DIM_PAD)
+        v = _load_rows(v_ptrs + cols[:, None] * stride_vs + offs_d[None, :], cols, seqlen_k, offs_d, HEAD_DIM, MASKED, HEAD_DIM != HEAD_DIM_PAD)
     s = tl.dot(q, tl.trans(k)) * qk_scale
     inside = (offs_m[:, None] < seqlen_q) & (cols[None, :] < seqlen_k)
     if HAS_BIAS:
-        bias = tl.load(bias_ptrs + start_n * stride_bn, mask=inside, other=0.0)
+        bias = tl.load(bias_ptrs + offs_m[:, None] * stride_bm + cols[None, :] * stride_bn, mask=inside, other=0.0)
         s += bias.to(tl.float32) * 1.4426950408889634
     p = tl.math.exp2(s - lse[:, None])
     if HAS_MASK:
-        attend = tl.load(mask_ptrs + start_n * stride_mn, mask=inside, other=0)
+        attend = tl.load(mask_ptrs + offs_m[:, None] * stride_mm + cols[None, :] * stride_mn, mask=inside, other=0)
         p = tl.where(attend != 0, p, 0.0)
     if MASKED:
         p = tl.where(_keep(offs_m, cols, seqlen_q, seqlen_k, causal_offset, CAUSAL), p, 0.0)
@@ -404,11 +406,12 @@ def _dq_step(
     dq = tl.dot(ds.to(k.dtype), k, dq)
     # d(loss)/d(bias) = dS (the bias adds to the scaled scores).
     if DBIAS == 1:  # full-size bias: each element is written by exactly one program
-        tl.store(dbias_ptrs + start_n * stride_dbn, ds.to(dbias_ptrs.dtype.element_ty), mask=inside)
+        tl.store(dbias_ptrs + offs_m[:, None] * stride_dbm + cols[None, :] * stride_dbn,
+                 ds.to(dbias_ptrs.dtype.element_ty), mask=inside)
     elif DBIAS == 2:  # broadcast over batch and/or heads only
-        tl.atomic_add(dbias_ptrs + start_n * stride_dbn, ds, mask=inside)
+        tl.atomic_add(dbias_ptrs + offs_m[:, None] * stride_dbm + cols[None, :] * stride_dbn, ds, mask=inside)
     elif DBIAS == 3:  # broadcast over queries: sum the tile's columns first
-        tl.atomic_add(dbias_col_ptrs + start_n * stride_dbn, tl.sum(ds, 0), mask=cols < seqlen_k)
+        tl.atomic_add(dbias_ptrs + cols * stride_dbn, tl.sum(ds, 0), mask=cols < seqlen_k)
     elif DBIAS >= 4:  # broadcast over keys: accumulate row sums over the whole key loop
         dbias_rows += tl.sum(ds, 1)
     return dq, dbias_rows
@@ -458,12 +461,11 @@ def _attn_bwd_dq(
     lse = tl.where(lse == float("-inf"), float("inf"), lse) * 1.4426950408889634
     delta = tl.load(Delta + pid_bh.to(tl.int64) * seqlen_q + offs_m, mask=row_ok, other=0.0)
 
-    k_ptrs = K + b64 * stride_kb + hk * stride_kh + offs_n[:, None] * stride_ks + offs_d[None, :]
-    v_ptrs = V + b64 * stride_vb + hk * stride_vh + offs_n[:, None] * stride_vs + offs_d[None, :]
-    bias_ptrs = Bias + b64 * stride_bb + h * stride_bh + offs_m[:, None] * stride_bm + offs_n[None, :] * stride_bn
-    mask_ptrs = Mask + b64 * stride_mb + h * stride_mh + offs_m[:, None] * stride_mm + offs_n[None, :] * stride_mn
-    dbias_ptrs = DBias + b64 * stride_dbb + h * stride_dbh + offs_m[:, None] * stride_dbm + offs_n[None, :] * stride_dbn
-    dbias_col_ptrs = DBias + b64 * stride_dbb + h * stride_dbh + offs_n * stride_dbn
+    k_ptrs = K + b64 * stride_kb + hk * stride_kh
+    v_ptrs = V + b64 * stride_vb + hk * stride_vh
+    bias_ptrs = Bias + b64 * stride_bb + h * stride_bh
+    mask_ptrs = Mask + b64 * stride_mb + h * stride_mh
+    dbias_ptrs = DBias + b64 * stride_dbb + h * stride_dbh
     kv_row0 = b * seqlen_k
     kv_col0 = hk * HEAD_DIM
 
@@ -477,16 +479,16 @@ def _attn_bwd_dq(
         end = tl.minimum(end, tl.maximum(start_m + BLOCK_M + causal_offset, 0))
     for start_n in range(0, full_end, BLOCK_N):
         dq, dbias_rows = _dq_step(
-            dq, dbias_rows, q, do, lse, delta, desc_k, desc_v, k_ptrs, v_ptrs, bias_ptrs, mask_ptrs, dbias_ptrs, dbias_col_ptrs,
+            dq, dbias_rows, q, do, lse, delta, desc_k, desc_v, k_ptrs, v_ptrs, bias_ptrs, mask_ptrs, dbias_ptrs,
             kv_row0, kv_col0, start_n, offs_m, offs_n, offs_d, seqlen_q, seqlen_k, causal_offset, qk_scale,
-            stride_ks, stride_vs, stride_bn, stride_mn, stride_dbn,
+            stride_ks, stride_vs, stride_bm, stride_bn, stride_mm, stride_mn, stride_dbm, stride_dbn,
             HEAD_DIM, HEAD_DIM_PAD, CAUSAL, HAS_BIAS, HAS_MASK, DBIAS, False, USE_TMA,
         )
     for start_n in range(full_end, end, BLOCK_N):
         dq, dbias_rows = _dq_step(
-            dq, dbias_rows, q, do, lse, delta, desc_k, desc_v, k_ptrs, v_ptrs, bias_ptrs, mask_ptrs, dbias_ptrs, dbias_col_ptrs,
+            dq, dbias_rows, q, do, lse, delta, desc_k, desc_v, k_ptrs, v_ptrs, bias_ptrs, mask_ptrs, dbias_ptrs,
             kv_row0, kv_col0, start_n, offs_m, offs_n, offs_d, seqlen_q, seqlen_k, causal_offset, qk_scale,
-            stride_ks, stride_vs, stride_bn, stride_mn, stride_dbn,
+            stride_ks, stride_vs, stride_bm, stride_bn, stride_mm, stride_mn, stride_dbm, stride_dbn,
             HEAD_DIM, HEAD_DIM_PAD, CAUSAL, HAS_BIAS, HAS_MASK, DBIAS, True, USE_TMA,
         )
 
@@ -497,7 +499,7 @@ def _attn_bwd_dq(
         for start_n in range(covered, ((seqlen_k + BLOCK_N - 1) // BLOCK_N) * BLOCK_N, BLOCK_N):
             inside = row_ok[:, None] & (start_n + offs_n[None, :] < seqlen_k)
             zeros = tl.full([BLOCK_M, BLOCK_N], 0.0, dtype=DBias.dtype.element_ty)
-            tl.store(dbias_ptrs + start_n * stride_dbn, zeros, mask=inside)
+            tl.store(dbias_ptrs + offs_m[:, None] * stride_dbm + (start_n + offs_n)[None, :] * stride_dbn, zeros, mask=inside)
 
     dq = dq * sm_scale
     tl.store(DQ + b64 * stride_dqb + h * stride_dqh + offs_m[:, None] * stride_dqs + offs_d[None, :],
@@ -753,3 +755,89 @@ def attention_bwd(do, q, k, v, o, lse, bias, mask, causal, scale, bias_grad, con
     cfg = select_config(q.shape[-1], q.device, config)
     use_tma = _use_tma(cfg, q.shape[-1], q, k, v, do.contiguous() if not do.is_contiguous() else do)
     return backward(do, q, k, v, o, lse, bias, mask, causal, scale, bias_grad, cfg, use_tma)
+
+
+# ----------------------------------------------------------------------------------------------
+# Cross-compilation specs (static checks: tensor-core instructions, spills, shared memory)
+# ----------------------------------------------------------------------------------------------
+
+try:
+    from kernels.isa import CompileSpec
+except ImportError:  # kernels.isa not present: the same record, kept here
+    from dataclasses import dataclass, field
+
+    @dataclass(frozen=True)
+    class CompileSpec:
+        name: str
+        fn: object
+        signature: dict
+        constexprs: dict
+        options: dict = field(default_factory=dict)
+
+
+_TRITON_DTYPE = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+_FP32_POINTERS = ("LSE", "Delta", "Bias")
+
+
+def signature(kernel, dtype: str, constexprs: dict, dbias_dtype: str = "fp32") -> dict:
+    """Triton signature of one of ``KERNELS`` by its argument names: tensors of the input dtype,
+    float32 statistics and bias, a uint8 mask, 2-D TMA descriptors when ``USE_TMA``."""
+    ty = _TRITON_DTYPE[dtype]
+    sig = {}
+    for name in kernel.arg_names:
+        if name in constexprs:
+            sig[name] = "constexpr"
+        elif name.startswith("desc_"):
+            if constexprs.get("USE_TMA"):
+                rows = constexprs["BLOCK_N"] if name in ("desc_k", "desc_v") else constexprs["BLOCK_M"]
+                sig[name] = f"tensordesc<{ty}[{rows}, {constexprs['HEAD_DIM']}]>"
+            else:
+                sig[name] = f"*{ty}"
+        elif name == "Mask":
+            sig[name] = "*u8"
+        elif name == "DBias":
+            sig[name] = f"*{dbias_dtype}"
+        elif name in _FP32_POINTERS:
+            sig[name] = "*fp32"
+        elif name[0].isupper():
+            sig[name] = f"*{ty}"
+        elif name == "sm_scale":
+            sig[name] = "fp32"
+        else:
+            sig[name] = "i32"
+    return sig
+
+
+def kernel_specs(head_dim: int, cfg: dict, *, dtype: str = "bfloat16", causal: bool = True, bias: bool = False,
+                 mask: bool = False, use_tma: bool = True, pre_load_v: bool = False, prefix: str = "") -> list:
+    """CompileSpecs of the forward, dK/dV and dQ kernels for one head dim and config."""
+    pad = head_dim_pad(head_dim)
+    use_tma = use_tma and head_dim == pad
+    common = dict(HEAD_DIM=head_dim, HEAD_DIM_PAD=pad, CAUSAL=causal, HAS_BIAS=bias, HAS_MASK=mask, USE_TMA=use_tma)
+    specs = []
+    for section, kernel, extra in (
+        ("fwd", _attn_fwd, {"PRE_LOAD_V": pre_load_v}),
+        ("dkdv", _attn_bwd_dkdv, {}),
+        ("dq", _attn_bwd_dq, {"DBIAS": 2 if bias else 0}),
+    ):
+        c = cfg[section]
+        constexprs = {**common, **extra, "BLOCK_M": c["block_m"], "BLOCK_N": c["block_n"]}
+        tag = f"{prefix}attn_{section}_d{head_dim}{'_causal' if causal else ''}{'_bias' if bias else ''}{'_tma' if use_tma else ''}"
+        specs.append(CompileSpec(tag, kernel, signature(kernel, dtype, constexprs), constexprs, _launch_options(c)))
+    return specs
+
+
+def compile_specs(dtype: str = "bfloat16") -> list:
+    """The shipped Hopper configs: every tuned head dim, causal, TMA; plus a biased and masked
+    variant at head dim 128 and the padded head dim 80 (pointer loads)."""
+    device = torch.device("cuda")
+    table = _tuned()["sm90"]
+    specs = []
+    for pad in table:
+        cfg = merge_config(heuristic(int(pad)), table[pad])
+        specs += kernel_specs(int(pad), cfg, dtype=dtype)
+    cfg = merge_config(heuristic(128), table["128"])
+    specs += kernel_specs(128, cfg, dtype=dtype, causal=False, bias=True, mask=True)
+    specs += kernel_specs(80, cfg, dtype=dtype, causal=True)
+    del device
+    return specs
