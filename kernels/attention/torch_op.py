@@ -97,6 +97,20 @@ def _backward(ctx, grad_out, grad_lse):
 attention_fwd_op.register_autograd(_backward, setup_context=_setup_context)
 
 
+def config_json(value) -> str:
+    """Canonical JSON of a config (nested dicts of ints, floats, bools, strings), written with
+    plain string operations so ``torch.compile`` traces it without a graph break."""
+    if isinstance(value, dict):
+        return "{" + ",".join(f'"{key}":{config_json(value[key])}' for key in sorted(value)) + "}"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, str):
+        return '"' + value + '"'
+    return str(value)
+
+
 def attention(q, k, v, bias, mask, causal, scale, backend, config):
     """(out, lse) through the custom op."""
-    return attention_fwd_op(q, k, v, bias, mask, causal, scale, backend, json.dumps(config, sort_keys=True) if config else None)
+    return attention_fwd_op(q, k, v, bias, mask, causal, scale, backend, config_json(config) if config else None)

@@ -568,6 +568,11 @@ def select_config(head_dim: int, device: torch.device, config: dict | None = Non
     return merge_config(heuristic(pad), _tuned().get(device_key(device), {}).get(str(pad)), config)
 
 
+def _empty(shape, like: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Every buffer a kernel must fill completely comes from here (tests poison it with NaN)."""
+    return torch.empty(shape, device=like.device, dtype=dtype or like.dtype)
+
+
 def _bshd_strides(x: torch.Tensor) -> tuple[int, int, int]:
     return x.stride(0), x.stride(1), x.stride(2)
 
@@ -643,8 +648,8 @@ def forward(q, k, v, bias, mask, causal: bool, scale: float, cfg: dict, use_tma:
     pad = head_dim_pad(head_dim)
     f = cfg["fwd"]
     bm, bn = f["block_m"], f["block_n"]
-    o = torch.empty(q.shape, device=q.device, dtype=q.dtype)
-    lse = torch.empty((batch, heads, seqlen_q), device=q.device, dtype=torch.float32)
+    o = _empty(q.shape, q)
+    lse = _empty((batch, heads, seqlen_q), q, torch.float32)
     full = (batch, heads, seqlen_q, seqlen_k)
     bias4, sb = _broadcast4(bias, full)
     mask4, sm = _broadcast4(mask, full)
@@ -681,16 +686,14 @@ def backward(do, q, k, v, o, lse, bias, mask, causal: bool, scale: float, bias_g
     bias_arg = bias4 if bias4 is not None else q
     mask_arg = mask4 if mask4 is not None else q
 
-    delta = torch.empty_like(lse)
+    delta = _empty(lse.shape, lse)
     pre_bm = 64
     launcher(_attn_bwd_preprocess, on_gpu=on_gpu)[(triton.cdiv(seqlen_q, pre_bm), batch * heads)](
         o, do, delta, *_bshd_strides(o), *_bshd_strides(do), heads, seqlen_q,
         HEAD_DIM=head_dim, HEAD_DIM_PAD=pad, BLOCK_M=pre_bm,
     )
 
-    dq = torch.empty(q.shape, device=q.device, dtype=q.dtype)
-    dk = torch.empty(k.shape, device=k.device, dtype=k.dtype)
-    dv = torch.empty(v.shape, device=v.device, dtype=v.dtype)
+    dq, dk, dv = _empty(q.shape, q), _empty(k.shape, k), _empty(v.shape, v)
 
     c = cfg["dkdv"]
     bm, bn = c["block_m"], c["block_n"]
@@ -710,7 +713,7 @@ def backward(do, q, k, v, o, lse, bias, mask, causal: bool, scale: float, bias_g
     if bias is not None and bias_grad:
         mode = _dbias_mode(tuple(bias4.shape), full)
         if mode == 1:
-            dbias4 = torch.empty(bias4.shape, device=q.device, dtype=bias.dtype)
+            dbias4 = _empty(bias4.shape, q, bias.dtype)
         else:
             dbias4 = torch.zeros(bias4.shape, device=q.device, dtype=torch.float32)
         sdb = dbias4.expand(full).stride()
