@@ -8,7 +8,9 @@ reduction); what differs on CDNA3 is how it is launched, following aiter's Trito
   the forward is issued before the softmax math (``pre_load_v``) to overlap with it;
 * 128 x 64 forward tiles with 4 waves of 64 lanes, ``num_stages`` 1 (software pipelining
   through LDS does not pay on CDNA3 for this loop);
-* ``waves_per_eu`` to cap registers per wave so two workgroups share a CU;
+* ``waves_per_eu``: 1 for most kernels, so the float32 accumulators may live in the AGPR half
+  of the unified 512-entry register file (at 2 the compiler caps a wave at 256 registers and
+  these tiles spill to scratch);
 * ``matrix_instr_nonkdim`` 16 (the 16x16xK MFMA, better for the softmax layout than 32x32).
 
 Configs per device and padded head dim are in ``configs/attention.json``; a heuristic covers
@@ -43,32 +45,51 @@ def device_key(device: torch.device) -> str:
 
 def heuristic(head_dim_padded: int) -> dict:
     """aiter-style defaults: 128 x 64 forward tiles for head dims up to 128, 64 x 64 above;
-    one stage; V pre-loaded; two waves per EU; 16x16 MFMA."""
+    one stage; V pre-loaded; one wave per EU (the accumulators need the AGPRs); 16x16 MFMA."""
     big = head_dim_padded > 128
-    amd = {"waves_per_eu": 2, "matrix_instr_nonkdim": 16, "num_stages": 1}
+    amd = {"waves_per_eu": 1, "matrix_instr_nonkdim": 16, "num_stages": 1}
     return {
         "fwd": {"block_m": 64 if big else 128, "block_n": 64, "num_warps": 4, **amd},
-        "dkdv": {"block_m": 32 if big else 64, "block_n": 64 if big else 128, "num_warps": 4 if big else 8,
-                 **amd, "waves_per_eu": 1},
-        "dq": {"block_m": 64 if big else 128, "block_n": 32 if big else 64, "num_warps": 4 if big else 8,
-               **amd, "waves_per_eu": 1},
+        "dkdv": {"block_m": 32 if big else 64, "block_n": 64, "num_warps": 4, **amd},
+        "dq": {"block_m": 64 if big else 128, "block_n": 32, "num_warps": 4 if big else 8, **amd},
         "pre_load_v": True,
         "use_tma": False,
     }
 
 
-def select_config(head_dim: int, device: torch.device, config: dict | None = None) -> dict:
+def select_config(head_dim: int, device: torch.device, config: dict | None = None, biased: bool = False) -> dict:
+    """Tuned entry over the heuristic, its ``"bias"`` overrides when a bias/mask tile is live,
+    then ``config``."""
     pad = flash.head_dim_pad(head_dim)
-    cfg = flash.merge_config(heuristic(pad), _tuned().get(device_key(device), {}).get(str(pad)), config)
+    tuned = dict(_tuned().get(device_key(device), {}).get(str(pad), {}))
+    with_bias = tuned.pop("bias", None)
+    cfg = flash.merge_config(heuristic(pad), tuned, with_bias if biased else None, config)
     cfg["use_tma"] = False  # CDNA3 has no TMA
     return cfg
 
 
 def attention_fwd(q, k, v, bias, mask, causal, scale, config=None):
-    cfg = select_config(q.shape[-1], q.device, config)
+    cfg = select_config(q.shape[-1], q.device, config, biased=bias is not None or mask is not None)
     return flash.forward(q, k, v, bias, mask, causal, scale, cfg, use_tma=False)
 
 
 def attention_bwd(do, q, k, v, o, lse, bias, mask, causal, scale, bias_grad, config=None):
-    cfg = select_config(q.shape[-1], q.device, config)
+    cfg = select_config(q.shape[-1], q.device, config, biased=bias is not None or mask is not None)
     return flash.backward(do, q, k, v, o, lse, bias, mask, causal, scale, bias_grad, cfg, use_tma=False)
+
+
+def compile_specs(dtype: str = "bfloat16") -> list:
+    """The shipped gfx942 configs: every tuned head dim, causal, pre-loaded V; the same with a
+    bias and a mask (their ``"bias"`` tiles); and the padded head dim 80."""
+    table = _tuned()["gfx942"]
+    specs = []
+    for pad in table:
+        entry = dict(table[pad])
+        with_bias = entry.pop("bias", None)
+        cfg = flash.merge_config(heuristic(int(pad)), entry)
+        specs += flash.kernel_specs(int(pad), cfg, dtype=dtype, use_tma=False, pre_load_v=True, prefix="amd_")
+        if pad == "128":
+            specs += flash.kernel_specs(80, cfg, dtype=dtype, use_tma=False, pre_load_v=True, prefix="amd_")
+        specs += flash.kernel_specs(int(pad), flash.merge_config(cfg, with_bias), dtype=dtype, causal=False, bias=True,
+                                    mask=True, use_tma=False, pre_load_v=True, prefix="amd_")
+    return specs

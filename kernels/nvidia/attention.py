@@ -15,8 +15,8 @@ pointer loads otherwise; the loop is software-pipelined (``num_stages``) and
 
 Backward (as the Triton tutorial): a preprocess computes
 ``delta = rowsum(dO * O)``; one kernel owns a block of keys and loops over
-query blocks to accumulate dK and dV (for GQA it also loops over the query heads
-of its group, so dK/dV need no atomics); a second kernel owns a block of
+query blocks to accumulate dK and dV (for GQA, per query head, summed over the
+group on the host; no atomics); a second kernel owns a block of
 queries and loops over key blocks to accumulate dQ. The bias gradient equals
 dS, which the dQ kernel has tile by tile; it is written straight out when the
 bias is full-size and, when the bias broadcasts, first reduced in registers over
@@ -287,16 +287,20 @@ def _attn_bwd_dkdv(
     stride_dvb, stride_dvs, stride_dvh,
     stride_bb, stride_bh, stride_bm, stride_bn,
     stride_mb, stride_mh, stride_mm, stride_mn,
-    n_heads, n_kv_heads, group, seqlen_q, seqlen_k, sm_scale,
+    n_heads, group, seqlen_q, seqlen_k, sm_scale,
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr, USE_TMA: tl.constexpr,
 ):
-    """dK, dV for BLOCK_N keys of one (batch, kv head), summed over the query heads of its group."""
+    """dK, dV for BLOCK_N keys of one (batch, query head). With GQA each query head writes its own
+    slice of a (batch, k_len, heads, head_dim) buffer that the host sums over the group: a loop
+    over the group's heads around the query loops made the compiler spill, and atomics would
+    make dK/dV non-deterministic."""
     pid_n = tl.program_id(0)
-    pid_bhk = tl.program_id(1)
-    b = pid_bhk // n_kv_heads
-    hk = pid_bhk % n_kv_heads
+    pid_bh = tl.program_id(1)
+    b = pid_bh // n_heads
+    h = pid_bh % n_heads
+    hk = h // group
     b64 = b.to(tl.int64)
     start_n = pid_n * BLOCK_N
     offs_n = start_n + tl.arange(0, BLOCK_N)
@@ -331,43 +335,41 @@ def _attn_bwd_dkdv(
         mid = m_blocks_end
     tail = tl.maximum(mid, full_end)
 
-    for g in range(0, group):
-        h = hk * group + g
-        q_ptrs = Q + b64 * stride_qb + h * stride_qh
-        do_ptrs = DO + b64 * stride_dob + h * stride_doh
-        lse_ptrs = LSE + (b64 * n_heads + h) * seqlen_q
-        delta_ptrs = Delta + (b64 * n_heads + h) * seqlen_q
-        bias_ptrs = Bias + b64 * stride_bb + h * stride_bh
-        mask_ptrs = Mask + b64 * stride_mb + h * stride_mh
-        q_row0 = b * seqlen_q
-        q_col0 = h * HEAD_DIM
-        for start_m in range(lo, mid, BLOCK_M):
-            dk, dv = _dkdv_step(
-                dk, dv, k, v, desc_q, desc_do, q_ptrs, do_ptrs, lse_ptrs, delta_ptrs, bias_ptrs, mask_ptrs,
-                q_row0, q_col0, start_m, offs_m, offs_n, offs_d, seqlen_q, seqlen_k, causal_offset, qk_scale,
-                stride_qs, stride_dos, stride_bm, stride_bn, stride_mm, stride_mn,
-                HEAD_DIM, HEAD_DIM_PAD, CAUSAL, HAS_BIAS, HAS_MASK, True, USE_TMA,
-            )
-        for start_m in range(mid, full_end, BLOCK_M):
-            dk, dv = _dkdv_step(
-                dk, dv, k, v, desc_q, desc_do, q_ptrs, do_ptrs, lse_ptrs, delta_ptrs, bias_ptrs, mask_ptrs,
-                q_row0, q_col0, start_m, offs_m, offs_n, offs_d, seqlen_q, seqlen_k, causal_offset, qk_scale,
-                stride_qs, stride_dos, stride_bm, stride_bn, stride_mm, stride_mn,
-                HEAD_DIM, HEAD_DIM_PAD, CAUSAL, HAS_BIAS, HAS_MASK, False, USE_TMA,
-            )
-        for start_m in range(tail, m_blocks_end, BLOCK_M):
-            dk, dv = _dkdv_step(
-                dk, dv, k, v, desc_q, desc_do, q_ptrs, do_ptrs, lse_ptrs, delta_ptrs, bias_ptrs, mask_ptrs,
-                q_row0, q_col0, start_m, offs_m, offs_n, offs_d, seqlen_q, seqlen_k, causal_offset, qk_scale,
-                stride_qs, stride_dos, stride_bm, stride_bn, stride_mm, stride_mn,
-                HEAD_DIM, HEAD_DIM_PAD, CAUSAL, HAS_BIAS, HAS_MASK, True, USE_TMA,
-            )
+    q_ptrs = Q + b64 * stride_qb + h * stride_qh
+    do_ptrs = DO + b64 * stride_dob + h * stride_doh
+    lse_ptrs = LSE + (b64 * n_heads + h) * seqlen_q
+    delta_ptrs = Delta + (b64 * n_heads + h) * seqlen_q
+    bias_ptrs = Bias + b64 * stride_bb + h * stride_bh
+    mask_ptrs = Mask + b64 * stride_mb + h * stride_mh
+    q_row0 = b * seqlen_q
+    q_col0 = h * HEAD_DIM
+    for start_m in range(lo, mid, BLOCK_M):
+        dk, dv = _dkdv_step(
+            dk, dv, k, v, desc_q, desc_do, q_ptrs, do_ptrs, lse_ptrs, delta_ptrs, bias_ptrs, mask_ptrs,
+            q_row0, q_col0, start_m, offs_m, offs_n, offs_d, seqlen_q, seqlen_k, causal_offset, qk_scale,
+            stride_qs, stride_dos, stride_bm, stride_bn, stride_mm, stride_mn,
+            HEAD_DIM, HEAD_DIM_PAD, CAUSAL, HAS_BIAS, HAS_MASK, True, USE_TMA,
+        )
+    for start_m in range(mid, full_end, BLOCK_M):
+        dk, dv = _dkdv_step(
+            dk, dv, k, v, desc_q, desc_do, q_ptrs, do_ptrs, lse_ptrs, delta_ptrs, bias_ptrs, mask_ptrs,
+            q_row0, q_col0, start_m, offs_m, offs_n, offs_d, seqlen_q, seqlen_k, causal_offset, qk_scale,
+            stride_qs, stride_dos, stride_bm, stride_bn, stride_mm, stride_mn,
+            HEAD_DIM, HEAD_DIM_PAD, CAUSAL, HAS_BIAS, HAS_MASK, False, USE_TMA,
+        )
+    for start_m in range(tail, m_blocks_end, BLOCK_M):
+        dk, dv = _dkdv_step(
+            dk, dv, k, v, desc_q, desc_do, q_ptrs, do_ptrs, lse_ptrs, delta_ptrs, bias_ptrs, mask_ptrs,
+            q_row0, q_col0, start_m, offs_m, offs_n, offs_d, seqlen_q, seqlen_k, causal_offset, qk_scale,
+            stride_qs, stride_dos, stride_bm, stride_bn, stride_mm, stride_mn,
+            HEAD_DIM, HEAD_DIM_PAD, CAUSAL, HAS_BIAS, HAS_MASK, True, USE_TMA,
+        )
 
     dk = dk * sm_scale
     out_mask = (offs_n[:, None] < seqlen_k) & (offs_d[None, :] < HEAD_DIM)
-    tl.store(DK + b64 * stride_dkb + hk * stride_dkh + offs_n[:, None] * stride_dks + offs_d[None, :],
+    tl.store(DK + b64 * stride_dkb + h * stride_dkh + offs_n[:, None] * stride_dks + offs_d[None, :],
              dk.to(DK.dtype.element_ty), mask=out_mask)
-    tl.store(DV + b64 * stride_dvb + hk * stride_dvh + offs_n[:, None] * stride_dvs + offs_d[None, :],
+    tl.store(DV + b64 * stride_dvb + h * stride_dvh + offs_n[:, None] * stride_dvs + offs_d[None, :],
              dv.to(DV.dtype.element_ty), mask=out_mask)
 
 
@@ -549,6 +551,11 @@ def heuristic(head_dim_padded: int) -> dict:
     }
 
 
+def heuristic_bias(head_dim_padded: int) -> dict:
+    """Narrower key tiles when a bias/mask tile is live next to the scores."""
+    return {"fwd": {"block_n": 32}, "dkdv": {"block_m": 16}, "dq": {"block_n": 32}}
+
+
 def merge_config(base: dict, *overrides: dict | None) -> dict:
     """``base`` with each override applied section by section (``{"fwd": {"block_n": 32}}``);
     top-level flags (``use_tma``, ``pre_load_v``) replace."""
@@ -562,10 +569,17 @@ def merge_config(base: dict, *overrides: dict | None) -> dict:
     return chosen
 
 
-def select_config(head_dim: int, device: torch.device, config: dict | None = None) -> dict:
-    """The tuned entry for (device, padded head dim) over the heuristic, then ``config``."""
+def select_config(head_dim: int, device: torch.device, config: dict | None = None, biased: bool = False) -> dict:
+    """The tuned entry for (device, padded head dim) over the heuristic, then its ``"bias"``
+    overrides when a bias or mask tile rides along (narrower tiles: more live registers),
+    then ``config``."""
     pad = head_dim_pad(head_dim)
-    return merge_config(heuristic(pad), _tuned().get(device_key(device), {}).get(str(pad)), config)
+    base = heuristic(pad)
+    tuned = dict(_tuned().get(device_key(device), {}).get(str(pad), {}))
+    with_bias = tuned.pop("bias", None)
+    if biased:
+        base = merge_config(base, heuristic_bias(pad))
+    return merge_config(base, tuned, with_bias if biased else None, config)
 
 
 def _empty(shape, like: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -606,7 +620,9 @@ def _broadcast4(x: torch.Tensor | None, shape4: tuple[int, int, int, int]):
         return None, (0, 0, 0, 0)
     x4 = x.reshape((1,) * (4 - x.dim()) + tuple(x.shape))
     if x4.dtype == torch.bool:
-        x4 = x4.view(torch.uint8)
+        # int32, not bytes: 1-byte loads cannot go through cp.async, so the pipeliner keeps
+        # them (and their 64-bit addresses) in registers, which spills on Hopper.
+        x4 = x4.to(torch.int32)
     return x4, x4.expand(shape4).stride()
 
 
@@ -693,16 +709,21 @@ def backward(do, q, k, v, o, lse, bias, mask, causal: bool, scale: float, bias_g
         HEAD_DIM=head_dim, HEAD_DIM_PAD=pad, BLOCK_M=pre_bm,
     )
 
-    dq, dk, dv = _empty(q.shape, q), _empty(k.shape, k), _empty(v.shape, v)
+    dq = _empty(q.shape, q)
+    if group == 1:
+        dk, dv = _empty(k.shape, k), _empty(v.shape, v)
+    else:  # one float32 slice per query head, summed over each group below
+        dk = _empty((batch, seqlen_k, heads, head_dim), k, torch.float32)
+        dv = _empty((batch, seqlen_k, heads, head_dim), v, torch.float32)
 
     c = cfg["dkdv"]
     bm, bn = c["block_m"], c["block_n"]
     descs = (_descriptor(q, bm), _descriptor(k, bn), _descriptor(v, bn), _descriptor(do, bm)) if use_tma else (q, k, v, do)
-    launcher(_attn_bwd_dkdv, on_gpu=on_gpu)[(triton.cdiv(seqlen_k, bn), batch * kv_heads)](
+    launcher(_attn_bwd_dkdv, on_gpu=on_gpu)[(triton.cdiv(seqlen_k, bn), batch * heads)](
         q, k, v, do, lse, delta, bias_arg, mask_arg, dk, dv, *descs,
         *_bshd_strides(q), *_bshd_strides(k), *_bshd_strides(v), *_bshd_strides(do),
         *_bshd_strides(dk), *_bshd_strides(dv), *sb, *sm,
-        heads, kv_heads, group, seqlen_q, seqlen_k, float(scale),
+        heads, group, seqlen_q, seqlen_k, float(scale),
         HEAD_DIM=head_dim, HEAD_DIM_PAD=pad, BLOCK_M=bm, BLOCK_N=bn,
         CAUSAL=bool(causal), HAS_BIAS=bias is not None, HAS_MASK=mask is not None, USE_TMA=bool(use_tma),
         **_launch_options(c),
@@ -734,6 +755,9 @@ def backward(do, q, k, v, o, lse, bias, mask, causal: bool, scale: float, bias_g
     )
     if mode:
         dbias = dbias4.reshape(bias.shape).to(bias.dtype)
+    if group > 1:
+        dk = dk.view(batch, seqlen_k, kv_heads, group, head_dim).sum(3).to(k.dtype)
+        dv = dv.view(batch, seqlen_k, kv_heads, group, head_dim).sum(3).to(v.dtype)
     return dq, dk, dv, dbias
 
 
@@ -750,12 +774,12 @@ def _use_tma(cfg: dict, head_dim: int, *tensors) -> bool:
 
 
 def attention_fwd(q, k, v, bias, mask, causal, scale, config=None):
-    cfg = select_config(q.shape[-1], q.device, config)
+    cfg = select_config(q.shape[-1], q.device, config, biased=bias is not None or mask is not None)
     return forward(q, k, v, bias, mask, causal, scale, cfg, _use_tma(cfg, q.shape[-1], q, k, v))
 
 
 def attention_bwd(do, q, k, v, o, lse, bias, mask, causal, scale, bias_grad, config=None):
-    cfg = select_config(q.shape[-1], q.device, config)
+    cfg = select_config(q.shape[-1], q.device, config, biased=bias is not None or mask is not None)
     use_tma = _use_tma(cfg, q.shape[-1], q, k, v, do.contiguous() if not do.is_contiguous() else do)
     return backward(do, q, k, v, o, lse, bias, mask, causal, scale, bias_grad, cfg, use_tma)
 
@@ -797,7 +821,7 @@ def signature(kernel, dtype: str, constexprs: dict, dbias_dtype: str = "fp32") -
             else:
                 sig[name] = f"*{ty}"
         elif name == "Mask":
-            sig[name] = "*u8"
+            sig[name] = "*i32"
         elif name == "DBias":
             sig[name] = f"*{dbias_dtype}"
         elif name in _FP32_POINTERS:
@@ -831,16 +855,19 @@ def kernel_specs(head_dim: int, cfg: dict, *, dtype: str = "bfloat16", causal: b
 
 
 def compile_specs(dtype: str = "bfloat16") -> list:
-    """The shipped Hopper configs: every tuned head dim, causal, TMA; plus a biased and masked
-    variant at head dim 128 and the padded head dim 80 (pointer loads)."""
-    device = torch.device("cuda")
+    """The shipped Hopper configs: every tuned head dim, causal, TMA; the same with a bias and
+    a mask (their ``"bias"`` tiles); and the padded head dim 80 (pointer loads)."""
     table = _tuned()["sm90"]
     specs = []
     for pad in table:
-        cfg = merge_config(heuristic(int(pad)), table[pad])
-        specs += kernel_specs(int(pad), cfg, dtype=dtype)
-    cfg = merge_config(heuristic(128), table["128"])
-    specs += kernel_specs(128, cfg, dtype=dtype, causal=False, bias=True, mask=True)
-    specs += kernel_specs(80, cfg, dtype=dtype, causal=True)
-    del device
+        entry = {k: v for k, v in table[pad].items() if k != "bias"}
+        specs += kernel_specs(int(pad), merge_config(heuristic(int(pad)), entry), dtype=dtype)
+    for pad in table:
+        entry = dict(table[pad])
+        with_bias = entry.pop("bias", None)
+        cfg = merge_config(heuristic(int(pad)), heuristic_bias(int(pad)), entry, with_bias)
+        specs += kernel_specs(int(pad), cfg, dtype=dtype, causal=False, bias=True, mask=True)
+    entry = dict(table["128"])
+    entry.pop("bias", None)
+    specs += kernel_specs(80, merge_config(heuristic(128), entry), dtype=dtype, causal=True)
     return specs
