@@ -21,7 +21,7 @@ class Facts:
     name: str
     tensor_core_ops: int  # HGMMA on sm_90a, v_mfma on gfx942
     spill_ops: int  # LDL/STL on sm_90a, scratch stores/loads on gfx942
-    local_bytes: int  # LOCAL (sm_90a) or ScratchSize (gfx942)
+    local_bytes: int  # STACK + LOCAL (sm_90a) or ScratchSize (gfx942)
     registers: int
     shared_bytes: int
 
@@ -40,7 +40,7 @@ def compile_facts(spec, target: str) -> Facts:
                 f.write(kernel.asm["cubin"])
             sass = subprocess.run([_cuobjdump(), "-sass", path], capture_output=True, text=True, check=True).stdout
             res = subprocess.run([_cuobjdump(), "-res-usage", path], capture_output=True, text=True, check=True).stdout
-        local = int(re.search(r"LOCAL:(\d+)", res).group(1))
+        local = int(re.search(r"STACK:(\d+)", res).group(1)) + int(re.search(r"LOCAL:(\d+)", res).group(1))
         regs = int(re.search(r"REG:(\d+)", res).group(1))
         return Facts(spec.name, len(re.findall(r"\bHGMMA\.", sass)), len(re.findall(r"\b(?:LDL|STL)\b", sass)),
                      local, regs, kernel.metadata.shared)

@@ -129,6 +129,7 @@ CASES = {
     "tma-headbias-causal": (2, 40, 40, 2, 1, 64, True, (1, 2, 40, 40), None, BF16, True),
     "tma-rowbias-d128": (1, 33, 47, 2, 2, 128, False, (2, 33, 1), None, BF16, True),
     "scalarbias": (1, 19, 23, 2, 2, 32, False, (1, 2, 1, 1), None, BF16, False),
+    "tma-padded-d96-gqa": (1, 21, 30, 4, 2, 96, True, None, (1, 1, 21, 30), FP16, True),
 }
 
 

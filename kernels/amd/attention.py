@@ -58,12 +58,12 @@ def heuristic(head_dim_padded: int) -> dict:
 
 
 def select_config(head_dim: int, device: torch.device, config: dict | None = None, biased: bool = False) -> dict:
-    """Tuned entry over the heuristic, its ``"bias"`` overrides when a bias/mask tile is live,
-    then ``config``."""
+    """Tuned entry over the heuristic, its ``"narrow"`` overrides when a bias/mask tile is
+    live, then ``config``."""
     pad = flash.head_dim_pad(head_dim)
     tuned = dict(_tuned().get(device_key(device), {}).get(str(pad), {}))
-    with_bias = tuned.pop("bias", None)
-    cfg = flash.merge_config(heuristic(pad), tuned, with_bias if biased else None, config)
+    narrower = tuned.pop("narrow", None)
+    cfg = flash.merge_config(heuristic(pad), tuned, narrower if biased else None, config)
     cfg["use_tma"] = False  # CDNA3 has no TMA
     return cfg
 
@@ -80,16 +80,16 @@ def attention_bwd(do, q, k, v, o, lse, bias, mask, causal, scale, bias_grad, con
 
 def compile_specs(dtype: str = "bfloat16") -> list:
     """The shipped gfx942 configs: every tuned head dim, causal, pre-loaded V; the same with a
-    bias and a mask (their ``"bias"`` tiles); and the padded head dim 80."""
+    bias and a mask (their ``"narrow"`` tiles); and the padded head dim 80."""
     table = _tuned()["gfx942"]
     specs = []
     for pad in table:
         entry = dict(table[pad])
-        with_bias = entry.pop("bias", None)
+        narrower = entry.pop("narrow", None)
         cfg = flash.merge_config(heuristic(int(pad)), entry)
         specs += flash.kernel_specs(int(pad), cfg, dtype=dtype, use_tma=False, pre_load_v=True, prefix="amd_")
         if pad == "128":
             specs += flash.kernel_specs(80, cfg, dtype=dtype, use_tma=False, pre_load_v=True, prefix="amd_")
-        specs += flash.kernel_specs(int(pad), flash.merge_config(cfg, with_bias), dtype=dtype, causal=False, bias=True,
+        specs += flash.kernel_specs(int(pad), flash.merge_config(cfg, narrower), dtype=dtype, causal=False, bias=True,
                                     mask=True, use_tma=False, pre_load_v=True, prefix="amd_")
     return specs

@@ -551,8 +551,8 @@ def heuristic(head_dim_padded: int) -> dict:
     }
 
 
-def heuristic_bias(head_dim_padded: int) -> dict:
-    """Narrower key tiles when a bias/mask tile is live next to the scores."""
+def heuristic_narrow(head_dim_padded: int) -> dict:
+    """Narrower tiles when a bias/mask tile is live next to the scores, or loads use pointers."""
     return {"fwd": {"block_n": 32}, "dkdv": {"block_m": 16}, "dq": {"block_n": 32}}
 
 
@@ -569,17 +569,17 @@ def merge_config(base: dict, *overrides: dict | None) -> dict:
     return chosen
 
 
-def select_config(head_dim: int, device: torch.device, config: dict | None = None, biased: bool = False) -> dict:
-    """The tuned entry for (device, padded head dim) over the heuristic, then its ``"bias"``
-    overrides when a bias or mask tile rides along (narrower tiles: more live registers),
-    then ``config``."""
+def select_config(head_dim: int, device: torch.device, config: dict | None = None, narrow: bool = False) -> dict:
+    """The tuned entry for (device, padded head dim) over the heuristic, then its ``"narrow"``
+    overrides when more registers are live per tile (a bias or mask tile next to the scores,
+    or pointer loads instead of TMA), then ``config``."""
     pad = head_dim_pad(head_dim)
     base = heuristic(pad)
     tuned = dict(_tuned().get(device_key(device), {}).get(str(pad), {}))
-    with_bias = tuned.pop("bias", None)
-    if biased:
-        base = merge_config(base, heuristic_bias(pad))
-    return merge_config(base, tuned, with_bias if biased else None, config)
+    narrower = tuned.pop("narrow", None)
+    if narrow:
+        base = merge_config(base, heuristic_narrow(pad))
+    return merge_config(base, tuned, narrower if narrow else None, config)
 
 
 def _empty(shape, like: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -766,22 +766,49 @@ def backward(do, q, k, v, o, lse, bias, mask, causal: bool, scale: float, bias_g
 # ----------------------------------------------------------------------------------------------
 
 
-def _use_tma(cfg: dict, head_dim: int, *tensors) -> bool:
+def _wants_tma(cfg: dict, q: torch.Tensor) -> bool:
     wanted = cfg.get("use_tma")
     if wanted is None:  # TMA on Hopper; the interpreter runs the pointer path unless asked
-        wanted = tensors[0].is_cuda and torch.cuda.get_device_capability(tensors[0].device)[0] >= 9
-    return bool(wanted) and _tma_ok(head_dim, *tensors)
+        wanted = q.is_cuda and torch.cuda.get_device_capability(q.device)[0] >= 9
+    return bool(wanted)
+
+
+def _for_tma(t: torch.Tensor, pad: int) -> torch.Tensor:
+    """``t`` as a 16-byte-aligned contiguous (batch, seq, heads, pad) tensor. On Hopper the
+    pointer path keeps K/V tiles (and their addresses) in registers and spills, so padded
+    head dims and strided inputs are copied once into the TMA layout instead."""
+    if t.shape[-1] != pad:
+        t = torch.nn.functional.pad(t, (0, pad - t.shape[-1]))
+    if not t.is_contiguous():
+        t = t.contiguous()
+    if t.data_ptr() % 16:
+        t = t.clone()
+    return t
 
 
 def attention_fwd(q, k, v, bias, mask, causal, scale, config=None):
-    cfg = select_config(q.shape[-1], q.device, config, biased=bias is not None or mask is not None)
-    return forward(q, k, v, bias, mask, causal, scale, cfg, _use_tma(cfg, q.shape[-1], q, k, v))
+    head_dim = q.shape[-1]
+    biased = bias is not None or mask is not None
+    use_tma = _wants_tma(select_config(head_dim, q.device, config), q)
+    cfg = select_config(head_dim, q.device, config, narrow=biased or not use_tma)
+    if not use_tma:
+        return forward(q, k, v, bias, mask, causal, scale, cfg, False)
+    pad = head_dim_pad(head_dim)
+    o, lse = forward(_for_tma(q, pad), _for_tma(k, pad), _for_tma(v, pad), bias, mask, causal, scale, cfg, True)
+    return o[..., :head_dim], lse
 
 
 def attention_bwd(do, q, k, v, o, lse, bias, mask, causal, scale, bias_grad, config=None):
-    cfg = select_config(q.shape[-1], q.device, config, biased=bias is not None or mask is not None)
-    use_tma = _use_tma(cfg, q.shape[-1], q, k, v, do.contiguous() if not do.is_contiguous() else do)
-    return backward(do, q, k, v, o, lse, bias, mask, causal, scale, bias_grad, cfg, use_tma)
+    head_dim = q.shape[-1]
+    biased = bias is not None or mask is not None
+    use_tma = _wants_tma(select_config(head_dim, q.device, config), q)
+    cfg = select_config(head_dim, q.device, config, narrow=biased or not use_tma)
+    if not use_tma:
+        return backward(do, q, k, v, o, lse, bias, mask, causal, scale, bias_grad, cfg, False)
+    pad = head_dim_pad(head_dim)
+    padded = [_for_tma(t, pad) for t in (do, q, k, v, o)]
+    dq, dk, dv, dbias = backward(*padded, lse, bias, mask, causal, scale, bias_grad, cfg, True)
+    return dq[..., :head_dim], dk[..., :head_dim], dv[..., :head_dim], dbias
 
 
 # ----------------------------------------------------------------------------------------------
@@ -856,18 +883,15 @@ def kernel_specs(head_dim: int, cfg: dict, *, dtype: str = "bfloat16", causal: b
 
 def compile_specs(dtype: str = "bfloat16") -> list:
     """The shipped Hopper configs: every tuned head dim, causal, TMA; the same with a bias and
-    a mask (their ``"bias"`` tiles); and the padded head dim 80 (pointer loads)."""
+    a mask (their ``"narrow"`` tiles). Other head dims run zero-padded to these on Hopper."""
     table = _tuned()["sm90"]
     specs = []
     for pad in table:
-        entry = {k: v for k, v in table[pad].items() if k != "bias"}
+        entry = {k: v for k, v in table[pad].items() if k != "narrow"}
         specs += kernel_specs(int(pad), merge_config(heuristic(int(pad)), entry), dtype=dtype)
     for pad in table:
         entry = dict(table[pad])
-        with_bias = entry.pop("bias", None)
-        cfg = merge_config(heuristic(int(pad)), heuristic_bias(int(pad)), entry, with_bias)
+        narrower = entry.pop("narrow", None)
+        cfg = merge_config(heuristic(int(pad)), heuristic_narrow(int(pad)), entry, narrower)
         specs += kernel_specs(int(pad), cfg, dtype=dtype, causal=False, bias=True, mask=True)
-    entry = dict(table["128"])
-    entry.pop("bias", None)
-    specs += kernel_specs(80, merge_config(heuristic(128), entry), dtype=dtype, causal=True)
     return specs
