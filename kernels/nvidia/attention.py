@@ -142,6 +142,8 @@ def _attn_fwd(
     USE_TMA: tl.constexpr, PRE_LOAD_V: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
+    if CAUSAL:  # the last query blocks see the most keys: launch them first, shorten the tail
+        pid_m = tl.num_programs(0) - 1 - pid_m
     pid_bh = tl.program_id(1)
     b = pid_bh // n_heads
     h = pid_bh % n_heads
@@ -438,6 +440,8 @@ def _attn_bwd_dq(
 ):
     """dQ (and dBias) for BLOCK_M queries of one (batch, head)."""
     pid_m = tl.program_id(0)
+    if CAUSAL:
+        pid_m = tl.num_programs(0) - 1 - pid_m
     pid_bh = tl.program_id(1)
     b = pid_bh // n_heads
     h = pid_bh % n_heads
