@@ -7,6 +7,7 @@ kind), so one spec serves both frameworks.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,10 +24,12 @@ class ArrayInfo:
 
 
 def framework_of(x: Any) -> str | None:
-    module = type(x).__module__
-    if module.startswith("torch"):
+    # isinstance against modules already imported: no import cost, and torch.compile traces it.
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, torch.Tensor):
         return "torch"
-    if module.startswith("jax") or module.startswith("jaxlib"):
+    jax = sys.modules.get("jax")
+    if jax is not None and isinstance(x, jax.Array):
         return "jax"
     return None
 

@@ -23,6 +23,8 @@ OPS: dict[str, dict[str, str]] = {
         "reference": "kernels.gemm.reference",
         "nvidia": "kernels.nvidia.gemm",
         "amd": "kernels.amd.gemm",
+        "tpu": "kernels.tpu.gemm",
+        "trainium": "kernels.trainium.gemm",
     },
     "attention": {"reference": "kernels.attention.reference", "nvidia": "kernels.nvidia.attention", "amd": "kernels.amd.attention"},
 }
@@ -102,17 +104,14 @@ def availability(backend: str) -> Availability:
             return Availability(backend, "native", jax.devices()[0].device_kind)
         return Availability(backend, "interpreted", "no TPU: Pallas interpret mode runs the kernel on the CPU")
     if backend == "trainium":
-        try:
-            importlib.import_module("nki")
-            real = True
-        except ImportError:
-            real = False
-        if real:
+        from kernels.trainium import nki_compat
+
+        if not nki_compat.EMULATED:
             return Availability(backend, "native", "the Neuron toolchain (nki) is importable")
         return Availability(
             backend,
             "emulated",
-            "no Neuron toolchain (its registry packages are empty): kernels run on kernels.trainium.emulator",
+            "no working Neuron toolchain (its registry packages are empty): kernels run on kernels.trainium.emulator",
         )
     raise ValueError(f"backend: expected one of {BACKENDS}, got {backend!r}")
 

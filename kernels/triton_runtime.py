@@ -72,21 +72,24 @@ def _library_twins():
             setattr(module, name, member)
 
 
-def _bf16_dot_fix() -> None:
-    """Make the interpreter's ``tl.dot`` read bfloat16 operands as numbers.
+def _interpreter_fixes() -> None:
+    """Make the interpreter's bfloat16 arithmetic match the GPU's.
 
-    The interpreter stores bfloat16 as raw uint16 bits, and (in Triton 3.9) its
-    dot multiplies those bits as integers. Widening the bits to float32 first is
-    exact. Applied once; a no-op where operands are not stored as uint16.
+    The interpreter stores bfloat16 as raw uint16 bits. In Triton 3.9 its
+    ``tl.dot`` multiplies those bits as integers, and its float32 -> bfloat16
+    cast truncates where the GPU rounds to nearest even. Here the dot widens the
+    bits to float32 first (exact), and the cast rounds to nearest even. Applied
+    once; each is a no-op where operands are not stored that way.
     """
     import numpy as np
     import triton.language as tl
     from triton.runtime import interpreter
 
     builder = type(interpreter.interpreter_builder)
-    if getattr(builder.create_dot, "_bf16_widened", False):
+    if getattr(builder, "_ceiling_fixed", False):
         return
-    original = builder.create_dot
+    original_dot = builder.create_dot
+    original_cast = builder.cast_impl
 
     def widen(h):
         if h.dtype.scalar.name == "bf16" and h.data.dtype == np.uint16:
@@ -94,10 +97,21 @@ def _bf16_dot_fix() -> None:
         return h
 
     def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
-        return original(self, widen(a), widen(b), d, input_precision, max_num_imprecise_acc)
+        return original_dot(self, widen(a), widen(b), d, input_precision, max_num_imprecise_acc)
 
-    create_dot._bf16_widened = True
+    def cast_impl(self, src, dst_type):
+        if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16 and src.data.dtype == np.float32:
+            bits = np.ascontiguousarray(src.data).view(np.uint32).astype(np.uint64)
+            rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+            nan = np.isnan(src.data)
+            rounded = np.where(nan, np.uint16(0x7FC0), rounded)
+            return interpreter.TensorHandle(rounded.reshape(src.data.shape), dst_type.scalar)
+        return original_cast(self, src, dst_type)
+
     builder.create_dot = create_dot
+    builder.cast_impl = cast_impl
+    builder.create_fp_trunc = lambda self, src, dst_type: self.cast_impl(src, dst_type)
+    builder._ceiling_fixed = True
 
 
 def _twin_class():
@@ -109,8 +123,21 @@ def _twin_class():
                 return super().run(*args, **kwargs)
 
         def __call__(self, *args, **kwargs):
+            # A helper called from a kernel. The interpreter's own __call__ patches
+            # triton.language for the helper's globals and never restores it, which
+            # would leave the modules patched for later real compilations; restore here.
+            from triton.runtime import interpreter
+
             with _library_twins():
-                return super().__call__(*args, **kwargs)
+                scope = interpreter._patch_lang(self.fn)
+                if scope is None or not hasattr(scope, "restore"):
+                    return super().__call__(*args, **kwargs)
+                try:
+                    return self.rewrite()(*args, **kwargs)
+                except Exception as exc:
+                    raise interpreter.InterpreterError(repr(exc)) from exc
+                finally:
+                    scope.restore()
 
     return Twin
 
@@ -119,7 +146,7 @@ def interpreted(jit_fn: Any) -> Any:
     """The interpreter twin of a ``triton.jit`` function (cached per function)."""
     from triton.runtime.jit import JITFunction
 
-    _bf16_dot_fix()
+    _interpreter_fixes()
     fn = jit_fn.fn if isinstance(jit_fn, JITFunction) else jit_fn
     if id(fn) in _twins:
         return _twins[id(fn)]

@@ -102,13 +102,17 @@ def _is_nan(v: Any) -> bool:
 
 @functools.cache
 def _git_commit() -> str | None:
+    """The checkout's commit; ``CEILING_GIT_COMMIT`` names it where the tree was copied without .git."""
+    if os.environ.get("CEILING_GIT_COMMIT"):
+        return os.environ["CEILING_GIT_COMMIT"]
     try:
         out = subprocess.run(
             ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, cwd=Path(__file__).parent
         )
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip() or None
+    commit = out.stdout.strip()
+    return commit if out.returncode == 0 and all(c in "0123456789abcdef" for c in commit) and commit else None
 
 
 def library_versions() -> dict[str, str]:

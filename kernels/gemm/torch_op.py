@@ -19,7 +19,7 @@ from kernels.gemm import reference
 
 def _run(a, b, bias, activation, out_dtype, backend, config):
     impl = backends.implementation("gemm", backend)
-    cfg = json.loads(config) if config else None
+    cfg = decode_config(config) if config else None
     return impl.gemm(a, b, bias, activation, out_dtype, config=cfg)
 
 
@@ -75,6 +75,33 @@ def _backward(ctx, grad):
 gemm_op.register_autograd(_backward, setup_context=_setup_context)
 
 
+def encode_config(config: dict | str | None) -> str | None:
+    """A config dict as the op's string argument ("KEY=value;..."); plain string
+    operations, so torch.compile folds it into a constant."""
+    if config is None or isinstance(config, str):
+        return config
+    return ";".join(f"{key}={config[key]}" for key in sorted(config))
+
+
+def decode_config(text: str) -> dict | str:
+    if "=" not in text:
+        return text  # a mode such as "autotune"
+    out = {}
+    for item in text.split(";"):
+        key, value = item.split("=", 1)
+        out[key] = _parse_value(value)
+    return out
+
+
+def _parse_value(value: str):
+    if value == "None":
+        return None
+    try:
+        return json.loads(value.lower() if value in ("True", "False") else value)
+    except json.JSONDecodeError:
+        return value
+
+
 def gemm(a, b, bias, activation, out_dtype, backend, config):
     dtype = getattr(torch, out_dtype)
-    return gemm_op(a, b, bias, activation, dtype, backend, json.dumps(config, sort_keys=True) if config else None)
+    return gemm_op(a, b, bias, activation, dtype, backend, encode_config(config))

@@ -1,0 +1,141 @@
+"""The rules a TPU GEMM config must follow, in one place.
+
+A config is ``{"bm": ..., "bn": ..., "bk": ...}``: the kernel reads an (bm, bk)
+block of ``a`` and a (bk, bn) block of ``b`` per grid step and writes an
+(bm, bn) block of the output. ``check_config`` is what the kernel, the tests
+and the inspection call; it returns the VMEM estimate or raises
+:class:`ConfigError` naming the broken rule, the config and the numbers.
+
+The rules:
+
+* ``keys``: exactly bm, bn, bk, positive integers.
+* ``lane_tiling``: bn and bk are the minor (lane) dimension of some block, so
+  they are multiples of 128. Mosaic's lowering accepts a block whose last two
+  dims are multiples of (8, 128) or equal the array's; the wrapper pads every
+  array to block multiples, so "equal" never applies.
+* ``sublane_tiling``: bm is the second-minor dimension of the ``a`` and output
+  blocks: a multiple of 8 for 32-bit data and of 16 for 16-bit data, since a
+  bf16 vreg packs (16, 128). (bk, the second-minor dim of ``b``'s block, is a
+  multiple of 128 already.)
+* ``vmem_budget``: every blocked input and output is double-buffered by the
+  Pallas pipeline; add the f32 accumulator and the f32 product of one step.
+  The total must stay within three quarters of the generation's VMEM (the rest
+  is for Mosaic's own scratch and spills). A total above the scoped default is
+  allowed: the kernel then raises ``vmem_limit_bytes``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from kernels.errors import InputError
+from kernels.tpu.generations import LANES, SUBLANES, MiB, generation
+
+RULES = {
+    "keys": "exactly the keys bm, bn, bk, each a positive integer",
+    "lane_tiling": f"bn and bk multiples of {LANES} (the lane dimension of a VMEM tile)",
+    "sublane_tiling": "bm a multiple of 8 for 32-bit and of 16 for 16-bit operands or output (a bf16 vreg packs (16, 128))",
+    "vmem_budget": "double-buffered blocks plus the f32 accumulator within 3/4 of the generation's physical VMEM",
+}
+
+# dtypes the kernel body computes on; float16 is widened to float32 by the wrapper.
+KERNEL_DTYPES = ("bfloat16", "float32")
+
+
+class ConfigError(InputError):
+    """A config breaks one of :data:`RULES`; ``rule`` says which."""
+
+    def __init__(self, rule: str, config: Any, detail: str):
+        self.rule = rule
+        self.config = config
+        super().__init__("config", f"{RULES[rule]} [rule {rule}]", f"{config!r}: {detail}")
+
+
+@dataclass(frozen=True)
+class VmemEstimate:
+    """Bytes of VMEM one grid step holds, by buffer."""
+
+    a_blocks: int  # 2 x (bm, bk), double-buffered
+    b_blocks: int  # 2 x (bk, bn)
+    bias_blocks: int  # 2 x (1, bn) float32, padded to 8 sublanes
+    out_blocks: int  # 2 x (bm, bn)
+    accumulator: int  # (bm, bn) float32 scratch
+    product: int  # (bm, bn) float32 result of one step's dot before it is added
+
+    @property
+    def total(self) -> int:
+        return sum(asdict(self).values())
+
+    def as_dict(self) -> dict[str, int]:
+        return {**asdict(self), "total": self.total}
+
+
+_ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
+def dtype_name(dtype: Any) -> str:
+    return dtype if isinstance(dtype, str) else np.dtype(dtype).name
+
+
+def itemsize(dtype: Any) -> int:
+    return _ITEMSIZE[dtype_name(dtype)]
+
+
+def sublane_multiple(dtype: Any) -> int:
+    """Rows per vreg for ``dtype``: 8 for 32-bit, 16 for 16-bit."""
+    return SUBLANES * 4 // itemsize(dtype)
+
+
+def vmem_estimate(bm: int, bn: int, bk: int, dtype: Any, out_dtype: Any, has_bias: bool) -> VmemEstimate:
+    ib, ob = itemsize(dtype), itemsize(out_dtype)
+    return VmemEstimate(
+        a_blocks=2 * bm * bk * ib,
+        b_blocks=2 * bk * bn * ib,
+        bias_blocks=2 * SUBLANES * bn * 4 if has_bias else 0,
+        out_blocks=2 * bm * bn * ob,
+        accumulator=bm * bn * 4,
+        product=bm * bn * 4,
+    )
+
+
+def vmem_limit_bytes(estimate: VmemEstimate, target: str) -> int:
+    """The ``vmem_limit_bytes`` to compile with: the scoped default, or half
+    again the estimate when that is more, never above physical VMEM."""
+    gen = generation(target)
+    wanted = -(-(estimate.total * 3 // 2) // MiB) * MiB
+    return min(gen.vmem_bytes, max(gen.scoped_vmem_default_bytes, wanted))
+
+
+def check_config(config: Any, dtype: Any, out_dtype: Any, target: str, has_bias: bool = True) -> VmemEstimate:
+    """Check ``config`` for a GEMM with kernel operands of ``dtype`` writing
+    ``out_dtype`` on ``target``; return its VMEM estimate or raise ConfigError."""
+    gen = generation(target)
+    if not isinstance(config, dict) or set(config) != {"bm", "bn", "bk"}:
+        raise ConfigError("keys", config, f"keys {sorted(config) if isinstance(config, dict) else type(config).__name__}")
+    for key in ("bm", "bn", "bk"):
+        value = config[key]
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+            raise ConfigError("keys", config, f"{key}={value!r}")
+    bm, bn, bk = (int(config[k]) for k in ("bm", "bn", "bk"))
+    for key, value in (("bn", bn), ("bk", bk)):
+        if value % LANES:
+            raise ConfigError("lane_tiling", config, f"{key}={value} is not a multiple of {LANES}")
+    rows = max(sublane_multiple(dtype), sublane_multiple(out_dtype))
+    if bm % rows:
+        raise ConfigError(
+            "sublane_tiling",
+            config,
+            f"bm={bm} is not a multiple of {rows} (operands {dtype_name(dtype)}, output {dtype_name(out_dtype)})",
+        )
+    estimate = vmem_estimate(bm, bn, bk, dtype, out_dtype, has_bias)
+    if estimate.total > gen.usable_vmem_bytes:
+        raise ConfigError(
+            "vmem_budget",
+            config,
+            f"{estimate.total / MiB:.1f} MiB of blocks ({estimate.as_dict()}) > {gen.usable_vmem_bytes / MiB:.0f} MiB "
+            f"usable of {gen.vmem_bytes / MiB:.0f} MiB VMEM on {target}",
+        )
+    return estimate

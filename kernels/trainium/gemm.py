@@ -1,0 +1,407 @@
+"""GEMM on Trainium in NKI: ``activation(a @ b + bias)``.
+
+The kernel has the shape of the public fully optimized NKI matmul tutorial
+(``nki_matmul_fully_optimized_`` in aws-neuron/nki-samples,
+``tutorials/matrix_multiplication``): the output is cut into blocks of
+TILES_IN_BLOCK_M x TILES_IN_BLOCK_N TensorE tiles (128 x 512 each), the contraction into
+blocks of TILES_IN_BLOCK_K tiles of 128. For each N block, every K block loads its
+``rhs`` tiles once and reuses them across all M blocks; each stationary ``lhsT`` tile is
+used for TILES_IN_BLOCK_N moving tiles; partial products accumulate in a PSUM bank over a
+K block and then in SBUF across K blocks. It differs from the sample in four places:
+
+* the SBUF accumulators are fp32 (the sample keeps them in the input dtype);
+* the first K block initializes them from PSUM (plus the bias), so there is no memset pass;
+* the bias row is broadcast across partitions by a K=1 matmul against a ones column, and
+  the epilogue is one ``nisa.activation`` per tile on ScalarE (relu, gelu, silu or copy)
+  that also casts to the output dtype, replacing the sample's ``tensor_copy``;
+* edge tiles are sliced to the problem, so any M, N, K runs without padding.
+
+``a`` is passed transposed (``lhsT``, K on partitions) as in the sample; the host wrapper
+transposes it. Written for NKI 0.6.0 (``import nki``, explicit ``dst``); on machines
+without the Neuron toolchain it runs on ``kernels.trainium.emulator``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from kernels.trainium.nki_compat import EMULATED, nisa, nki, nl
+
+CONFIGS_PATH = Path(__file__).parent / "configs" / "gemm.json"
+
+# ScalarE activation per spec name; "gelu" is the exact (erf) form, as in kernels/gemm/spec.py.
+ACTIVATION_OPS = {None: "copy", "relu": "relu", "gelu": "gelu", "silu": "silu"}
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@nki.jit
+def gemm_kernel(
+    lhsT,
+    rhs,
+    bias,
+    out_dtype,
+    activation,
+    has_bias,
+    TILES_IN_BLOCK_M,
+    TILES_IN_BLOCK_N,
+    TILES_IN_BLOCK_K,
+    RESIDENT_M_BLOCKS,
+):
+    """result[M, N] = act(lhsT.T @ rhs + bias); lhsT is [K, M], rhs [K, N], bias [1, N] fp32."""
+    K, M = lhsT.shape
+    K_, N = rhs.shape
+    assert K == K_, "lhsT and rhs must share the contraction dimension"
+
+    TILE_M = nl.tile_size.gemm_stationary_fmax  # 128
+    TILE_K = nl.tile_size.pmax  # 128
+    TILE_N = nl.tile_size.gemm_moving_fmax  # 512
+    BLOCK_M = TILE_M * TILES_IN_BLOCK_M
+    BLOCK_N = TILE_N * TILES_IN_BLOCK_N
+    BLOCK_K = TILE_K * TILES_IN_BLOCK_K
+    NUM_BLOCK_M = _cdiv(M, BLOCK_M)
+    NUM_BLOCK_N = _cdiv(N, BLOCK_N)
+    NUM_BLOCK_K = _cdiv(K, BLOCK_K)
+    act = getattr(nl, ACTIVATION_OPS[activation])
+
+    result = nl.ndarray((M, N), dtype=out_dtype, buffer=nl.shared_hbm)
+
+    # M blocks whose accumulators stay resident in SBUF while the N and K loops run.
+    for m_group in nl.affine_range(_cdiv(NUM_BLOCK_M, RESIDENT_M_BLOCKS)):
+        m_blocks = range(m_group * RESIDENT_M_BLOCKS, min(NUM_BLOCK_M, (m_group + 1) * RESIDENT_M_BLOCKS))
+
+        for n in nl.affine_range(NUM_BLOCK_N):
+            n0 = n * BLOCK_N
+            n_cols = min(BLOCK_N, N - n0)
+            n_tiles = _cdiv(n_cols, TILE_N)
+
+            # Bias broadcast to all partitions: ones[1, 128].T @ bias[1, cols] on TensorE.
+            if has_bias:
+                bias_row = nl.ndarray((1, BLOCK_N), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.dma_copy(dst=bias_row[0:1, 0:n_cols], src=bias[0:1, n0 : n0 + n_cols])
+                ones = nl.ndarray((1, TILE_M), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.memset(dst=ones, value=1.0)
+                bias_tile = nl.ndarray((TILE_M, BLOCK_N), dtype=nl.float32, buffer=nl.sbuf)
+                for bn in nl.affine_range(n_tiles):
+                    cols = min(TILE_N, n_cols - bn * TILE_N)
+                    bias_psum = nl.ndarray((TILE_M, TILE_N), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(
+                        dst=bias_psum[0:TILE_M, 0:cols],
+                        stationary=ones[0:1, 0:TILE_M],
+                        moving=bias_row[0:1, bn * TILE_N : bn * TILE_N + cols],
+                    )
+                    nisa.tensor_copy(dst=bias_tile[0:TILE_M, bn * TILE_N : bn * TILE_N + cols], src=bias_psum[0:TILE_M, 0:cols])
+
+            # fp32 accumulators for every output tile of the resident M blocks (uninitialized:
+            # the first K block writes them).
+            result_tmps = []
+            for m in m_blocks:
+                block_m = []
+                for bm in range(_cdiv(min(BLOCK_M, M - m * BLOCK_M), TILE_M)):
+                    block_m.append(
+                        [nl.ndarray((TILE_M, TILE_N), dtype=nl.float32, buffer=nl.sbuf) for bn in range(n_tiles)]
+                    )
+                result_tmps.append(block_m)
+
+            for k in nl.sequential_range(NUM_BLOCK_K):
+                k_tiles = _cdiv(min(BLOCK_K, K - k * BLOCK_K), TILE_K)
+                # rhs tiles [TILE_K, BLOCK_N]: loaded once per (n, k), reused by every M block.
+                rhs_tiles = []
+                for bk in nl.affine_range(k_tiles):
+                    k0 = k * BLOCK_K + bk * TILE_K
+                    rows = min(TILE_K, K - k0)
+                    rhs_tile = nl.ndarray((TILE_K, BLOCK_N), dtype=rhs.dtype, buffer=nl.sbuf)
+                    nisa.dma_copy(dst=rhs_tile[0:rows, 0:n_cols], src=rhs[k0 : k0 + rows, n0 : n0 + n_cols])
+                    rhs_tiles.append(rhs_tile)
+
+                for mi, m in enumerate(m_blocks):
+                    m0 = m * BLOCK_M
+                    m_rows = min(BLOCK_M, M - m0)
+                    # lhsT tiles [TILE_K, BLOCK_M]: each stationary slice serves n_tiles moving tiles.
+                    lhsT_tiles = []
+                    for bk in nl.affine_range(k_tiles):
+                        k0 = k * BLOCK_K + bk * TILE_K
+                        rows = min(TILE_K, K - k0)
+                        lhsT_tile = nl.ndarray((TILE_K, BLOCK_M), dtype=lhsT.dtype, buffer=nl.sbuf)
+                        nisa.dma_copy(dst=lhsT_tile[0:rows, 0:m_rows], src=lhsT[k0 : k0 + rows, m0 : m0 + m_rows])
+                        lhsT_tiles.append(lhsT_tile)
+
+                    for bn in nl.affine_range(n_tiles):
+                        cols = min(TILE_N, n_cols - bn * TILE_N)
+                        for bm in nl.affine_range(_cdiv(m_rows, TILE_M)):
+                            ms = min(TILE_M, m_rows - bm * TILE_M)
+                            # One PSUM bank; its first matmul overwrites, the rest accumulate.
+                            result_tile = nl.ndarray((TILE_M, TILE_N), dtype=nl.float32, buffer=nl.psum)
+                            for bk in nl.affine_range(k_tiles):
+                                rows = min(TILE_K, K - (k * BLOCK_K + bk * TILE_K))
+                                nisa.nc_matmul(
+                                    dst=result_tile[0:ms, 0:cols],
+                                    stationary=lhsT_tiles[bk][0:rows, bm * TILE_M : bm * TILE_M + ms],
+                                    moving=rhs_tiles[bk][0:rows, bn * TILE_N : bn * TILE_N + cols],
+                                )
+                            acc = result_tmps[mi][bm][bn][0:ms, 0:cols]
+                            if k == 0 and has_bias:
+                                nisa.tensor_tensor(
+                                    dst=acc,
+                                    data1=result_tile[0:ms, 0:cols],
+                                    data2=bias_tile[0:ms, bn * TILE_N : bn * TILE_N + cols],
+                                    op=nl.add,
+                                )
+                            elif k == 0:
+                                nisa.tensor_copy(dst=acc, src=result_tile[0:ms, 0:cols])
+                            else:
+                                nisa.tensor_tensor(dst=acc, data1=acc, data2=result_tile[0:ms, 0:cols], op=nl.add)
+
+            # Epilogue on ScalarE: activation + cast into one [TILE_M, BLOCK_N] row, one DMA per row.
+            for mi, m in enumerate(m_blocks):
+                m0 = m * BLOCK_M
+                m_rows = min(BLOCK_M, M - m0)
+                for bm in nl.affine_range(_cdiv(m_rows, TILE_M)):
+                    ms = min(TILE_M, m_rows - bm * TILE_M)
+                    result_packed = nl.ndarray((TILE_M, BLOCK_N), dtype=out_dtype, buffer=nl.sbuf)
+                    for bn in nl.affine_range(n_tiles):
+                        cols = min(TILE_N, n_cols - bn * TILE_N)
+                        nisa.activation(
+                            dst=result_packed[0:ms, bn * TILE_N : bn * TILE_N + cols],
+                            op=act,
+                            data=result_tmps[mi][bm][bn][0:ms, 0:cols],
+                        )
+                    r0 = m0 + bm * TILE_M
+                    nisa.dma_copy(dst=result[r0 : r0 + ms, n0 : n0 + n_cols], src=result_packed[0:ms, 0:n_cols])
+
+    return result
+
+
+# ----------------------------------------------------------------------------- configs
+
+
+@functools.cache
+def _table() -> dict:
+    return json.loads(CONFIGS_PATH.read_text())
+
+
+def configs(target: str) -> list[dict]:
+    """The shipped configs for ``target`` ("trn1" or "trn2"), first one the default."""
+    table = _table()["targets"]
+    if target not in table:
+        raise ValueError(f"target: expected one of {sorted(table)}, got {target!r}")
+    return [dict(c) for c in table[target]]
+
+
+def representative_shape() -> tuple[int, int, int]:
+    s = _table()["representative_shape"]
+    return s["m"], s["n"], s["k"]
+
+
+def default_target(config: dict | None = None) -> str:
+    """The target a call runs on: ``config["target"]``, else the Neuron SDK's
+    ``NEURON_PLATFORM_TARGET_OVERRIDE`` when it names trn1/trn2, else trn1 (the stricter chip:
+    smaller SBUF, no scalar activation bias), never the newer chip by default."""
+    if config and config.get("target"):
+        return config["target"]
+    env = os.environ.get("NEURON_PLATFORM_TARGET_OVERRIDE", "").lower()
+    return {"trn1": "trn1", "gen2": "trn1", "trn2": "trn2", "gen3": "trn2"}.get(env, "trn1")
+
+
+def _sbuf_bytes(cfg: dict, resident: int, in_itemsize: int, out_itemsize: int, has_bias: bool) -> int:
+    """SBUF bytes per partition the kernel keeps live with ``resident`` M blocks."""
+    block_n = 512 * cfg["TILES_IN_BLOCK_N"]
+    acc = resident * cfg["TILES_IN_BLOCK_M"] * block_n * 4
+    lhs = cfg["TILES_IN_BLOCK_K"] * 128 * cfg["TILES_IN_BLOCK_M"] * in_itemsize
+    rhs = cfg["TILES_IN_BLOCK_K"] * block_n * in_itemsize
+    # Tiles re-created per iteration (bias row/tile/ones per N block, the packed output row)
+    # briefly exist twice: the new one is allocated before the old name is rebound.
+    bias = 2 * (block_n * 4 * 2 + 128 * 4) if has_bias else 0
+    return acc + lhs + rhs + bias + 2 * block_n * out_itemsize
+
+
+CONFIG_KEYS = ("target", "name", "TILES_IN_BLOCK_M", "TILES_IN_BLOCK_N", "TILES_IN_BLOCK_K", "resident_m_blocks")
+
+
+def _validate_config(config: dict | None) -> None:
+    from kernels.errors import InputError
+
+    if not config:
+        return
+    unknown = sorted(set(config) - set(CONFIG_KEYS))
+    if unknown:
+        raise InputError("config", f"keys among {CONFIG_KEYS}", f"unknown keys {unknown}")
+    if config.get("target") not in (None, "trn1", "trn2"):
+        raise InputError("config", "target 'trn1' or 'trn2'", repr(config["target"]))
+    for key in CONFIG_KEYS[2:]:
+        v = config.get(key)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+            raise InputError("config", f"{key} a positive int", repr(v))
+
+
+def resolve_config(m: int, n: int, k: int, target: str, dtype: str, out_dtype: str, has_bias: bool, config: dict | None) -> dict:
+    """The config a problem runs with: the given one or the target's default, blocks shrunk to
+    the problem, and the number of resident M blocks that fits in SBUF."""
+    from kernels.trainium.emulator import targets
+
+    _validate_config(config)
+    base = dict(configs(target)[0])
+    if config:
+        base.update({key: v for key, v in config.items() if key != "target"})
+    cfg = {
+        "name": base.get("name", "custom"),
+        "TILES_IN_BLOCK_M": max(1, min(int(base["TILES_IN_BLOCK_M"]), _cdiv(m, 128))),
+        "TILES_IN_BLOCK_N": max(1, min(int(base["TILES_IN_BLOCK_N"]), _cdiv(n, 512))),
+        "TILES_IN_BLOCK_K": max(1, min(int(base["TILES_IN_BLOCK_K"]), _cdiv(k, 128))),
+    }
+    in_size, out_size = np.dtype(_np_dtype(dtype)).itemsize, np.dtype(_np_dtype(out_dtype)).itemsize
+    budget = targets.get(target).sbuf_bytes_per_partition
+    # Shrink the block (K first, then N, then M) until one M block's working set fits.
+    while _sbuf_bytes(cfg, 1, in_size, out_size, has_bias) > budget:
+        key = next((k_ for k_ in ("TILES_IN_BLOCK_K", "TILES_IN_BLOCK_N", "TILES_IN_BLOCK_M") if cfg[k_] > 1), None)
+        if key is None:
+            break
+        cfg[key] = max(1, cfg[key] // 2)
+    blocks_m = _cdiv(m, 128 * cfg["TILES_IN_BLOCK_M"])
+    fits = 1
+    while fits < blocks_m and _sbuf_bytes(cfg, fits + 1, in_size, out_size, has_bias) <= budget:
+        fits += 1
+    wanted = base.get("resident_m_blocks")
+    cfg["RESIDENT_M_BLOCKS"] = min(fits, int(wanted)) if wanted else fits
+    return cfg
+
+
+# ----------------------------------------------------------------------------- host side
+
+
+def _np_dtype(name: str):
+    import ml_dtypes
+
+    return ml_dtypes.bfloat16 if name == "bfloat16" else np.dtype(name)
+
+
+def _run_2d(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, activation, out_dtype: str, target: str, config: dict | None, dry=False):
+    """One 2-D GEMM through the kernel; returns (result, emulator context or None)."""
+    from kernels.trainium.emulator import ShapeDtype, emulate
+
+    m, k = a.shape
+    n = b.shape[1]
+    dtype = np.dtype(a.dtype).name
+    cfg = resolve_config(m, n, k, target, dtype, out_dtype, bias is not None, config)
+    lhsT = ShapeDtype((k, m), a.dtype) if dry else np.ascontiguousarray(a.T)
+    rhs = ShapeDtype(b.shape, b.dtype) if dry else np.ascontiguousarray(b)
+    if bias is not None:
+        bias_row = ShapeDtype((1, n), np.float32) if dry else np.asarray(bias, dtype=np.float32).reshape(1, n)
+    else:
+        bias_row = ShapeDtype((1, 1), np.float32) if dry else np.zeros((1, 1), np.float32)  # unused placeholder
+    consts = dict(
+        out_dtype=getattr(nl, out_dtype),
+        activation=activation,
+        has_bias=bias is not None,
+        TILES_IN_BLOCK_M=cfg["TILES_IN_BLOCK_M"],
+        TILES_IN_BLOCK_N=cfg["TILES_IN_BLOCK_N"],
+        TILES_IN_BLOCK_K=cfg["TILES_IN_BLOCK_K"],
+        RESIDENT_M_BLOCKS=cfg["RESIDENT_M_BLOCKS"],
+    )
+    if not EMULATED:  # the real Neuron toolchain: the target comes from the Neuron environment
+        return gemm_kernel(lhsT, rhs, bias_row, **consts), None
+    with emulate(target=target, dry=dry) as ctx:
+        out = gemm_kernel(lhsT, rhs, bias_row, **consts)
+    return out, ctx
+
+
+def _run(a, b, bias, activation, out_dtype: str, config):
+    """numpy in, numpy out; 3-D inputs loop over the batch."""
+    target = default_target(config)
+    if a.ndim == 2:
+        return _run_2d(a, b, bias, activation, out_dtype, target, config)[0]
+    outs = [_run_2d(a[i], b if b.ndim == 2 else b[i], bias, activation, out_dtype, target, config)[0] for i in range(a.shape[0])]
+    return np.stack(outs)
+
+
+def _dtype_name(dtype) -> str:
+    return str(dtype).removeprefix("torch.").removeprefix("dtype(").strip("')")
+
+
+def _torch_to_numpy(x):
+    import ml_dtypes
+    import torch
+
+    x = x.detach().to("cpu").contiguous()
+    if x.dtype == torch.bfloat16:
+        return x.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return x.numpy()
+
+
+def _numpy_to_torch(x: np.ndarray, device):
+    import torch
+
+    if x.dtype.name == "bfloat16":
+        return torch.from_numpy(np.ascontiguousarray(x).view(np.int16)).view(torch.bfloat16).to(device)
+    return torch.from_numpy(np.ascontiguousarray(x)).to(device)
+
+
+def gemm(a, b, bias, activation, out_dtype, config=None):
+    """``activation(a @ b + bias)`` on torch tensors through the NKI kernel (emulated here).
+
+    ``config`` may set ``target`` ("trn1"/"trn2") and the block shape keys of configs/gemm.json.
+    """
+    out_name = _dtype_name(out_dtype)
+    a_np, b_np = _torch_to_numpy(a), _torch_to_numpy(b)
+    bias_np = None if bias is None else _torch_to_numpy(bias).astype(np.float32)
+    out = _run(a_np, b_np, bias_np, activation, out_name, config)
+    return _numpy_to_torch(out, a.device)
+
+
+def gemm_jax(a, b, bias, activation, out_dtype, config=None):
+    """The same on JAX arrays; a ``jax.pure_callback`` so it also runs under ``jax.jit``."""
+    import jax
+    import jax.numpy as jnp
+
+    out_dtype = jnp.dtype(out_dtype)
+    shape = (*a.shape[:-1], b.shape[-1])
+
+    def host(a_, b_, *rest):
+        bias_ = np.asarray(rest[0], dtype=np.float32) if rest else None
+        return np.asarray(_run(np.asarray(a_), np.asarray(b_), bias_, activation, out_dtype.name, config)).astype(out_dtype)
+
+    args = (a, b) if bias is None else (a, b, bias)
+    return jax.pure_callback(host, jax.ShapeDtypeStruct(shape, out_dtype), *args)
+
+
+def estimate(m: int, n: int, k: int, dtype: str = "bfloat16", target: str = "trn2", config: dict | None = None, out_dtype: str | None = None, bias: bool = False, activation=None):
+    """Cost-model estimate of one (m, n, k) GEMM from a dry run of the real instruction stream.
+
+    The dry run executes the kernel's control flow, every hardware-rule check and the
+    uninitialized-read checks, but no arithmetic. Returns (CostReport, resolved config, context).
+    """
+    from kernels.trainium.emulator import cost
+
+    cfg = resolve_config(m, n, k, target, dtype, out_dtype or dtype, bias, config)
+    _, ctx = _run_2d(
+        _Shape((m, k), _np_dtype(dtype)),
+        _Shape((k, n), _np_dtype(dtype)),
+        _Shape((n,), np.float32) if bias else None,
+        activation,
+        out_dtype or dtype,
+        target,
+        config,
+        dry=True,
+    )
+    report = cost.estimate(ctx.trace, ctx.target, flops=2.0 * m * n * k)
+    report.notes.append(f"SBUF peak {ctx.sbuf_peak} B/partition of {ctx.target.sbuf_bytes_per_partition}; PSUM peak {ctx.psum_peak} of {ctx.target.psum_banks} banks")
+    return report, cfg, ctx
+
+
+class _Shape:
+    """A stand-in for an input array in dry runs: shape and dtype only."""
+
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+        self.ndim = len(self.shape)
+
+    @property
+    def T(self):
+        return _Shape(self.shape[::-1], self.dtype)

@@ -1,0 +1,1 @@
+"""CUDA (.cu/.cuh) and HIP (.hip/.h) sources of the microbenchmarks, shipped as package data."""

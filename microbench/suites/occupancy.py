@@ -1,0 +1,182 @@
+"""Occupancy on NVIDIA: the calculator against the CUDA API and against blocks counted on the device.
+
+1. API: over >= 1000 random (kernel, threads, dynamic shared memory) configs,
+   ``cuOccupancyMaxActiveBlocksPerMultiprocessor`` vs ``microbench.occupancy``
+   given the kernel's real register count and static shared memory.
+2. Device: for a handful of configs, one per limiting resource, the resident
+   blocks per SM counted from %smid and %globaltimer intervals
+   (sources/occupancy.cu) vs the calculator.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+
+from .. import occupancy as occ
+from ..records import Record
+from .base import Suite, SuiteContext
+
+# Register pressure of the kernel variants (NACC live accumulators, sources/occupancy.cu).
+VARIANTS = {"nacc4": 4, "nacc40": 40, "nacc72": 72, "nacc120": 120, "nacc200": 200}
+
+# Configs counted on the device: (variant, threads, dynamic shared bytes), chosen so
+# that warps, blocks, registers and shared memory each bind somewhere.
+DEVICE_CONFIGS = (
+    ("nacc4", 1024, 0),
+    ("nacc4", 64, 0),
+    ("nacc4", 96, 0),
+    ("nacc72", 256, 0),
+    ("nacc120", 256, 0),
+    ("nacc200", 128, 0),
+    ("nacc4", 128, 48 * 1024),
+    ("nacc4", 128, 100 * 1024),
+    ("nacc4", 256, 30 * 1024),
+    ("nacc40", 512, 20 * 1024),
+)
+
+
+def max_overlap(starts: list[int], ends: list[int], sms: list[int]) -> dict[int, int]:
+    """Per SM, the most intervals [start, end) open at one instant."""
+    events: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for s, e, sm in zip(starts, ends, sms):
+        events[sm].append((s, 1))
+        events[sm].append((e, -1))
+    best: dict[int, int] = {}
+    for sm, evs in events.items():
+        evs.sort(key=lambda x: (x[0], x[1]))  # an end at t closes before a start at t opens
+        cur = peak = 0
+        for _, step in evs:
+            cur += step
+            peak = max(peak, cur)
+        best[sm] = peak
+    return best
+
+
+def random_configs(n: int, max_dynamic: int, seed: int | None = None) -> list[tuple[str, int, int]]:
+    rng = random.Random(seed)
+    names = list(VARIANTS)
+    out = []
+    for _ in range(n):
+        threads = rng.choice([rng.randint(1, 1024), 32 * rng.randint(1, 32)])
+        dyn = rng.choice([0, rng.randint(0, max_dynamic), 1024 * rng.randint(0, max_dynamic // 1024)])
+        out.append((rng.choice(names), threads, dyn))
+    return out
+
+
+def _check(ctx: SuiteContext) -> str | None:
+    from ..gpu import cupy_unavailable_reason
+
+    return cupy_unavailable_reason()
+
+
+def _run(ctx: SuiteContext) -> list[Record]:
+    import cupy
+    from cupy.cuda import driver
+
+    from ..clocks import ClockSampler
+    from ..gpu import cuda_device, gpu_provenance, load_module
+
+    dev = cuda_device(ctx.device_index)
+    arch = occ.normalize_arch(dev.occupancy_arch)
+    if arch not in occ.NVIDIA:
+        from .base import Unavailable
+
+        raise Unavailable(f"the calculator has no table for {arch}")
+    kernels = {}
+    for name, nacc in VARIANTS.items():
+        ctx.progress(f"occupancy: building variant {name}")
+        fn = load_module("occupancy.cu", dev.arch, (("NACC", nacc),)).get_function("resident")
+        fn.max_dynamic_shared_size_bytes = dev.shared_per_block_optin - fn.shared_size_bytes
+        kernels[name] = fn
+
+    def model(name: str, threads: int, dyn: int, static_less_reserve: bool = False) -> occ.Occupancy:
+        fn = kernels[name]
+        static = fn.shared_size_bytes
+        if static_less_reserve:  # if the attribute already counts the driver's 1 KB reserve
+            static = max(0, static - occ.NVIDIA[arch].reserved_shared_per_block)
+        return occ.nvidia_occupancy(arch, threads, fn.num_regs, static, dyn,
+                                    max_dynamic_shared=fn.max_dynamic_shared_size_bytes)
+
+    # 1. API agreement
+    n_configs = 1000 if ctx.quick else 2000
+    ctx.progress(f"occupancy: API vs calculator over {n_configs} configs")
+    max_dyn = dev.shared_per_block_optin
+    mismatches = []
+    agree = 0
+    agree_less_reserve = 0  # the same calculator, reading the static size net of the 1 KB reserve
+    by_limiter: dict[str, int] = defaultdict(int)
+    for name, threads, dyn in random_configs(n_configs, max_dyn):
+        fn = kernels[name]
+        dyn = min(dyn, fn.max_dynamic_shared_size_bytes)  # beyond it a launch is invalid, not just unoccupied
+        try:
+            api = driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.kernel.ptr, threads, dyn)
+        except Exception as exc:  # noqa: BLE001 - recorded as a disagreement with the reason
+            api = f"error: {exc}"
+        m = model(name, threads, dyn)
+        by_limiter[m.limiter] += 1
+        agree_less_reserve += api == model(name, threads, dyn, static_less_reserve=True).blocks
+        if api == m.blocks:
+            agree += 1
+        elif len(mismatches) < 50:
+            mismatches.append({"variant": name, "regs": fn.num_regs, "static_smem": fn.shared_size_bytes,
+                               "threads": threads, "dynamic_smem": dyn, "api": api, "model": m.blocks,
+                               "limits": m.as_dict()["limits"]})
+    records = []
+    provenance = gpu_provenance(dev)
+    records.append(Record(
+        kind="microbench", op="occupancy", name="api-agreement", metric="fraction-agreeing",
+        value=agree / n_configs, unit="fraction", backend="cuda",
+        config={"arch": arch, "configs": n_configs, "variants": {k: kernels[k].num_regs for k in kernels}},
+        method="cuOccupancyMaxActiveBlocksPerMultiprocessor", repetitions=n_configs,
+        extra={"mismatches": mismatches, "limiters_covered": dict(by_limiter),
+               "fraction_agreeing_static_less_reserve": agree_less_reserve / n_configs},
+        provenance=provenance,
+    ))
+
+    # 2. Resident blocks counted on the device.
+    spin_ns = 200_000 if ctx.quick else 400_000
+    with ClockSampler(dev.index) as sampler:
+        for name, threads, dyn in DEVICE_CONFIGS:
+            fn = kernels[name]
+            m = model(name, threads, dyn)
+            api = driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.kernel.ptr, threads, dyn)
+            ctx.progress(f"occupancy: counting resident blocks, {name} threads={threads} smem={dyn} (model {m.blocks})")
+            if m.blocks == 0:
+                continue
+            grid = dev.sm_count * (m.blocks + 1)
+            start = cupy.zeros(grid, dtype=cupy.uint64)
+            end = cupy.zeros(grid, dtype=cupy.uint64)
+            sm = cupy.zeros(grid, dtype=cupy.uint32)
+            sink = cupy.zeros(grid, dtype=cupy.float32)
+            fn((grid,), (threads,), (cupy.uint64(spin_ns), cupy.uint32(dyn), start, end, sm, sink), shared_mem=dyn)
+            cupy.cuda.runtime.deviceSynchronize()
+            peaks = max_overlap(start.get().tolist(), end.get().tolist(), sm.get().tolist())
+            values = sorted(peaks.values())
+            records.append(Record(
+                kind="microbench", op="occupancy", name=f"resident-{name}-t{threads}-s{dyn}", metric="resident-blocks",
+                value=float(values[len(values) // 2]), unit="blocks", backend="cuda",
+                shape={"threads": threads, "dynamic_smem": dyn},
+                config={"arch": arch, "variant": name, "registers": fn.num_regs, "static_smem": fn.shared_size_bytes,
+                        "grid": grid, "spin_ns": spin_ns},
+                method="smid+globaltimer", repetitions=len(values),
+                median=float(values[len(values) // 2]), p20=float(values[len(values) // 5]),
+                p80=float(values[(4 * len(values)) // 5]),
+                extra={"model_blocks": m.blocks, "model_limiter": m.limiter, "api_blocks": api,
+                       "min_per_sm": values[0], "max_per_sm": values[-1], "sms_seen": len(values)},
+                provenance=provenance,
+            ))
+    counted = gpu_provenance(dev, sampler.summary())
+    for r in records[1:]:
+        r.provenance = counted
+    return records
+
+
+SUITE = Suite(
+    name="occupancy",
+    needs_gpu=True,
+    description="occupancy calculator vs cudaOccupancyMaxActiveBlocksPerMultiprocessor and vs blocks counted on the device",
+    check=_check,
+    run=_run,
+    timeout_s=150.0,
+)

@@ -1,0 +1,209 @@
+"""``ceiling bench``: our kernels against the vendor baselines, outside pytest.
+
+    ceiling bench                        # every op, full suites on a GPU, tiny ones on a CPU
+    ceiling bench gemm --shapes gemm-llm --out results/h200
+    ceiling bench attention --shapes tiny
+
+The same cases, checks, timing and records as the pytest benchmark files
+(:mod:`microbench.benchmarks`); a summary table of speedups against each
+baseline is printed at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+
+def _fmt_time(s: float | None) -> str:
+    if s is None:
+        return "-"
+    return f"{s * 1e6:,.1f} us" if s < 1e-2 else f"{s * 1e3:,.2f} ms"
+
+
+def console_for(stderr: bool = False) -> Console:
+    """A console wide enough for the table when the output is a file or a pipe."""
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, width=None if stream.isatty() else 160)
+
+
+def print_table(outcome, console: Console, *, title: str = "Speed against the baselines (median)", max_problems: int = 12) -> None:
+    """The summary: one line per (shape, ours), a column per baseline with its time and our speedup over it."""
+    if outcome.rows:
+        baselines: list[str] = []
+        lines: dict[tuple[str, str, str], dict] = {}
+        for r in outcome.rows:
+            if r.baseline != "-" and r.baseline not in baselines:
+                baselines.append(r.baseline)
+            line = lines.setdefault((r.op, r.shape, r.ours), {"ours_s": r.ours_s})
+            if r.baseline != "-":
+                line[r.baseline] = (r.baseline_s, r.speedup)
+        table = Table(title=title)
+        table.add_column("op")
+        table.add_column("shape", overflow="fold")
+        table.add_column("ours", overflow="fold")
+        table.add_column("ours time", justify="right")
+        for b in baselines:
+            table.add_column(f"{b} (speedup)", justify="right", overflow="fold")
+        for (op, shape, ours), line in lines.items():
+            cells = []
+            for b in baselines:
+                t, x = line.get(b, (None, None))
+                speed = "" if x is None else f" ([{'green' if x >= 1 else 'red'}]{x:.2f}x[/])"
+                cells.append("-" if t is None else f"{_fmt_time(t)}{speed}")
+            table.add_row(op, shape, ours, _fmt_time(line["ours_s"]), *cells)
+        console.print(table)
+    if outcome.checks:
+        bad = [c for c in outcome.checks if not c["ok"]]
+        console.print(f"correctness: {len(outcome.checks) - len(bad)} of {len(outcome.checks)} outputs within bounds")
+    seen = set()
+    shown = 0
+    for p in outcome.problems:
+        key = (p["impl"], p["status"], p["why"])
+        if p["status"] == "skipped" and key in seen:
+            continue  # one line per skip reason, not per shape
+        seen.add(key)
+        shown += 1
+        if shown > max_problems:
+            continue
+        color = "yellow" if p["status"] == "skipped" else "red"
+        where = p["impl"] if p["status"] == "skipped" else f"{p['group']} {p['impl']}"
+        console.print(f"[{color}]{p['status']}[/] {where}: {p['why']}", highlight=False)
+    if shown > max_problems:
+        console.print(f"... and {shown - max_problems} more skips or failures (see the *-rows.json files)")
+    if outcome.cases_left:
+        console.print(f"[yellow]not run (time budget spent)[/]: {len(outcome.cases_left)} case(s): "
+                      + ", ".join(outcome.cases_left[:8]) + (" ..." if len(outcome.cases_left) > 8 else ""))
+
+
+def resolve_device(device: str | None) -> str:
+    if device:
+        return device
+    try:
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    except ImportError:
+        return "cpu"
+
+
+def load_or_measure_ceilings(path: Path | None, device: str, sink) -> dict:
+    """Measured ceilings from ``path`` if it exists; else measure them here (GPU only) and save them."""
+    from microbench.peaks import Ceiling
+    from microbench.timing import on_gpu
+
+    if path is not None and path.exists():
+        data = json.loads(path.read_text())
+        return {dtype: Ceiling(**c) for dtype, c in data.items()}
+    if not on_gpu(device):
+        return {}
+    from microbench.benchmarks.runner import measure_ceilings
+
+    ceilings, recs = measure_ceilings(device)
+    sink.write(recs)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({d: c.__dict__ for d, c in ceilings.items()}, indent=1))
+    return ceilings
+
+
+def bench(
+    ops: Optional[list[str]] = typer.Argument(None, help="Ops to run (default: every op with cases)."),
+    shapes: Optional[str] = typer.Option(
+        None, "--shapes", help="Shape suite: default, device, check, tiny, or an op's own (gemm-llm, attention...). "
+        "Default: 'default' on a GPU, 'tiny' on a CPU."
+    ),
+    out: Optional[Path] = typer.Option(None, "--out", help="Folder for the records (Parquet + JSONL) and the summary."),
+    device: Optional[str] = typer.Option(None, help="cuda, cuda:1 or cpu (default: cuda when visible)."),
+    check_only: bool = typer.Option(False, "--check-only", help="Only check outputs against the oracle; no timing."),
+    budget_s: Optional[float] = typer.Option(None, "--budget-s", help="Stop starting new cases after this many seconds."),
+    ceilings: Optional[Path] = typer.Option(
+        None, "--ceilings", help="JSON of measured ceilings to reuse; measured here (and saved there) when missing."
+    ),
+    tag: str = typer.Option("bench", help="Name of the JSONL and summary files under --out."),
+    seed: int = typer.Option(0, help="Seed of the first random input set."),
+    as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON instead of a table."),
+) -> None:
+    """Time every case of the chosen ops against each baseline and print the speedups."""
+    from microbench.benchmarks import OPS
+    from microbench.benchmarks.suite import Sink, run, select_cases
+    from microbench.timing import TimingProtocol, on_gpu
+
+    start = time.monotonic()
+    console = console_for(stderr=as_json)
+    dev = resolve_device(device)
+    suite = shapes or ("default" if on_gpu(dev) else "tiny")
+    chosen_ops = ops or list(OPS)
+    unknown = [op for op in chosen_ops if op not in OPS]
+    if unknown:
+        console.print(f"[red]no benchmark cases for {unknown}; there are cases for {sorted(OPS)}[/]")
+        raise typer.Exit(2)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(out / f"{tag}.log")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logging.getLogger("ceiling").addHandler(handler)
+        logging.getLogger("ceiling").setLevel(logging.INFO)
+    sink = Sink(out, tag)
+    cases, missing = select_cases(chosen_ops, suite, dev)
+    for m in missing:
+        console.print(f"[yellow]{m}[/]")
+    if not cases:
+        console.print(f"[red]no cases: {'; '.join(missing)}[/]")
+        raise typer.Exit(2)
+    # On a CPU the figures only show the harness works: keep the run short, and on
+    # one thread (tiny ops on a busy machine spend their time waiting for a thread pool).
+    if on_gpu(dev):
+        protocol = TimingProtocol()
+    else:
+        protocol = TimingProtocol(warmup_s=0.001, target_s=0.01, min_reps=3, max_reps=10)
+        import torch
+
+        torch.set_num_threads(1)
+    log = logging.getLogger("ceiling.bench")
+    measured: dict = {}
+    if not check_only:
+        try:
+            measured = load_or_measure_ceilings(ceilings, dev, sink)
+        except Exception as exc:  # noqa: BLE001 - without measured ceilings the datasheet ones still apply
+            log.warning("measuring the ceilings failed: %s: %s", exc.__class__.__name__, exc)
+            console.print(f"[yellow]measuring the ceilings failed ({exc}); roofline fractions use the datasheet only[/]")
+    deadline = start + budget_s if budget_s else None
+
+    def progress(result) -> None:
+        done = ", ".join(
+            f"{n}={_fmt_time(r.stats.median)}" if r.stats else f"{n} {r.status}"
+            for n, r in result.impls.items()
+            if r.status != "skipped"
+        )
+        log.info("%s %.1fs %s", result.case.group, result.seconds, done)
+        if not as_json:
+            console.print(f"[dim]{result.case.group}: {done or 'nothing timed'} ({result.seconds:.1f}s)[/]", highlight=False)
+
+    outcome = run(
+        cases, dev, sink=sink, check_only=check_only, protocol=protocol, deadline=deadline, measured=measured,
+        seed=seed, on_case=progress,
+    )
+    if as_json:
+        sys.stdout.write(json.dumps(outcome.as_dict(), indent=1, default=str) + "\n")
+    else:
+        title = f"{', '.join(chosen_ops)} on {dev}, suite {suite}"
+        if not on_gpu(dev):
+            title += " (CPU: kernels interpreted; the times only show the harness runs)"
+        print_table(outcome, console, title=title)
+        if out is not None:
+            console.print(f"{outcome.records} records in {out}")
+    if outcome.failed:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("bench")(bench)

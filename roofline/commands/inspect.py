@@ -1,0 +1,79 @@
+"""``ceiling inspect OP --target T``: compile each shipped config for a real target and report its ISA facts."""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+
+def inspect(
+    op: str = typer.Argument("gemm", help="The op whose kernels to inspect (gemm, attention, ...)."),
+    target: str = typer.Option("sm_90a", "--target", "-t", help="sm_90a, gfx942, tpu-v5e/v5p/v6e, trn1, trn2."),
+    dtype: str = typer.Option("bfloat16", help="Input dtype of the specializations to compile."),
+    config: Optional[str] = typer.Option(None, help='Only this config, as JSON: \'{"BLOCK_M": 128, ...}\'.'),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    """Compile every shipped config of OP for TARGET on this machine (no GPU needed) and report
+    registers, spills/scratch, shared memory/LDS, tensor-core instruction count (HGMMA, HMMA,
+    v_mfma) and the instruction mix; for TPU the blocks, grid and VMEM estimate of the Mosaic
+    lowering; for Trainium the hardware-rule checks and the cost-model estimate."""
+    from kernels.isa import inspect_op
+
+    rows = inspect_op(op, target, dtype=dtype, config=json.loads(config) if config else None)
+    _add_occupancy(rows, target)
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2, default=str))
+        return
+    Console().print(table(rows, f"{op} on {target} ({dtype})"))
+
+
+def _add_occupancy(rows: list[dict], target: str) -> None:
+    """Resident blocks per SM/CU from the static facts, where the occupancy model knows the target."""
+    try:
+        from microbench import occupancy
+    except ImportError:
+        return
+    for row in rows:
+        if "registers" not in row or "threads" not in row:
+            continue
+        try:
+            row["occupancy"] = occupancy.from_static_profile(row, target)
+        except (AttributeError, KeyError, ValueError):
+            return
+
+
+def table(rows: list[dict], title: str) -> Table:
+    t = Table(title=title)
+    if not rows:
+        return t
+    if "tensor_core_instructions" in rows[0]:
+        cols = ["name", "registers", "spill_bytes", "shared_bytes", "tensor_core_instructions", "threads"]
+        if any("occupancy" in r for r in rows):
+            cols.append("occupancy")
+    else:  # rows from a non-Triton target: its config, the launch shape and the scalar facts
+        skip = {"target", "dtype", "out_dtype", "provenance", "export_error", "serialized_bytes", "name"}
+        cols = ["config"] + [k for k, v in rows[0].items()
+                             if k not in skip and k != "config" and (not isinstance(v, dict) or "total" in v)][:7]
+    for c in cols + ["top instructions"]:
+        t.add_column(c)
+    for r in rows:
+        mix = r.get("instruction_mix") or {}
+        top = ", ".join(f"{k}:{v}" for k, v in list(mix.items())[:5])
+        t.add_row(*[_fmt(r.get(c)) for c in cols], top)
+    return t
+
+
+def _fmt(v) -> str:
+    if isinstance(v, dict) and "total" in v:
+        return str(v["total"])
+    if isinstance(v, dict):
+        return ", ".join(f"{k}={x}" for k, x in v.items())
+    return "" if v is None else str(v)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("inspect")(inspect)

@@ -1,0 +1,59 @@
+"""``ceiling microbench``: run the silicon microbenchmarks and write their records."""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+
+def microbench(
+    suites: Optional[List[str]] = typer.Argument(
+        None, help="Suites to run: bank-conflicts, occupancy, clocks, ceilings, host (default: all)."
+    ),
+    device: str = typer.Option("auto", "--device", help="'auto' / 'cuda' / 'cuda:N' for GPU suites, 'cpu' for none."),
+    out: str = typer.Option("records/microbench", "--out", help="Record store (folder) to append to."),
+    quick: bool = typer.Option(False, "--quick", help="Smaller sizes and fewer repeats (smoke runs)."),
+) -> None:
+    """Measure the silicon: bank conflicts, occupancy, clocks, bandwidth/FLOP/latency ceilings, and the host CPU."""
+    from microbench import summary
+    from microbench.runner import run
+    from microbench.suites import ORDER
+
+    names = suites or list(ORDER)
+    unknown = [s for s in names if s not in ORDER]
+    if unknown:
+        raise typer.BadParameter(f"unknown suite(s) {unknown}; choose from {', '.join(ORDER)}", param_hint="SUITES")
+    console = Console(stderr=True)
+    colors = {"ok": "green", "unavailable": "yellow", "failed": "red"}
+
+    def report(outcome) -> None:
+        note = f" ({outcome.reason.splitlines()[0]})" if outcome.reason else ""
+        console.print(f"[{colors[outcome.status]}]{outcome.suite}: {outcome.status}[/], "
+                      f"{len(outcome.records)} records, {outcome.seconds:.1f} s{note}")
+
+    with console.status("starting") as status:
+        outcomes = run(names, out, device, quick=quick, progress=lambda m: status.update(m), on_outcome=report)
+
+    table = Table(title=f"microbench ({out})")
+    for col in ("suite", "status", "records", "seconds", "reason"):
+        table.add_column(col)
+    for o in outcomes:
+        table.add_row(o.suite, f"[{colors[o.status]}]{o.status}[/]", str(len(o.records)), f"{o.seconds:.1f}",
+                      (o.reason.splitlines() or [""])[0][:100])
+    results = Table(title="headline measurements")
+    for col in ("what", "case", "value"):
+        results.add_column(col)
+    for row in summary.rows([r for o in outcomes for r in o.records]):
+        results.add_row(*row)
+    console = Console()
+    console.print(table)
+    console.print(results)
+    if any(o.status == "failed" for o in outcomes):
+        raise typer.Exit(code=1)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("microbench")(microbench)

@@ -1,0 +1,12 @@
+"""Attention fwd and bwd against SDPA and FlashAttention: ``pytest tests/bench --benchmark`` on a GPU.
+
+Without ``--benchmark`` this file is a smoke test on tiny shapes on the CPU.
+The cases live in ``microbench.benchmarks.attention``; ours is skipped, with
+the reason, until ``kernels.attention`` exists.
+"""
+
+OP = "attention"
+
+
+def test_attention(benchmark, bench_case, bench_impl, bench_run):
+    bench_run(benchmark, bench_case, bench_impl)
