@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from attention_isa import compile_facts
 from kernels.amd import attention as amd
+from kernels.isa import compile_for, profile
 from kernels.nvidia import attention as nvidia
 
 # Head dim 256's dK/dV kernel on Hopper keeps two 64 x 256 float32 accumulators and both K and
@@ -28,18 +28,18 @@ AMD_CI = [s for s in AMD if "_d128_causal" in s.name]
 
 
 def _check_sm90(spec):
-    facts = compile_facts(spec, "sm_90a")
-    assert facts.tensor_core_ops > 0, f"{spec.name}: no HGMMA in the SASS"
-    assert facts.shared_bytes <= 227 * 1024, f"{spec.name}: {facts.shared_bytes} B of shared memory"
+    p = profile(spec, "sm_90a")
+    assert p.extra["hgmma"] > 0, f"{spec.name}: no HGMMA in the SASS"
+    assert p.shared_bytes <= 227 * 1024, f"{spec.name}: {p.shared_bytes} B of shared memory"
     if spec.name not in KNOWN_SPILLS:
-        assert facts.spill_ops == 0 and facts.local_bytes == 0, f"{spec.name}: spills ({facts})"
+        assert p.spill_bytes == 0 and p.extra["ldl_stl"] == 0, f"{spec.name}: spills ({p.spill_bytes} B, {p.extra})"
 
 
 def _check_gfx942(spec):
-    facts = compile_facts(spec, "gfx942")
-    assert facts.tensor_core_ops > 0, f"{spec.name}: no v_mfma in the AMDGCN"
-    assert facts.local_bytes == 0 and facts.spill_ops == 0, f"{spec.name}: scratch ({facts})"
-    assert facts.shared_bytes <= 64 * 1024, f"{spec.name}: {facts.shared_bytes} B of LDS"
+    p = profile(spec, "gfx942")
+    assert p.tensor_core_instructions > 0, f"{spec.name}: no v_mfma in the AMDGCN"
+    assert p.spill_bytes == 0 and p.extra["vgpr_spill"] == 0, f"{spec.name}: scratch ({p.spill_bytes} B, {p.extra})"
+    assert p.shared_bytes <= 64 * 1024, f"{spec.name}: {p.shared_bytes} B of LDS"
 
 
 @pytest.mark.parametrize("spec", NV_CI, ids=_ids(NV_CI))
@@ -53,16 +53,10 @@ def test_gfx942_mfma_no_scratch(spec):
 
 
 def test_tma_path_uses_tma():
-    spec = next(s for s in NV_CI if s.name == "attn_fwd_d128_causal_tma")
     import re
 
-    import triton
-    from triton.compiler import ASTSource
-
-    from attention_isa import TARGETS
-
-    kernel = triton.compile(ASTSource(fn=spec.fn, signature=spec.signature, constexprs=spec.constexprs),
-                            target=TARGETS["sm_90a"], options=dict(spec.options))
+    spec = next(s for s in NV_CI if s.name == "attn_fwd_d128_causal_tma")
+    kernel = compile_for(spec, "sm_90a")
     assert re.search(r"cp\.async\.bulk\.tensor", kernel.asm["ptx"]), "no TMA loads in the PTX"
 
 

@@ -819,20 +819,6 @@ def attention_bwd(do, q, k, v, o, lse, bias, mask, causal, scale, bias_grad, con
 # Cross-compilation specs (static checks: tensor-core instructions, spills, shared memory)
 # ----------------------------------------------------------------------------------------------
 
-try:
-    from kernels.isa import CompileSpec
-except ImportError:  # kernels.isa not present: the same record, kept here
-    from dataclasses import dataclass, field
-
-    @dataclass(frozen=True)
-    class CompileSpec:
-        name: str
-        fn: object
-        signature: dict
-        constexprs: dict
-        options: dict = field(default_factory=dict)
-
-
 _TRITON_DTYPE = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 _FP32_POINTERS = ("LSE", "Delta", "Bias")
 
@@ -866,9 +852,25 @@ def signature(kernel, dtype: str, constexprs: dict, dbias_dtype: str = "fp32") -
     return sig
 
 
+# Arguments a real launch sees as multiples of 16 (Triton specializes on that): the q/k/v/o-shaped
+# tensors (freshly allocated or TMA-ready, so 16-byte aligned) and their row/batch strides
+# (multiples of heads * head_dim). Bias and mask strides follow the user's shapes: no promise.
+_ALIGNED = ("Q", "K", "V", "O", "DO", "DQ", "DK", "DV", "LSE", "Delta")
+
+
+def _divisible(kernel, head_dim: int) -> tuple:
+    names = [n for n in kernel.arg_names if n in _ALIGNED]
+    if head_dim % 16 == 0:
+        names += [n for n in kernel.arg_names if n.startswith("stride_") and n[-1] in "bsh"
+                  and not n.startswith(("stride_b", "stride_m", "stride_db"))]
+    return tuple(names)
+
+
 def kernel_specs(head_dim: int, cfg: dict, *, dtype: str = "bfloat16", causal: bool = True, bias: bool = False,
                  mask: bool = False, use_tma: bool = True, pre_load_v: bool = False, prefix: str = "") -> list:
-    """CompileSpecs of the forward, dK/dV and dQ kernels for one head dim and config."""
+    """``kernels.isa.CompileSpec``s of the forward, dK/dV and dQ kernels for one head dim and config."""
+    from kernels.isa import CompileSpec
+
     pad = head_dim_pad(head_dim)
     use_tma = use_tma and head_dim == pad
     common = dict(HEAD_DIM=head_dim, HEAD_DIM_PAD=pad, CAUSAL=causal, HAS_BIAS=bias, HAS_MASK=mask, USE_TMA=use_tma)
@@ -881,7 +883,10 @@ def kernel_specs(head_dim: int, cfg: dict, *, dtype: str = "bfloat16", causal: b
         c = cfg[section]
         constexprs = {**common, **extra, "BLOCK_M": c["block_m"], "BLOCK_N": c["block_n"]}
         tag = f"{prefix}attn_{section}_d{head_dim}{'_causal' if causal else ''}{'_bias' if bias else ''}{'_tma' if use_tma else ''}"
-        specs.append(CompileSpec(tag, kernel, signature(kernel, dtype, constexprs), constexprs, _launch_options(c)))
+        specs.append(CompileSpec(tag, kernel, signature(kernel, dtype, constexprs), constexprs, _launch_options(c),
+                                 config={"head_dim": head_dim, "kernel": section, "causal": causal, "bias": bias,
+                                         "mask": mask, "tma": use_tma, **c},
+                                 divisible_by_16=_divisible(kernel, head_dim)))
     return specs
 
 
