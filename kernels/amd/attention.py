@@ -70,12 +70,12 @@ def select_config(head_dim: int, device: torch.device, config: dict | None = Non
 
 def attention_fwd(q, k, v, bias, mask, causal, scale, config=None):
     cfg = select_config(q.shape[-1], q.device, config, biased=bias is not None or mask is not None)
-    return flash.forward(q, k, v, bias, mask, causal, scale, cfg, use_tma=False)
+    return flash.forward(q, k, v, bias, mask, causal, scale, cfg, use_tma=False, vendor="amd")
 
 
 def attention_bwd(do, q, k, v, o, lse, bias, mask, causal, scale, bias_grad, config=None):
     cfg = select_config(q.shape[-1], q.device, config, biased=bias is not None or mask is not None)
-    return flash.backward(do, q, k, v, o, lse, bias, mask, causal, scale, bias_grad, cfg, use_tma=False)
+    return flash.backward(do, q, k, v, o, lse, bias, mask, causal, scale, bias_grad, cfg, use_tma=False, vendor="amd")
 
 
 def compile_specs(dtype: str = "bfloat16") -> list:

@@ -8,10 +8,14 @@ softmax of FlashAttention-2 in base 2, with the softmax scale folded into
 ``log2(e)`` so each score costs one multiply before ``exp2``. The key loop is
 split in two, as in the Triton tutorial: blocks that need no mask at all (left
 of the causal diagonal and inside ``k_len``) run without ``tl.where``; the
-diagonal and the ragged tail run with masks. K and V tiles come in through TMA
-tensor descriptors when the shapes allow it (``USE_TMA``) and through masked
-pointer loads otherwise; the loop is software-pipelined (``num_stages``) and
-``tl.dot`` lowers to wgmma.
+diagonal and the ragged tail run with masks. Causal launches put the heaviest
+query blocks first. Q, K and V tiles come in through TMA (2-D tensor descriptors
+over (batch * seq, heads * head_dim), ``USE_TMA``); the loop is software-
+pipelined (``num_stages``) and ``tl.dot`` lowers to wgmma. The same source has a
+masked pointer-load path (``USE_TMA=False``, head dims padded in registers): the
+interpreter and CDNA3 run it; on Hopper it keeps K/V tiles and their 64-bit
+addresses in registers and spills, so there other head dims (80, 96, ...) and
+strided inputs are copied once, zero-padded, into the TMA layout instead.
 
 Backward (as the Triton tutorial): a preprocess computes
 ``delta = rowsum(dO * O)``; one kernel owns a block of keys and loops over
@@ -660,7 +664,13 @@ def _launch_options(section: dict) -> dict:
     return {k: v for k, v in section.items() if k not in ("block_m", "block_n")}
 
 
-def forward(q, k, v, bias, mask, causal: bool, scale: float, cfg: dict, use_tma: bool):
+def _native(t: torch.Tensor, vendor: str) -> bool:
+    """Whether ``t`` lives on a GPU of ``vendor``, where the kernel is compiled; anywhere else
+    (the CPU, or the other vendor's GPU) the interpreter runs it."""
+    return t.is_cuda and (vendor == "amd") == bool(getattr(torch.version, "hip", None))
+
+
+def forward(q, k, v, bias, mask, causal: bool, scale: float, cfg: dict, use_tma: bool, vendor: str = "nvidia"):
     """Run the forward kernel: (o, lse) with o like q and lse (batch, heads, q_len) float32."""
     q, k, v = _unit_last(q), _unit_last(k), _unit_last(v)
     batch, seqlen_q, heads, head_dim = q.shape
@@ -678,7 +688,7 @@ def forward(q, k, v, bias, mask, causal: bool, scale: float, cfg: dict, use_tma:
     else:
         dq_, dk_, dv_ = q, k, v
     grid = (triton.cdiv(seqlen_q, bm), batch * heads)
-    launcher(_attn_fwd, on_gpu=q.is_cuda)[grid](
+    launcher(_attn_fwd, on_gpu=_native(q, vendor))[grid](
         q, k, v, bias4 if bias4 is not None else q, mask4 if mask4 is not None else q, o, lse, dq_, dk_, dv_,
         *_bshd_strides(q), *_bshd_strides(k), *_bshd_strides(v), *_bshd_strides(o), *sb, *sm,
         heads, heads // kv_heads, seqlen_q, seqlen_k, float(scale),
@@ -690,7 +700,8 @@ def forward(q, k, v, bias, mask, causal: bool, scale: float, cfg: dict, use_tma:
     return o, lse
 
 
-def backward(do, q, k, v, o, lse, bias, mask, causal: bool, scale: float, bias_grad: bool, cfg: dict, use_tma: bool):
+def backward(do, q, k, v, o, lse, bias, mask, causal: bool, scale: float, bias_grad: bool, cfg: dict, use_tma: bool,
+             vendor: str = "nvidia"):
     """Run the three backward kernels: (dq, dk, dv, dbias or None), gradients like their inputs."""
     q, k, v, o, do = (_unit_last(t) for t in (q, k, v, o, do))
     if use_tma and not do.is_contiguous():
@@ -699,7 +710,7 @@ def backward(do, q, k, v, o, lse, bias, mask, causal: bool, scale: float, bias_g
     seqlen_k, kv_heads = k.shape[1], k.shape[2]
     group = heads // kv_heads
     pad = head_dim_pad(head_dim)
-    on_gpu = q.is_cuda
+    on_gpu = _native(q, vendor)
     full = (batch, heads, seqlen_q, seqlen_k)
     bias4, sb = _broadcast4(bias, full)
     mask4, sm = _broadcast4(mask, full)
@@ -773,7 +784,7 @@ def backward(do, q, k, v, o, lse, bias, mask, causal: bool, scale: float, bias_g
 def _wants_tma(cfg: dict, q: torch.Tensor) -> bool:
     wanted = cfg.get("use_tma")
     if wanted is None:  # TMA on Hopper; the interpreter runs the pointer path unless asked
-        wanted = q.is_cuda and torch.cuda.get_device_capability(q.device)[0] >= 9
+        wanted = _native(q, "nvidia") and torch.cuda.get_device_capability(q.device)[0] >= 9
     return bool(wanted)
 
 
