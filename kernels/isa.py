@@ -183,6 +183,9 @@ INSPECTORS: dict[tuple[str, str], str] = {
     ("gemm", "tpu-v5e"): "kernels.tpu.gemm:inspect_tpu",
     ("gemm", "tpu-v5p"): "kernels.tpu.gemm:inspect_tpu",
     ("gemm", "tpu-v6e"): "kernels.tpu.gemm:inspect_tpu",
+    ("attention", "tpu-v5e"): "kernels.tpu.attention:inspect_tpu_attention",
+    ("attention", "tpu-v5p"): "kernels.tpu.attention:inspect_tpu_attention",
+    ("attention", "tpu-v6e"): "kernels.tpu.attention:inspect_tpu_attention",
     ("gemm", "trn1"): "kernels.trainium.inspection:inspect_trainium",
     ("gemm", "trn2"): "kernels.trainium.inspection:inspect_trainium",
 }

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+import functools
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -236,6 +237,11 @@ def splitk_reduce_kernel(ws_ptr, c_ptr, bias_ptr, M, N, M_PADDED, stride_ws, str
 # --------------------------------------------------------------------------- configs
 
 
+def cdiv(a: int, b: int) -> int:
+    """Host-side ceil division (``triton.cdiv`` is a slower constexpr-function wrapper on the host)."""
+    return -(-a // b)
+
+
 @dataclass(frozen=True)
 class GemmConfig:
     BLOCK_M: int
@@ -301,19 +307,20 @@ def heuristic_config(m: int, n: int, k: int, dtype: str) -> GemmConfig:
     if dtype == "float32":  # 4-byte operands: half the K depth for the same shared memory
         return GemmConfig(128, 128, 32, 8, 3, 8) if m > 256 else GemmConfig(64, 64, 64, 8, 3, 4)
     if m <= 256:
-        tiles = triton.cdiv(m, 64) * triton.cdiv(n, 64)
-        k_tiles = triton.cdiv(k, 128)
+        tiles = cdiv(m, 64) * cdiv(n, 64)
+        k_tiles = cdiv(k, 128)
         split = 1
         while split < 8 and tiles * split * 2 <= 2 * H100_H200_SMS and k_tiles >= 4 * split * 2:
             split *= 2
         return GemmConfig(64, 64, 128, 8, 5, 4, SPLIT_K=split)
-    if triton.cdiv(m, 128) * triton.cdiv(n, 256) >= H100_H200_SMS:
+    if cdiv(m, 128) * cdiv(n, 256) >= H100_H200_SMS:
         return GemmConfig(128, 256, 64, 8, 3, 8, EPILOGUE_SUBTILE=True)
-    if triton.cdiv(m, 128) * triton.cdiv(n, 128) >= H100_H200_SMS:
+    if cdiv(m, 128) * cdiv(n, 128) >= H100_H200_SMS:
         return GemmConfig(128, 128, 64, 8, 5, 8)
     return GemmConfig(64, 128, 64, 8, 4, 4)
 
 
+@functools.lru_cache(maxsize=4096)
 def select_config(m: int, n: int, k: int, dtype: str, device_name: str | None) -> tuple[GemmConfig, str]:
     """(config, where it came from): the device's tuned table, else the heuristic."""
     key = device_key(device_name)
@@ -363,7 +370,7 @@ def _pad_rows(x: torch.Tensor, copy: bool = True) -> torch.Tensor:
     """A view like x whose rows start on 16-byte boundaries (odd sizes only), holding x if ``copy``."""
     per_row = TMA_ALIGN // x.element_size()
     cols = x.shape[-1]
-    padded = triton.cdiv(cols, per_row) * per_row
+    padded = cdiv(cols, per_row) * per_row
     storage = torch.empty((*x.shape[:-1], padded), dtype=x.dtype, device=x.device)
     view = storage[..., :cols]
     if copy:
@@ -430,7 +437,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, bias, activation, out_dtype, config=N
     split_k = cfg.SPLIT_K if not batched else 1  # batched problems have parallelism to spare
     a_view, a_trans = _tma_storage(a)
     b_view, b_trans = _tma_storage(b)
-    m_padded = triton.cdiv(m, cfg.BLOCK_M) * cfg.BLOCK_M
+    m_padded = cdiv(m, cfg.BLOCK_M) * cfg.BLOCK_M
     if split_k > 1:
         # fp32 partial planes; N padded so each row starts on a 16-byte boundary.
         target = _pad_rows(torch.empty((split_k * m_padded, n), dtype=torch.float32, device=a.device), copy=False)
@@ -443,7 +450,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, bias, activation, out_dtype, config=N
     subtile = cfg.EPILOGUE_SUBTILE and split_k == 1
     c_block = lead + [cfg.BLOCK_M, cfg.BLOCK_N // 2 if subtile else cfg.BLOCK_N]
 
-    num_items = triton.cdiv(m, cfg.BLOCK_M) * triton.cdiv(n, cfg.BLOCK_N) * nbatch * split_k
+    num_items = cdiv(m, cfg.BLOCK_M) * cdiv(n, cfg.BLOCK_N) * nbatch * split_k
     programs = _sm_count(a.device.index or 0) if on_gpu else INTERPRETED_PROGRAMS
     num_sms = max(1, min(programs, num_items))
     bias_arg = bias if bias is not None else target  # never read when HAS_BIAS is False
@@ -459,7 +466,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, bias, activation, out_dtype, config=N
         num_stages=cfg.num_stages, num_warps=cfg.num_warps,
     )
     if split_k > 1:
-        grid = (triton.cdiv(m, 32), triton.cdiv(n, 128))
+        grid = (cdiv(m, 32), cdiv(n, 128))
         launcher(splitk_reduce_kernel, on_gpu=on_gpu)[grid](
             target, c, bias_arg, m, n, m_padded, target.stride(0), c.stride(0),
             SPLIT_K=split_k, HAS_BIAS=bias is not None, ACTIVATION=activation or "none",
@@ -584,8 +591,8 @@ def _gemm_jax_triton(a, b, bias, activation, out_dtype, config):
     else:
         cfg = GemmConfig.from_dict(config)
     split_k = cfg.SPLIT_K if not batched else 1
-    m_padded = triton.cdiv(m, cfg.BLOCK_M) * cfg.BLOCK_M
-    items = triton.cdiv(m, cfg.BLOCK_M) * triton.cdiv(n, cfg.BLOCK_N) * nbatch * split_k
+    m_padded = cdiv(m, cfg.BLOCK_M) * cfg.BLOCK_M
+    items = cdiv(m, cfg.BLOCK_M) * cdiv(n, cfg.BLOCK_N) * nbatch * split_k
     num_sms = max(1, min(getattr(device, "core_count", H100_H200_SMS), items))
     bias_arg = bias if bias is not None else b  # never read when HAS_BIAS is False
     common = dict(HAS_BIAS=bias is not None, ACTIVATION=activation or "none")
@@ -602,7 +609,7 @@ def _gemm_jax_triton(a, b, bias, activation, out_dtype, config):
         out = jt.triton_call(
             ws, bias_arg, m, n, m_padded, n, n,
             kernel=splitk_reduce_kernel_jax, out_shape=jax.ShapeDtypeStruct((m, n), out_dtype),
-            grid=(triton.cdiv(m, 32), triton.cdiv(n, 128)), num_warps=4,
+            grid=(cdiv(m, 32), cdiv(n, 128)), num_warps=4,
             SPLIT_K=split_k, BLOCK_M=32, BLOCK_N=128, **common,
         )
         return out.reshape(out_shape)

@@ -1,0 +1,176 @@
+"""The rules a TPU attention config must follow, and the VMEM each kernel needs.
+
+A config is ``{"block_q": ..., "block_k": ...}`` with optional ``block_q_bwd``
+and ``block_k_bwd`` for the two backward kernels (they default to the forward
+blocks). Every kernel holds a (block_q, head_dim) tile of the query side, a
+(block_k, head_dim) tile of the key side and a (block_q, block_k) tile of the
+scores, the bias and the mask. ``check_config`` is what the wrapper, the tests
+and the inspection call; it returns the per-kernel VMEM estimates or raises
+:class:`AttentionConfigError` naming the broken rule.
+
+The rules:
+
+* ``keys``: block_q and block_k (and optionally block_q_bwd, block_k_bwd),
+  positive integers, nothing else.
+* ``lane_tiling``: the key blocks are the minor (lane) dimension of the score,
+  bias and mask tiles, so multiples of 128.
+* ``sublane_tiling``: the query blocks are the second-minor dimension of the
+  q/o/dq tiles and of the score tile: a multiple of 8 for 32-bit data and of
+  16 for 16-bit data (a bf16 vreg packs (16, 128)); a bfloat16 bias counts.
+* ``vmem_budget``: each kernel's double-buffered blocks, its f32 scratch and
+  its f32 score-sized temporaries within three quarters of the generation's
+  physical VMEM. Above the scoped default is allowed; the kernel then raises
+  ``vmem_limit_bytes``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kernels.errors import InputError
+from kernels.tpu.gemm_rules import dtype_name, itemsize, sublane_multiple
+from kernels.tpu.generations import LANES, MiB, generation
+
+RULES = {
+    "keys": "the keys block_q, block_k and optionally block_q_bwd, block_k_bwd, each a positive integer",
+    "lane_tiling": f"block_k and block_k_bwd multiples of {LANES} (the lane dimension of the score, bias and mask tiles)",
+    "sublane_tiling": "block_q and block_q_bwd multiples of 8 for 32-bit and of 16 for 16-bit operands or bias "
+    "(a bf16 vreg packs (16, 128))",
+    "vmem_budget": "each kernel's double-buffered blocks, f32 scratch and f32 score temporaries within 3/4 of the "
+    "generation's physical VMEM",
+}
+
+REQUIRED = ("block_q", "block_k")
+OPTIONAL = ("block_q_bwd", "block_k_bwd")
+
+
+class AttentionConfigError(InputError):
+    """A config breaks one of :data:`RULES`; ``rule`` says which."""
+
+    def __init__(self, rule: str, config: Any, detail: str):
+        self.rule = rule
+        self.config = config
+        super().__init__("config", f"{RULES[rule]} [rule {rule}]", f"{config!r}: {detail}")
+
+
+@dataclass(frozen=True)
+class VmemEstimate:
+    """Bytes of VMEM one grid step of one kernel holds, by buffer."""
+
+    kernel: str
+    buffers: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(self.buffers.values())
+
+    def as_dict(self) -> dict[str, int]:
+        return {**self.buffers, "total": self.total}
+
+
+def blocks(config: dict) -> tuple[int, int, int, int]:
+    """(block_q, block_k, block_q_bwd, block_k_bwd) of a checked config."""
+    bq, bk = int(config["block_q"]), int(config["block_k"])
+    return bq, bk, int(config.get("block_q_bwd", bq)), int(config.get("block_k_bwd", bk))
+
+
+def vmem_estimates(
+    config: dict, dtype: Any, head_dim: int, bias_dtype: Any = None, has_mask: bool = False
+) -> dict[str, VmemEstimate]:
+    """VMEM per grid step of the forward, dq and dk/dv kernels (and the dbias
+    kernel, which holds what the dq kernel does) for a padded ``head_dim``.
+    The bias and mask tiles are counted at full (block_q, block_k) size, the
+    most a broadcast bias can take."""
+    bq, bk, bqb, bkb = blocks(config)
+    ib, d = itemsize(dtype), head_dim
+    lse = 128 * 4  # one f32 row of 128 lanes per query
+
+    def extras(q, k):
+        out = {}
+        if bias_dtype is not None:
+            out["bias_blocks"] = 2 * q * k * itemsize(bias_dtype)
+        if has_mask:
+            out["mask_blocks"] = 2 * q * k * 2  # bfloat16 0 / -inf
+        return out
+
+    fwd = VmemEstimate(
+        "fwd",
+        {
+            "q_blocks": 2 * bq * d * ib,
+            "kv_blocks": 2 * 2 * bk * d * ib,
+            **extras(bq, bk),
+            "out_blocks": 2 * bq * d * ib,
+            "lse_blocks": 2 * bq * lse,
+            "m_l_scratch": 2 * bq * lse,
+            "acc_scratch": bq * d * 4,
+            "score_temporaries": 2 * bq * bk * 4,  # s and p
+        },
+    )
+    dq = VmemEstimate(
+        "dq",
+        {
+            "q_do_o_blocks": 3 * 2 * bqb * d * ib,
+            "kv_blocks": 2 * 2 * bkb * d * ib,
+            "lse_blocks": 2 * bqb * lse,
+            **extras(bqb, bkb),
+            "dq_blocks": 2 * bqb * d * ib,
+            "dbias_blocks": 2 * bqb * bkb * 4 if bias_dtype is not None else 0,
+            "dq_delta_scratch": bqb * d * 4 + bqb * lse,
+            "score_temporaries": 4 * bqb * bkb * 4,  # s, p, dp, ds
+        },
+    )
+    dkv = VmemEstimate(
+        "dkv",
+        {
+            "q_do_o_blocks": 3 * 2 * bqb * d * ib,
+            "kv_blocks": 2 * 2 * bkb * d * ib,
+            "lse_blocks": 2 * bqb * lse,
+            **extras(bqb, bkb),
+            "dk_dv_blocks": 2 * 2 * bkb * d * ib,
+            "dk_dv_scratch": 2 * bkb * d * 4,
+            "score_temporaries": 4 * bqb * bkb * 4,
+        },
+    )
+    return {"fwd": fwd, "dq": dq, "dkv": dkv}
+
+
+def check_config(
+    config: Any, dtype: Any, head_dim: int, target: str, bias_dtype: Any = None, has_mask: bool = False
+) -> dict[str, VmemEstimate]:
+    """Check ``config`` for kernel operands of ``dtype`` and a padded
+    ``head_dim`` on ``target``; return the VMEM estimates or raise."""
+    gen = generation(target)
+    if not isinstance(config, dict) or not set(REQUIRED) <= set(config) or not set(config) <= set(REQUIRED + OPTIONAL):
+        got = sorted(config) if isinstance(config, dict) else type(config).__name__
+        raise AttentionConfigError("keys", config, f"keys {got}")
+    for key, value in config.items():
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+            raise AttentionConfigError("keys", config, f"{key}={value!r}")
+    bq, bk, bqb, bkb = blocks(config)
+    for key, value in (("block_k", bk), ("block_k_bwd", bkb)):
+        if value % LANES:
+            raise AttentionConfigError("lane_tiling", config, f"{key}={value} is not a multiple of {LANES}")
+    rows = sublane_multiple(dtype)
+    if bias_dtype is not None:
+        rows = max(rows, sublane_multiple(bias_dtype))
+    for key, value in (("block_q", bq), ("block_q_bwd", bqb)):
+        if value % rows:
+            raise AttentionConfigError(
+                "sublane_tiling",
+                config,
+                f"{key}={value} is not a multiple of {rows} (operands {dtype_name(dtype)}"
+                + (f", bias {dtype_name(bias_dtype)})" if bias_dtype is not None else ")"),
+            )
+    estimates = vmem_estimates(config, dtype, head_dim, bias_dtype, has_mask)
+    for est in estimates.values():
+        if est.total > gen.usable_vmem_bytes:
+            raise AttentionConfigError(
+                "vmem_budget",
+                config,
+                f"the {est.kernel} kernel holds {est.total / MiB:.1f} MiB ({est.as_dict()}) > "
+                f"{gen.usable_vmem_bytes / MiB:.0f} MiB usable of {gen.vmem_bytes / MiB:.0f} MiB VMEM on {target}",
+            )
+    return estimates
