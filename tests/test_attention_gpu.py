@@ -2,7 +2,8 @@
 
 Needs CUDA (Hopper for the nvidia backend) or ROCm; on the CPU these tests are skipped, and the
 same kernels are exercised under the interpreter by ``test_attention.py``. Run on the device with
-``pytest tests/test_attention_gpu.py -m gpu -s`` (about a minute, mostly compilation).
+``pytest tests/test_attention_gpu.py -m "gpu and not slow" -s`` (well under a minute, mostly
+compilation); ``-m gpu`` adds the throughput sweep over head dims 64/128, S 4k..16k, causal or not.
 """
 
 from __future__ import annotations
@@ -29,8 +30,7 @@ def _sdpa_ref(q, k, v, causal, bias=None):
     return torch.nn.functional.scaled_dot_product_attention(qf, kf, vf, attn_mask=bias, is_causal=causal).transpose(1, 2)
 
 
-@pytest.mark.parametrize("head_dim", [64, 80, 128])
-@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("head_dim,causal", [(64, False), (128, True), (80, True)])
 def test_matches_sdpa_with_gradients(head_dim, causal):
     torch.manual_seed(0)
     dev, dt = "cuda", torch.bfloat16
@@ -60,9 +60,11 @@ def _tflops(flops, ms):
     return flops / ms / 1e9
 
 
-@pytest.mark.parametrize("head_dim", [64, 128])
-@pytest.mark.parametrize("seq", [4096, 8192, 16384])
-@pytest.mark.parametrize("causal", [False, True])
+_QUICK = [(128, 8192, False), (128, 8192, True), (64, 8192, False)]
+_SWEEP = [(d, s, c) for d in (64, 128) for s in (4096, 8192, 16384) for c in (False, True) if (d, s, c) not in _QUICK]
+
+
+@pytest.mark.parametrize("head_dim,seq,causal", _QUICK + [pytest.param(*p, marks=pytest.mark.slow) for p in _SWEEP])
 def test_throughput(head_dim, seq, causal):
     """Prints forward and backward TFLOP/s (FlashAttention convention) next to PyTorch SDPA."""
     import triton
