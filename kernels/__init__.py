@@ -2,11 +2,13 @@
 
     import kernels
     y = kernels.gemm(a, b, bias=bias, activation="gelu")
+    o = kernels.attention(q, k, v, causal=True)   # (batch, seq, heads, head_dim)
     kernels.backends.report()   # which backends can run each op here, and why not
 """
 
 from kernels import backends
 from kernels.errors import BackendUnavailable, InputError
+from kernels.attention import attention
 from kernels.gemm import gemm
 
-__all__ = ["gemm", "backends", "InputError", "BackendUnavailable"]
+__all__ = ["gemm", "attention", "backends", "InputError", "BackendUnavailable"]

@@ -26,6 +26,7 @@ OPS: dict[str, dict[str, str]] = {
         "tpu": "kernels.tpu.gemm",
         "trainium": "kernels.trainium.gemm",
     },
+    "attention": {"reference": "kernels.attention.reference", "nvidia": "kernels.nvidia.attention", "amd": "kernels.amd.attention"},
 }
 
 
