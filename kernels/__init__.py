@@ -2,12 +2,15 @@
 
     import kernels
     y = kernels.gemm(a, b, bias=bias, activation="gelu")
+    o = kernels.attention(q, k, v, causal=True)   # (batch, seq, heads, head_dim)
     kernels.backends.report()   # which backends can run each op here, and why not
 """
 
 from kernels import backends
 from kernels.errors import BackendUnavailable, InputError
+from kernels.attention import attention
 from kernels.gemm import gemm
 from kernels.triangle import triangle_attention, triangle_multiplicative_update
 
-__all__ = ["gemm", "triangle_attention", "triangle_multiplicative_update", "backends", "InputError", "BackendUnavailable"]
+__all__ = ["gemm", "attention", "triangle_attention", "triangle_multiplicative_update", "backends", "InputError",
+           "BackendUnavailable"]

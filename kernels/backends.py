@@ -38,6 +38,7 @@ OPS: dict[str, dict[str, str]] = {
         "amd": "kernels.amd.triangle_multiplication",
         "tpu": "kernels.tpu.triangle_multiplication",
     },
+    "attention": {"reference": "kernels.attention.reference", "nvidia": "kernels.nvidia.attention", "amd": "kernels.amd.attention"},
 }
 
 

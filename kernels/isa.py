@@ -178,6 +178,8 @@ def profile(spec: CompileSpec, target: str) -> StaticProfile:
 INSPECTORS: dict[tuple[str, str], str] = {
     ("gemm", "sm_90a"): "kernels.nvidia.gemm:compile_specs",
     ("gemm", "gfx942"): "kernels.amd.gemm:compile_specs",
+    ("attention", "sm_90a"): "kernels.nvidia.attention:compile_specs",
+    ("attention", "gfx942"): "kernels.amd.attention:compile_specs",
     ("gemm", "tpu-v5e"): "kernels.tpu.gemm:inspect_tpu",
     ("gemm", "tpu-v5p"): "kernels.tpu.gemm:inspect_tpu",
     ("gemm", "tpu-v6e"): "kernels.tpu.gemm:inspect_tpu",

@@ -548,3 +548,17 @@ def compile_specs(dtype: str = "bfloat16") -> list:
                              {"num_warps": 4}, config={"class": "splitk_reduce", "SPLIT_K": 4},
                              divisible_by_16=aligned))
     return specs
+
+
+def compile_spec(config: dict, dtype: str = "bfloat16"):
+    """The ``kernels.isa.CompileSpec`` of one config (any point of a search space), row-major
+    operands with the bias + gelu epilogue like the shipped specs."""
+    from kernels.isa import CompileSpec
+
+    cfg = {"SPLIT_K": 1, **config}
+    signature, constexprs, aligned = kernel_signature(dtype, cfg)
+    name = "amd_gemm_{}x{}x{}_g{}_s{}_w{}_wpe{}_mi{}_kp{}_sk{}_{}".format(
+        cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["GROUP_M"], cfg["num_stages"], cfg["num_warps"],
+        cfg["waves_per_eu"], cfg["matrix_instr_nonkdim"], cfg["kpack"], cfg["SPLIT_K"], dtype)
+    return CompileSpec(name, gemm_kernel, signature, constexprs, {key: cfg[key] for key in COMPILE_KEYS},
+                       config=dict(cfg), divisible_by_16=aligned)

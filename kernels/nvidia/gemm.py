@@ -484,39 +484,42 @@ _TRITON_DTYPE = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
 
 def compile_specs(dtype: str = "bfloat16", b_trans: bool = False) -> list:
     """A ``kernels.isa.CompileSpec`` per shipped config, for the 2-D row-major case."""
+    return [compile_spec(cfg.as_dict(), dtype, b_trans) for cfg in shipped_configs(dtype)]
+
+
+def compile_spec(config: dict[str, Any], dtype: str = "bfloat16", b_trans: bool = False):
+    """The ``kernels.isa.CompileSpec`` of one config (any point of the search space)."""
     from kernels.isa import CompileSpec
 
+    cfg = GemmConfig.from_dict(config)
     t = _TRITON_DTYPE[dtype]
-    specs = []
-    for cfg in shipped_configs(dtype):
-        c_cols = cfg.BLOCK_N // 2 if cfg.EPILOGUE_SUBTILE and cfg.SPLIT_K == 1 else cfg.BLOCK_N
-        c_type = "fp32" if cfg.SPLIT_K > 1 else t
-        b_block = [cfg.BLOCK_N, cfg.BLOCK_K] if b_trans else [cfg.BLOCK_K, cfg.BLOCK_N]
-        signature = {
-            "a": f"tensordesc<{t}[{cfg.BLOCK_M},{cfg.BLOCK_K}]>",
-            "b": f"tensordesc<{t}[{b_block[0]},{b_block[1]}]>",
-            "c": f"tensordesc<{c_type}[{cfg.BLOCK_M},{c_cols}]>",
-            "bias_ptr": f"*{t}",
-            "M": "i32", "N": "i32", "K": "i32", "BATCH": "i32", "M_PADDED": "i32",
-        }
-        for stride in ("stride_ab", "stride_am", "stride_ak", "stride_bb", "stride_bk", "stride_bn", "stride_cb", "stride_cm"):
-            signature[stride] = "i32"
-        constexprs = {
-            "A_TRANS": False, "B_TRANS": b_trans, "BATCHED": False, "HAS_BIAS": True, "ACTIVATION": "gelu",
-            "BLOCK_M": cfg.BLOCK_M, "BLOCK_N": cfg.BLOCK_N, "BLOCK_K": cfg.BLOCK_K, "GROUP_M": cfg.GROUP_M,
-            "NUM_SMS": 132, "EPILOGUE_SUBTILE": cfg.EPILOGUE_SUBTILE and cfg.SPLIT_K == 1,
-            "WARP_SPECIALIZE": cfg.WARP_SPECIALIZE, "SPLIT_K": cfg.SPLIT_K, "USE_TMA": True,
-        }
-        for key in constexprs:
-            signature[key] = "constexpr"
-        name = "gemm_{}x{}x{}_g{}_s{}_w{}{}{}{}".format(
-            cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K, cfg.GROUP_M, cfg.num_stages, cfg.num_warps,
-            "_sub" if cfg.EPILOGUE_SUBTILE else "", "_ws" if cfg.WARP_SPECIALIZE else "",
-            f"_splitk{cfg.SPLIT_K}" if cfg.SPLIT_K > 1 else "",
-        )
-        specs.append(CompileSpec(name, gemm_kernel, signature, constexprs,
-                                 {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}, cfg.as_dict()))
-    return specs
+    c_cols = cfg.BLOCK_N // 2 if cfg.EPILOGUE_SUBTILE and cfg.SPLIT_K == 1 else cfg.BLOCK_N
+    c_type = "fp32" if cfg.SPLIT_K > 1 else t
+    b_block = [cfg.BLOCK_N, cfg.BLOCK_K] if b_trans else [cfg.BLOCK_K, cfg.BLOCK_N]
+    signature = {
+        "a": f"tensordesc<{t}[{cfg.BLOCK_M},{cfg.BLOCK_K}]>",
+        "b": f"tensordesc<{t}[{b_block[0]},{b_block[1]}]>",
+        "c": f"tensordesc<{c_type}[{cfg.BLOCK_M},{c_cols}]>",
+        "bias_ptr": f"*{t}",
+        "M": "i32", "N": "i32", "K": "i32", "BATCH": "i32", "M_PADDED": "i32",
+    }
+    for stride in ("stride_ab", "stride_am", "stride_ak", "stride_bb", "stride_bk", "stride_bn", "stride_cb", "stride_cm"):
+        signature[stride] = "i32"
+    constexprs = {
+        "A_TRANS": False, "B_TRANS": b_trans, "BATCHED": False, "HAS_BIAS": True, "ACTIVATION": "gelu",
+        "BLOCK_M": cfg.BLOCK_M, "BLOCK_N": cfg.BLOCK_N, "BLOCK_K": cfg.BLOCK_K, "GROUP_M": cfg.GROUP_M,
+        "NUM_SMS": 132, "EPILOGUE_SUBTILE": cfg.EPILOGUE_SUBTILE and cfg.SPLIT_K == 1,
+        "WARP_SPECIALIZE": cfg.WARP_SPECIALIZE, "SPLIT_K": cfg.SPLIT_K, "USE_TMA": True,
+    }
+    for key in constexprs:
+        signature[key] = "constexpr"
+    name = "gemm_{}x{}x{}_g{}_s{}_w{}{}{}{}".format(
+        cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K, cfg.GROUP_M, cfg.num_stages, cfg.num_warps,
+        "_sub" if cfg.EPILOGUE_SUBTILE else "", "_ws" if cfg.WARP_SPECIALIZE else "",
+        f"_splitk{cfg.SPLIT_K}" if cfg.SPLIT_K > 1 else "",
+    )
+    return CompileSpec(name, gemm_kernel, signature, constexprs,
+                       {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}, cfg.as_dict())
 
 
 @triton.jit

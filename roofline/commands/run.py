@@ -5,6 +5,9 @@ Steps, in order (each is independent: one that fails is recorded and the rest go
 1. the backend report;
 2. ISA inspection of every shipped kernel config for every target (sm_90a, gfx942, ...);
 3. a correctness smoke run of every op on every backend that runs here;
+4. ceilings and the performance model fit from those records and the measurements shipped with
+   the package, hierarchical roofline plots, the search templates, and the report
+   (``OUT/report/index.html`` and ``summary.md``).
 
 and the records of 2-3 appended to ``OUT/records`` (Parquet, with provenance).
 """
@@ -85,10 +88,17 @@ def step_smoke(out: Path, summary: dict) -> None:
         raise RuntimeError("correctness smoke failed: " + "; ".join(f"{r.op}/{r.backend} {r.case}" for r in results if not r.passed))
 
 
+def step_report(out: Path, summary: dict) -> None:
+    from roofline.analysis import report_step
+
+    report_step(out, summary)
+
+
 STEPS: list[tuple[str, Callable[[Path, dict], None]]] = [
     ("backend report", step_backends),
     ("ISA inspection of shipped configs", step_inspect),
     ("correctness smoke", step_smoke),
+    ("ceilings, model, roofline plots, templates and report", step_report),
 ]
 
 

@@ -1,0 +1,65 @@
+"""Attention, forward and backward: ``softmax(scale * q @ k^T + bias, mask) @ v``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kernels.attention.spec import AttentionProblem, check, default_backend
+
+__all__ = ["attention", "AttentionProblem"]
+
+
+def attention(
+    q: Any,
+    k: Any,
+    v: Any,
+    *,
+    causal: bool = False,
+    scale: float | None = None,
+    bias: Any = None,
+    mask: Any = None,
+    return_lse: bool = False,
+    backend: str | None = None,
+    config: dict | None = None,
+) -> Any:
+    """Scaled dot-product attention with float32 softmax and accumulation.
+
+    Args:
+        q: (batch, q_len, heads, head_dim), float16 or bfloat16 (float32/float64 on the
+            reference backend); PyTorch or JAX.
+        k, v: (batch, k_len, kv_heads, head_dim), same dtype and device; ``kv_heads``
+            divides ``heads`` (GQA/MQA).
+        causal: mask keys right of the diagonal aligned to the bottom right
+            (key j seen by query i when j <= i + k_len - q_len).
+        scale: multiplies q @ k^T; default 1 / sqrt(head_dim).
+        bias: additive, broadcastable to (batch, heads, q_len, k_len); differentiable,
+            its gradient summed over the broadcast dimensions.
+        mask: boolean, broadcastable likewise; True = attend.
+        return_lse: also return the log-sum-exp, (batch, heads, q_len) float32, natural log.
+        backend: "reference", "nvidia" or "amd"; None picks the GPU vendor for GPU
+            arrays and the reference otherwise. A Triton backend named for CPU tensors
+            runs its kernels under the Triton interpreter.
+        config: tiles for the chosen Triton backend, overriding its tuned table, e.g.
+            ``{"fwd": {"block_m": 64, "block_n": 64, "num_warps": 4, "num_stages": 2},
+            "dkdv": {...}, "dq": {...}, "use_tma": False}``.
+
+    Queries that see no key get output 0 and lse -inf, and zero gradients.
+    Returns ``out`` like q, or ``(out, lse)``. Raises ``kernels.errors.InputError`` naming
+    the argument for bad input.
+    """
+    from kernels.backends import BACKENDS
+    from kernels.errors import InputError
+
+    if backend is not None and backend not in BACKENDS:
+        raise InputError("backend", f"one of {BACKENDS} or None", repr(backend))
+    problem = check(q, k, v, causal=causal, scale=scale, bias=bias, mask=mask, backend=backend)
+    chosen = backend or default_backend(problem)
+    if problem.framework == "torch":
+        from kernels.attention import torch_op
+
+        out, lse = torch_op.attention(q, k, v, bias, mask, problem.causal, problem.scale, chosen, config)
+    else:
+        from kernels.attention import jax_op
+
+        out, lse = jax_op.attention(q, k, v, bias, mask, problem.causal, problem.scale, chosen, config)
+    return (out, lse) if return_lse else out

@@ -1,0 +1,121 @@
+"""The JAX front end of attention: a ``jax.custom_vjp`` whose forward and backward run on the
+chosen backend.
+
+The reference backend computes with ``jnp`` (so it jits, differentiates and vmaps like any
+JAX code). The Triton backends take torch tensors; from JAX arrays on the CPU they are
+reached through ``jax.pure_callback`` (host arrays handed to the interpreted kernels), which
+keeps them usable under ``jax.jit`` and ``jax.grad``. A JAX array on a GPU needs jax-triton
+to reach the kernels natively; without it the call raises ``BackendUnavailable``.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from kernels.attention import reference
+
+
+def _to_torch(x):
+    import torch
+
+    if x is None:
+        return None
+    a = np.asarray(x)
+    if a.dtype == jnp.bfloat16:
+        return torch.from_numpy(np.ascontiguousarray(a).view(np.int16).copy()).view(torch.bfloat16)
+    return torch.from_numpy(np.ascontiguousarray(a))
+
+
+def _to_numpy(t, dtype):
+    import torch
+
+    t = t.detach().cpu().contiguous()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(np.uint16).view(jnp.bfloat16)
+    return t.numpy().astype(dtype)
+
+
+def _thaw(config):
+    """The hashable config tuple back into the nested dict the kernels take."""
+    if not config:
+        return None
+    return {s: dict(c) if isinstance(c, tuple) else c for s, c in config}
+
+
+def _triton_module(backend: str):
+    from kernels import backends
+    from kernels.errors import BackendUnavailable
+
+    if jax.default_backend() != "cpu":
+        raise BackendUnavailable(
+            f"attention on backend={backend!r} from JAX arrays on {jax.default_backend()} needs jax-triton; "
+            "use backend='reference' or torch tensors"
+        )
+    return backends.implementation("attention", backend)
+
+
+def _fwd_impl(q, k, v, bias, mask, causal, scale, backend, config):
+    if backend == "reference":
+        return reference.attention_fwd_jax(q, k, v, bias, mask, causal, scale)
+    impl = _triton_module(backend)
+    cfg = _thaw(config)
+    shapes = (
+        jax.ShapeDtypeStruct(q.shape, q.dtype),
+        jax.ShapeDtypeStruct((q.shape[0], q.shape[2], q.shape[1]), jnp.float32),
+    )
+
+    def host(q, k, v, bias, mask):
+        out, lse = impl.attention_fwd(_to_torch(q), _to_torch(k), _to_torch(v), _to_torch(bias), _to_torch(mask),
+                                      causal, scale, config=cfg)
+        return _to_numpy(out, q.dtype), _to_numpy(lse, np.float32)
+
+    return jax.pure_callback(host, shapes, q, k, v, bias, mask)
+
+
+def _bwd_impl(do, q, k, v, out, lse, bias, mask, causal, scale, bias_grad, backend, config):
+    if backend == "reference":
+        return reference.attention_bwd_jax(do, q, k, v, out, lse, bias, mask, causal, scale, bias_grad)
+    impl = _triton_module(backend)
+    cfg = _thaw(config)
+    shapes = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (q, k, v)]
+    if bias is not None and bias_grad:
+        shapes.append(jax.ShapeDtypeStruct(bias.shape, bias.dtype))
+
+    def host(do, q, k, v, out, lse, bias, mask):
+        grads = impl.attention_bwd(*(_to_torch(x) for x in (do, q, k, v, out, lse, bias, mask)), causal, scale,
+                                   bias_grad, config=cfg)
+        return tuple(_to_numpy(g, s.dtype) for g, s in zip(grads, shapes))
+
+    res = jax.pure_callback(host, tuple(shapes), do, q, k, v, out, lse, bias, mask)
+    return (*res[:3], res[3] if len(res) == 4 else None)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8))
+def _attention(q, k, v, bias, mask, causal, scale, backend, config):
+    return _fwd_impl(q, k, v, bias, mask, causal, scale, backend, config)
+
+
+def _attention_fwd(q, k, v, bias, mask, causal, scale, backend, config):
+    out, lse = _fwd_impl(q, k, v, bias, mask, causal, scale, backend, config)
+    return (out, lse), (q, k, v, out, lse, bias, mask)
+
+
+def _attention_bwd(causal, scale, backend, config, residuals, grads):
+    q, k, v, out, lse, bias, mask = residuals
+    grad_out, _ = grads  # the log-sum-exp is not differentiated
+    dq, dk, dv, dbias = _bwd_impl(grad_out, q, k, v, out, lse, bias, mask, causal, scale, bias is not None, backend, config)
+    dmask = None if mask is None else np.zeros(mask.shape, dtype=jax.dtypes.float0)
+    return dq, dk, dv, dbias, dmask
+
+
+_attention.defvjp(_attention_fwd, _attention_bwd)
+
+
+def attention(q, k, v, bias, mask, causal, scale, backend, config):
+    """(out, lse) through the custom VJP."""
+    frozen = tuple(sorted((s, tuple(sorted(c.items())) if isinstance(c, dict) else c) for s, c in config.items())) if config else None
+    return _attention(q, k, v, bias, mask, causal, scale, backend, frozen)

@@ -1,0 +1,143 @@
+"""From records to results: ceilings, roofline plots, the fitted model and the templates.
+
+``fit`` and ``export_templates`` are what ``ceiling fit`` and ``ceiling
+export-templates`` print and save; ``analyze`` does both plus the plots and
+returns a ``roofline.report.ReportData`` for ``ceiling run`` to complete and
+render.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from microbench.records import Record
+from roofline import ceilings as _ceilings
+from roofline import devices
+from roofline import model as _model
+from roofline import plot as _plot
+from roofline.report import ReportData, Step
+
+
+@dataclass
+class Fit:
+    ceilings: dict[str, _ceilings.DeviceCeilings]
+    model: _model.PerfModel
+    evaluations: dict[str, _model.Evaluation]  # "device|op" -> held-out evaluation (measured devices only)
+    modes: dict[str, str]  # "device|op" -> "fitted" / "analytic", every device the templates target too
+
+    def save(self, out: str | Path) -> dict[str, Path]:
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        paths = {"model": out / "model.json", "evaluation": out / "evaluation.json", "ceilings": out / "ceilings.json"}
+        self.model.save(paths["model"])
+        paths["evaluation"].write_text(json.dumps(
+            {"targets": {"mape": 0.10, "spearman": 0.9, "regret": 0.05},
+             "evaluations": {k: e.as_dict() for k, e in self.evaluations.items()},
+             "modes": self.modes}, indent=2))
+        paths["ceilings"].write_text(json.dumps([row for dc in self.ceilings.values() for row in dc.rows()], indent=2))
+        return paths
+
+
+def fit(records: list[Record], ops: tuple[str, ...] = ("gemm",), folds: int = 4, seed: int = 0) -> Fit:
+    table = _ceilings.fit(records)
+    perf, evaluations = _model.fit_and_evaluate(records, folds, seed)
+    modes = {}
+    for key in {*evaluations, *(f"{d.key}|{op}" for d in devices.PUBLISHED.values() for op in ops)}:
+        if key.count("|") != 1:
+            continue  # a regime's evaluation ("h200|gemm|filled"); its mode is the op's
+        device, op = key.split("|", 1)
+        modes[key] = perf.mode(device, op)
+    return Fit(table, perf, evaluations, dict(sorted(modes.items())))
+
+
+def plot_devices(records: list[Record], table: dict[str, _ceilings.DeviceCeilings]) -> list[str]:
+    """Devices worth a roofline plot: every measured one, and every one with kernel timings."""
+    keys = {k for k, dc in table.items() if dc.measured()}
+    for r in records:
+        if r.kind == "kernel" and r.metric == "time":
+            spec = devices.match(r.provenance.device)
+            keys.add(spec.key if spec else r.provenance.device)
+    return sorted(k for k in keys if k in table)
+
+
+def analyze(records: list[Record], out: str | Path, families: list[str] | None = None,
+            targets: list[str] | None = None, progress: Callable[[str], None] | None = None,
+            always_plot: tuple[str, ...] = ("h200",)) -> ReportData:
+    """Fit, plot and export into ``out`` (``fit/``, ``plots/``, ``templates/``); the report's data."""
+    from roofline.templates import export
+
+    out = Path(out)
+    data = ReportData(records=list(records))
+    say = progress or (lambda msg: None)
+
+    t0 = time.perf_counter()
+    say("fitting ceilings and the performance model")
+    result = fit(records)
+    result.save(out / "fit")
+    data.ceilings = [row for dc in result.ceilings.values() for row in dc.rows()]
+    data.evaluations = {k: e.as_dict() for k, e in result.evaluations.items()}
+    data.model_modes = result.modes
+    fitted = [k for k, m in result.modes.items() if m == "fitted"]
+    data.steps.append(Step("fit ceilings and model", "ok", time.perf_counter() - t0,
+                           f"model fitted for {', '.join(fitted)}" if fitted else
+                           "no kernel timings to fit: every device uses the analytic model"))
+
+    t0 = time.perf_counter()
+    for key in [*plot_devices(records, result.ceilings), *(k for k in always_plot if k in result.ceilings)]:
+        if any(p["device"] == result.ceilings[key].device for p in data.plots):
+            continue
+        say(f"plotting the roofline of {key}")
+        dc = result.ceilings[key]
+        png, svg = _plot.plot(dc, _plot.placements(records, key), out / "plots" / _safe(key))
+        data.plots.append({"device": dc.device, "png": png, "svg": svg})
+    data.steps.append(Step("roofline plots", "ok", time.perf_counter() - t0, f"{len(data.plots)} devices"))
+
+    t0 = time.perf_counter()
+    say("exporting search templates")
+    accuracy = {k: e.as_dict() for k, e in result.evaluations.items()}
+    for folder in export.export(out / "templates", records, families, targets, result.model, accuracy):
+        from roofline.templates.schema import Template
+
+        t = Template.load(folder)
+        data.templates.append({"family": t.family, "target": t.target, "path": folder,
+                               "valid_points": sum(p["valid_points"] for p in t.cost_model.predictions[:1]),
+                               "best_points": len(t.best_points), "mode": t.cost_model.mode})
+    data.steps.append(Step("export templates", "ok", time.perf_counter() - t0, f"{len(data.templates)} templates"))
+    return data
+
+
+def _safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in name).strip("-") or "device"
+
+
+def report_step(out: Path, summary: dict, families: list[str] | None = None) -> dict[str, Path]:
+    """The last step of ``ceiling run``: fit, plot, export and write ``OUT/report/``.
+
+    Fits from the run's records (``OUT/records``) together with the measurements
+    shipped in the package, so a machine without a GPU still fits from the
+    committed H200 data. ``summary`` is the run's summary so far: its steps
+    (``{"steps": {title: {"status", "seconds"}}}``) and, when present, its
+    ``hardware`` table appear in the report. Returns the report's paths.
+    """
+    from roofline import report as _report
+    from roofline import store as _store
+
+    out = Path(out)
+    records = _store.load([out / "records"])
+    data = analyze(records, out / "report", families)
+    steps = []
+    for title, info in summary.get("steps", {}).items():
+        status = str(info.get("status", ""))
+        state = "ok" if status == "ok" else ("skipped" if status.startswith("skipped") else "failed")
+        steps.append(Step(title, state, float(info.get("seconds", 0.0)), "" if status == "ok" else status))
+    data.steps = steps + data.steps
+    hardware = summary.get("hardware")
+    if isinstance(hardware, dict):
+        data.hardware = hardware
+    paths = _report.write(data, out / "report")
+    summary["report"] = {k: str(v) for k, v in paths.items()}
+    return paths

@@ -1,0 +1,242 @@
+"""Published figures for the devices the kernels target.
+
+These are the vendor's (or a cited third party's) numbers, never ours: every
+figure carries its source, and ``roofline.ceilings`` marks a ceiling taken from
+here as *published*, so a plot or report never passes one off as measured.
+Bandwidths are in B/s, compute in FLOP/s (dense, no sparsity), sizes in bytes.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+KiB = 1024
+MiB = 1024 * KiB
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    key: str  # short, stable: "h200", "mi300x", "tpu-v5e", "trn2"
+    name: str  # as the driver reports it, or the product name
+    vendor: str  # "nvidia", "amd", "google", "aws"
+    target: str  # compile target: "sm_90a", "gfx942", "tpu", "trn2"
+    units: int  # SMs, CUs, TensorCores, NeuronCores
+    clock_mhz: float | None
+    peak_flops: dict[str, float]  # dtype -> FLOP/s, dense
+    bandwidth: dict[str, float]  # memory level -> B/s, for the whole device
+    limits: dict[str, float]  # resource limits that configs must respect
+    sources: dict[str, str] = field(default_factory=dict)  # figure -> where it comes from
+    match: tuple[str, ...] = ()  # lower-case regexes for device names reported by drivers
+
+    @property
+    def levels(self) -> list[str]:
+        """Memory levels from the slowest to the fastest."""
+        order = ("hbm", "l2", "smem", "vmem", "sbuf")
+        return [lvl for lvl in order if lvl in self.bandwidth]
+
+    def peak(self, dtype: str) -> float | None:
+        return self.peak_flops.get(dtype)
+
+
+def _smem_bw(bytes_per_clk_per_unit: float, units: int, mhz: float) -> float:
+    # shared memory / LDS delivers a fixed number of bytes per clock per SM (CU)
+    return bytes_per_clk_per_unit * units * mhz * 1e6
+
+
+_H100_SXM = DeviceSpec(
+    key="h100-sxm",
+    name="NVIDIA H100 80GB HBM3",
+    vendor="nvidia",
+    target="sm_90a",
+    units=132,
+    clock_mhz=1980.0,
+    peak_flops={"bfloat16": 989.5e12, "float16": 989.5e12, "float8": 1979e12, "tf32": 494.7e12, "float32": 66.9e12},
+    bandwidth={"hbm": 3.35e12, "smem": _smem_bw(128, 132, 1980.0)},
+    limits={
+        "smem_per_block": 227 * KiB,
+        "smem_per_unit": 228 * KiB,
+        "registers_per_unit": 65536,
+        "max_registers_per_thread": 255,
+        "max_threads_per_block": 1024,
+        "max_warps_per_unit": 64,
+        "max_blocks_per_unit": 32,
+        "warp_size": 32,
+    },
+    sources={
+        "peak_flops": "NVIDIA H100 SXM datasheet (dense tensor-core rates)",
+        "hbm": "NVIDIA H100 SXM datasheet",
+        "smem": "derived: 32 banks x 4 B per clock per SM x 132 SMs x 1980 MHz",
+        "limits": "CUDA C++ Programming Guide, compute capability 9.0",
+    },
+    match=(r"h100.*(sxm|hbm3)", r"^h100$"),
+)
+
+_H200 = DeviceSpec(
+    key="h200",
+    name="NVIDIA H200",
+    vendor="nvidia",
+    target="sm_90a",
+    units=132,
+    clock_mhz=1980.0,
+    peak_flops=dict(_H100_SXM.peak_flops),
+    bandwidth={"hbm": 4.8e12, "l2": 9.7e12, "smem": _smem_bw(128, 132, 1980.0)},
+    limits=dict(_H100_SXM.limits),
+    sources={
+        "peak_flops": "NVIDIA H200 datasheet (same SM array and clocks as H100 SXM)",
+        "hbm": "NVIDIA H200 datasheet",
+        "l2": "third-party measurement: te42kyfo/gpu-benches gpu-l2-cache on H200 (9.7-10.2 TB/s)",
+        "smem": "derived: 32 banks x 4 B per clock per SM x 132 SMs x 1980 MHz",
+        "limits": "CUDA C++ Programming Guide, compute capability 9.0",
+    },
+    match=(r"h200",),
+)
+
+_MI300X = DeviceSpec(
+    key="mi300x",
+    name="AMD Instinct MI300X",
+    vendor="amd",
+    target="gfx942",
+    units=304,
+    clock_mhz=2100.0,
+    peak_flops={"bfloat16": 1307.4e12, "float16": 1307.4e12, "float8": 2614.9e12, "tf32": 653.7e12, "float32": 163.4e12},
+    bandwidth={"hbm": 5.3e12, "smem": _smem_bw(128, 304, 2100.0)},
+    limits={
+        "smem_per_block": 64 * KiB,  # LDS per workgroup = LDS per CU on gfx942
+        "smem_per_unit": 64 * KiB,
+        "vgprs_per_lane": 512,  # unified arch VGPR + AGPR file
+        "max_acc_registers": 256,  # AGPRs per lane
+        "max_waves_per_simd": 8,
+        "max_threads_per_block": 1024,
+        "warp_size": 64,
+    },
+    sources={
+        "peak_flops": "AMD Instinct MI300X datasheet (dense matrix rates)",
+        "hbm": "AMD Instinct MI300X datasheet",
+        "smem": "derived: LDS 128 B per clock per CU x 304 CUs x 2100 MHz",
+        "limits": "LLVM AMDGPU (gfx942): 512 VGPRs per lane, 8 waves per SIMD, 64 KiB LDS",
+    },
+    match=(r"mi300x", r"gfx942"),
+)
+
+_TPU_V5E = DeviceSpec(
+    key="tpu-v5e",
+    name="TPU v5 lite",
+    vendor="google",
+    target="tpu",
+    units=1,
+    clock_mhz=None,
+    peak_flops={"bfloat16": 197e12, "int8": 394e12},
+    bandwidth={"hbm": 819e9},
+    limits={"vmem_bytes": 128 * MiB, "mxu_dim": 128},
+    sources={
+        "peak_flops": "Google Cloud TPU v5e system architecture",
+        "hbm": "Google Cloud TPU v5e system architecture",
+        "vmem_bytes": "JAX scaling book, TPU chapter",
+    },
+    match=(r"v5\s*lite", r"v5e"),
+)
+
+_TPU_V5P = DeviceSpec(
+    key="tpu-v5p",
+    name="TPU v5p",
+    vendor="google",
+    target="tpu",
+    units=2,
+    clock_mhz=None,
+    peak_flops={"bfloat16": 459e12, "int8": 918e12},
+    bandwidth={"hbm": 2765e9},
+    limits={"mxu_dim": 128},
+    sources={
+        "peak_flops": "Google Cloud TPU v5p system architecture",
+        "hbm": "Google Cloud TPU v5p system architecture",
+    },
+    match=(r"v5p",),
+)
+
+_TPU_V6E = DeviceSpec(
+    key="tpu-v6e",
+    name="TPU v6 lite",
+    vendor="google",
+    target="tpu",
+    units=1,
+    clock_mhz=None,
+    peak_flops={"bfloat16": 918e12, "int8": 1836e12},
+    bandwidth={"hbm": 1640e9},
+    limits={"mxu_dim": 256},
+    sources={
+        "peak_flops": "Google Cloud TPU v6e (Trillium) system architecture",
+        "hbm": "Google Cloud TPU v6e (Trillium) system architecture",
+    },
+    match=(r"v6\s*lite", r"v6e", r"trillium"),
+)
+
+_TRN1 = DeviceSpec(
+    key="trn1",
+    name="AWS Trainium (trn1)",
+    vendor="aws",
+    target="trn1",
+    units=2,
+    clock_mhz=None,
+    peak_flops={"bfloat16": 190e12, "float16": 190e12, "float32": 47.5e12},
+    bandwidth={"hbm": 820e9},
+    limits={"sbuf_bytes": 24 * MiB, "psum_bytes": 2 * MiB, "partitions": 128},
+    sources={
+        "peak_flops": "AWS Neuron docs, Trainium architecture (per chip)",
+        "hbm": "AWS Neuron docs, Trainium architecture (per chip)",
+        "sbuf_bytes": "AWS Neuron NKI architecture guide (per NeuronCore)",
+    },
+    match=(r"trn1", r"trainium1?$"),
+)
+
+_TRN2 = DeviceSpec(
+    key="trn2",
+    name="AWS Trainium2 (trn2)",
+    vendor="aws",
+    target="trn2",
+    units=8,
+    clock_mhz=None,
+    peak_flops={"bfloat16": 667e12, "float8": 1299e12},
+    bandwidth={"hbm": 2.9e12},
+    limits={"sbuf_bytes": 24 * MiB, "psum_bytes": 2 * MiB, "partitions": 128},
+    sources={
+        "peak_flops": "AWS Neuron docs, Trainium2 architecture (per device, 8 NeuronCore-v3)",
+        "hbm": "AWS Neuron docs, Trainium2 architecture",
+        "sbuf_bytes": "AWS Neuron NKI architecture guide (per NeuronCore)",
+    },
+    match=(r"trn2", r"trainium2"),
+)
+
+PUBLISHED: dict[str, DeviceSpec] = {
+    d.key: d for d in (_H100_SXM, _H200, _MI300X, _TPU_V5E, _TPU_V5P, _TPU_V6E, _TRN1, _TRN2)
+}
+
+# Which published device stands for a compile target when only the target is known.
+TARGET_DEVICE = {"sm_90a": "h200", "gfx942": "mi300x", "tpu": "tpu-v5e", "trn1": "trn1", "trn2": "trn2"}
+
+
+def target_of(device: str) -> str:
+    """The compile target named by a static record's device ("target sm_90a (compiled on the host)")."""
+    rest = device.strip().removeprefix("target ").strip()
+    return rest.split()[0] if rest else ""
+
+
+def match(name: str) -> DeviceSpec | None:
+    """The published device whose reported name this is, if any."""
+    text = name.lower()
+    if text.startswith("target "):
+        key = TARGET_DEVICE.get(target_of(text))
+        return PUBLISHED.get(key) if key else None
+    for spec in PUBLISHED.values():
+        if any(re.search(p, text) for p in spec.match):
+            return spec
+    return None
+
+
+def get(key_or_name: str) -> DeviceSpec:
+    if key_or_name in PUBLISHED:
+        return PUBLISHED[key_or_name]
+    spec = match(key_or_name)
+    if spec is None:
+        raise KeyError(f"no published figures for device {key_or_name!r}; known: {sorted(PUBLISHED)}")
+    return spec

@@ -1,0 +1,465 @@
+"""A performance model: the time of (kernel, config, shape, device) from counted work.
+
+Every prediction is a sum of physically meaningful terms, each a time in seconds
+computed from the counted work (``roofline.work``), the static ISA facts of the
+compiled kernel (registers, spills, tensor-core instructions) and the device's
+rates (``roofline.machine``):
+
+* ``roof``: the roofline bound, max of the terms below (what a perfect kernel takes);
+* ``compute``: FLOPs of the tiles the busiest SM runs (tile and wave
+  quantization: a partial tile costs a full one, the last wave is as long as a
+  full one) at the per-SM tensor-core rate; the non-tensor rate when the
+  compiled kernel has no tensor-core instructions;
+* ``hbm``, ``l2``: bytes at that level over its bandwidth;
+* ``smem``: the operand bytes the busiest SM reads from shared memory / LDS;
+* ``latency``: one exposed memory latency per K-step, hidden by the pipeline
+  depth (stages - 1) and the resident CTAs (occupancy);
+* ``tiles``: a fixed prologue/epilogue cost per tile on the busiest SM;
+* ``spill``: spilled bytes re-read every K-step;
+* ``launch``: a constant.
+
+The fitted model is ``time = sum(c_i * term_i)`` with non-negative coefficients,
+fit per (device, op) by non-negative least squares on relative error (each row
+divided by its measured time). Without measurements the *analytic* coefficients
+apply (``roof`` + ``latency`` + ``launch``, others 0) and the prediction says so.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from microbench.records import Record
+from roofline import ceilings as _ceilings
+from roofline import work as _work
+from roofline.machine import Machine, from_ceilings
+
+TERMS = ("launch", "roof", "compute", "hbm", "l2", "smem", "latency", "tiles", "spill")
+ANALYTIC = {"launch": 1.0, "roof": 1.0, "latency": 1.0}  # everything else 0
+LAUNCH_S = 4e-6  # host launch + grid setup, order of magnitude
+MEMORY_LATENCY_S = 0.6e-6  # one HBM round trip, ~700 cycles at ~1.1-2 GHz, order of magnitude
+TILE_OVERHEAD_S = 0.5e-6  # prologue (first loads) + epilogue (store) per tile
+
+
+@dataclass(frozen=True)
+class StaticFacts:
+    """What the compiler says about one compiled config (``kernels.isa.profile``)."""
+
+    registers: int | None = None
+    spill_bytes: int = 0
+    smem_bytes: int | None = None
+    tensor_core_instructions: int | None = None
+
+
+@dataclass(frozen=True)
+class Prediction:
+    seconds: float
+    mode: str  # "fitted" or "analytic"
+    terms: dict[str, float]
+
+
+def _cfg(config: dict | None, name: str, default: int) -> int:
+    v = (config or {}).get(name, default)
+    return int(v) if v is not None else default
+
+
+def occupancy(machine: Machine, config: dict, size: int, static: StaticFacts | None) -> int:
+    """Resident CTAs (workgroups) per SM (CU) for a GEMM tile config."""
+    bm, bn, bk = _cfg(config, "BLOCK_M", 128), _cfg(config, "BLOCK_N", 128), _cfg(config, "BLOCK_K", 64)
+    warps, stages = _cfg(config, "num_warps", 4), _cfg(config, "num_stages", 3)
+    lim = machine.limits
+    if machine.vendor == "amd":
+        lds = static.smem_bytes if static and static.smem_bytes else (bm * bk + bk * bn) * size * max(1, stages - 1)
+        by_lds = int(lim.get("smem_per_unit", 65536) // max(lds, 512))
+        vgprs = static.registers if static and static.registers else bm * bn // (64 * warps) + 64
+        per_simd = min(8, int(512 // (math.ceil(vgprs / 8) * 8)))
+        wpe = _cfg(config, "waves_per_eu", 0)
+        if wpe > 0:
+            per_simd = min(per_simd, wpe)
+        by_waves = max(1, per_simd * 4 // warps)
+        return max(1, min(by_lds, by_waves, 16))
+    split = _cfg(config, "SPLIT_K", 1)
+    epilogue = bm * (bn // 2 if config.get("EPILOGUE_SUBTILE") and split == 1 else bn) * (4 if split > 1 else size)
+    epilogue *= 2 if config.get("WARP_SPECIALIZE") and warps == 4 else 1
+    smem = static.smem_bytes if static and static.smem_bytes else (bm * bk + bk * bn) * size * stages + epilogue
+    smem_blk = math.ceil((smem + 1024) / 128) * 128
+    by_smem = int(lim.get("smem_per_unit", 228 * 1024) // smem_blk)
+    regs = static.registers if static and static.registers else min(255, bm * bn // (32 * warps) + 40)
+    per_warp = math.ceil(regs * 32 / 256) * 256
+    by_regs = 4 * int((65536 // 4) // per_warp) // warps
+    by_warps = int(lim.get("max_warps_per_unit", 64)) // warps
+    return max(1, min(by_smem, by_regs, by_warps, int(lim.get("max_blocks_per_unit", 32))))
+
+
+def gemm_terms(shape: dict, config: dict, machine: Machine, dtype: str, static: StaticFacts | None) -> dict[str, float]:
+    shape = _work.normalize_shape("gemm", shape)
+    m, n, k = int(shape["M"]), int(shape["N"]), int(shape["K"])
+    batch = int(shape.get("batch") or 1)
+    size = _work.dtype_bytes(dtype)
+    bm, bn, bk = _cfg(config, "BLOCK_M", 128), _cfg(config, "BLOCK_N", 128), _cfg(config, "BLOCK_K", 64)
+    stages = _cfg(config, "num_stages", 3)
+    units = max(1, machine.units)
+    split = _cfg(config, "SPLIT_K", 1)
+    # split-K turns each output tile into SPLIT_K work items of ceil(k_tiles / SPLIT_K) K-steps
+    tiles = batch * math.ceil(m / bm) * math.ceil(n / bn) * split
+    k_iters = math.ceil(math.ceil(k / bk) / split)
+    tiles_per_unit = math.ceil(tiles / units)  # the busiest SM: wave quantization
+    occ = occupancy(machine, config, size, static)
+    no_tensor_cores = static is not None and static.tensor_core_instructions == 0
+    peak = machine.peak("float32" if no_tensor_cores else dtype)
+    tile_flops = 2.0 * bm * bn * k_iters * bk
+    w = _work.gemm(shape, config, dtype)
+    t = {
+        "compute": tiles_per_unit * tile_flops / (peak / units),
+        "hbm": w.bytes["hbm"] / machine.bandwidth["hbm"] if "hbm" in machine.bandwidth else 0.0,
+        "l2": w.bytes["l2"] / machine.bandwidth["l2"] if "l2" in machine.bandwidth else 0.0,
+        "smem": (tiles_per_unit * k_iters * (bm * bk + bk * bn) * size / (machine.bandwidth["smem"] / units)
+                 if "smem" in machine.bandwidth else 0.0),
+        "latency": math.ceil(tiles_per_unit / occ) * k_iters * MEMORY_LATENCY_S / max(1, stages - 1),
+        "tiles": math.ceil(tiles_per_unit / occ) * TILE_OVERHEAD_S,
+        "spill": (tiles_per_unit * k_iters * (static.spill_bytes if static else 0) * 32 * _cfg(config, "num_warps", 4)
+                  / (machine.bandwidth.get("l2") or machine.bandwidth.get("hbm", 1.0)) * units),
+        "launch": LAUNCH_S,
+    }
+    t["roof"] = max(t["compute"], t["hbm"], t["l2"], t["smem"])
+    return t
+
+
+def generic_terms(op: str, shape: dict, config: dict, machine: Machine, dtype: str, extra: dict | None) -> dict[str, float]:
+    w = _work.count(op, shape, config, extra)
+    if w is None:
+        raise ValueError(f"no work counter for op {op!r} (and no counted flops/bytes in the record)")
+    t = dict.fromkeys(TERMS, 0.0)
+    t["compute"] = w.flops / machine.peak(dtype)
+    for level in ("hbm", "l2", "smem"):
+        if level in w.bytes and level in machine.bandwidth:
+            t[level] = w.bytes[level] / machine.bandwidth[level]
+    t["launch"] = LAUNCH_S
+    t["roof"] = max(t["compute"], t["hbm"], t["l2"], t["smem"])
+    return t
+
+
+def terms(op: str, shape: dict, config: dict | None, machine: Machine, dtype: str | None = None,
+          static: StaticFacts | None = None, extra: dict | None = None) -> dict[str, float]:
+    dtype = str(dtype or _work.record_dtype(shape, config or {}, extra or {}))
+    if op == "gemm" and config and "BLOCK_M" in config:
+        t = gemm_terms(shape, config, machine, dtype, static)
+    else:
+        t = generic_terms(op, shape, config or {}, machine, dtype, extra)
+    out = {name: float(t.get(name, 0.0)) for name in TERMS}
+    out["underfilled"] = float(_underfilled(op, shape, machine))
+    return out
+
+
+def _underfilled(op: str, shape: dict, machine: Machine) -> bool:
+    """A GEMM whose output, in 128x128 tiles, does not cover every SM once: a latency-bound regime
+    (skinny M) with its own coefficients, apart from the throughput-bound one."""
+    if op != "gemm":
+        return False
+    s = _work.normalize_shape("gemm", shape)
+    try:
+        tiles = int(s.get("batch") or 1) * math.ceil(int(s["M"]) / 128) * math.ceil(int(s["N"]) / 128)
+    except (KeyError, TypeError, ValueError):
+        return False
+    return tiles < max(1, machine.units)
+
+
+def regime(t: dict[str, float]) -> str:
+    return "underfilled" if t.get("underfilled") else "filled"
+
+
+def _config_key(config: dict) -> str:
+    # the dtype is a property of the problem, not of the kernel config
+    return json.dumps({k: v for k, v in config.items() if k != "dtype"}, sort_keys=True, default=str)
+
+
+def static_index(records: Iterable[Record]) -> dict[tuple[str, str, str], StaticFacts]:
+    """Static facts per (op, target, config) from ``kind == "static"`` records."""
+    fields: dict[tuple[str, str, str], dict[str, Any]] = defaultdict(dict)
+    names = {"registers": "registers", "spill_bytes": "spill_bytes", "spills": "spill_bytes",
+             "smem_bytes": "smem_bytes", "shared_bytes": "smem_bytes", "lds_bytes": "smem_bytes",
+             "tensor_core_instructions": "tensor_core_instructions", "vgprs": "registers"}
+    for r in records:
+        if r.kind != "static" or r.metric not in names:
+            continue
+        target = _ceilings.devices.target_of(r.provenance.device)
+        fields[(r.op, target, _config_key(r.config))][names[r.metric]] = int(r.value)
+    return {key: StaticFacts(**f) for key, f in fields.items()}
+
+
+@dataclass
+class Sample:
+    """One kernel timing, ready for the model."""
+
+    device: str  # machine key
+    op: str
+    shape: dict
+    config: dict
+    dtype: str
+    seconds: float
+    terms: dict[str, float]
+    record: Record | None = None
+
+    @property
+    def group(self) -> str:
+        shape = {k: v for k, v in self.shape.items() if k != "dtype"}
+        return f"{self.device}|{self.op}|{_config_key(shape)}|{self.dtype}"
+
+
+def machines_for(records: list[Record]) -> dict[str, Machine]:
+    """A machine for every device that has ceilings (measured or published)."""
+    return {key: from_ceilings(dc) for key, dc in _ceilings.fit(records).items()}
+
+
+def samples(records: Iterable[Record], machines: dict[str, Machine] | None = None) -> list[Sample]:
+    """Kernel timings from ``records`` with their model terms (records the model cannot place are skipped)."""
+    records = list(records)
+    machines = machines or machines_for(records)
+    statics = static_index(records)
+    out = []
+    for r in records:
+        if r.kind != "kernel" or r.metric != "time" or r.unit != "s":
+            continue
+        if not {k for k in r.config if k != "dtype"} or r.extra.get("status", "ok") != "ok":
+            continue  # a library call without a config (the vendor baseline) or a failed run says nothing about configs
+        spec = _ceilings.devices.match(r.provenance.device)
+        key = spec.key if spec else r.provenance.device
+        machine = machines.get(key)
+        if machine is None:
+            continue
+        dtype = _work.record_dtype(r.shape, r.config, r.extra)
+        target = spec.target if spec else ""
+        static = statics.get((r.op, target, _config_key(r.config)))
+        try:
+            t = terms(r.op, r.shape, r.config, machine, dtype, static, r.extra)
+        except ValueError:
+            continue
+        seconds = float(r.median if r.median is not None else r.value)
+        if seconds > 0:
+            out.append(Sample(key, r.op, _work.normalize_shape(r.op, r.shape), r.config, dtype, seconds, t, r))
+    return out
+
+
+@dataclass
+class PerfModel:
+    """Coefficients per (device, op); the analytic coefficients for everything else."""
+
+    coefficients: dict[str, dict[str, float]] = field(default_factory=dict)  # "device|op" -> term -> c
+    fitted_on: dict[str, int] = field(default_factory=dict)  # "device|op" -> number of samples
+
+    def mode(self, device: str, op: str) -> str:
+        return "fitted" if f"{device}|{op}" in self.coefficients else "analytic"
+
+    def coefs(self, device: str, op: str, regime_: str | None = None) -> dict[str, float]:
+        """The coefficients of one regime ("filled", "underfilled") where fitted, else of the op, else analytic."""
+        if regime_ and f"{device}|{op}|{regime_}" in self.coefficients:
+            return self.coefficients[f"{device}|{op}|{regime_}"]
+        return self.coefficients.get(f"{device}|{op}", ANALYTIC)
+
+    def predict_terms(self, device: str, op: str, t: dict[str, float]) -> Prediction:
+        c = self.coefs(device, op, regime(t))
+        return Prediction(sum(c.get(name, 0.0) * t[name] for name in TERMS), self.mode(device, op), t)
+
+    def predict(self, op: str, shape: dict, config: dict | None, machine: Machine, dtype: str | None = None,
+                static: StaticFacts | None = None) -> Prediction:
+        return self.predict_terms(machine.key, op, terms(op, shape, config, machine, dtype, static))
+
+    def to_json(self) -> dict:
+        return {"terms": list(TERMS), "analytic": ANALYTIC, "coefficients": self.coefficients,
+                "fitted_on": self.fitted_on}
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_json(), indent=2))
+
+    @classmethod
+    def load(cls, path: str | Path) -> "PerfModel":
+        d = json.loads(Path(path).read_text())
+        return cls(d.get("coefficients", {}), d.get("fitted_on", {}))
+
+
+def fit(data: list[Sample], min_samples: int = 12, prior_weight: float = 0.05) -> PerfModel:
+    """Non-negative least squares on relative error, one coefficient set per (device, op), and one
+    per regime (grid filled or not) where that regime has enough samples.
+
+    The terms overlap (on most shapes the roof *is* one of the level terms), so
+    a weak ridge pulls the coefficients toward the analytic ones; it settles
+    ties the data cannot, and lets a model fit on memory-bound shapes still
+    rank compute-bound ones by their roofline.
+    """
+    from scipy.optimize import nnls
+
+    by_key: dict[str, list[Sample]] = defaultdict(list)
+    for s in data:
+        by_key[f"{s.device}|{s.op}"].append(s)
+        by_key[f"{s.device}|{s.op}|{regime(s.terms)}"].append(s)
+    model = PerfModel()
+    prior = np.array([ANALYTIC.get(name, 0.0) for name in TERMS])
+    for key, rows in by_key.items():
+        if len(rows) < min_samples:
+            continue
+        a = np.array([[s.terms[name] / s.seconds for name in TERMS] for s in rows])
+        scale = a.max(axis=0)
+        scale[scale == 0] = 1.0
+        lam = prior_weight * math.sqrt(len(rows))
+        system = np.vstack([a / scale, lam * np.eye(len(TERMS))])
+        target = np.concatenate([np.ones(len(rows)), lam * prior * scale])
+        coef, _ = nnls(system, target)
+        model.coefficients[key] = {name: float(c / sc) for name, c, sc in zip(TERMS, coef, scale)}
+        model.fitted_on[key] = len(rows)
+    return model
+
+
+def _spearman(x: np.ndarray, y: np.ndarray) -> float:
+    if len(x) < 2:
+        return float("nan")
+    import pandas as pd
+
+    rx, ry = pd.Series(x).rank().to_numpy(), pd.Series(y).rank().to_numpy()
+    if rx.std() == 0 or ry.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+@dataclass
+class Evaluation:
+    mode: str  # "fitted" when any held-out prediction used fitted coefficients
+    n_train: int
+    n_test: int
+    mape: float  # mean |pred - measured| / measured over held-out samples
+    spearman: float  # mean within-shape rank correlation (configs ranked on one shape)
+    spearman_global: float  # over every held-out sample
+    regret: float  # mean over held-out shapes of measured(model's pick) / measured best - 1
+    regret_max: float
+    groups: int
+    split: str
+    noise: float = float("nan")  # median (p80 - p20) / median of the held-out timings: the floor any model meets
+
+    def meets(self, mape: float = 0.10, spearman: float = 0.9, regret: float = 0.05) -> bool:
+        return self.mape <= mape and self.spearman >= spearman and self.regret <= regret
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def split(data: list[Sample], test_fraction: float = 0.25, seed: int = 0) -> tuple[list[Sample], list[Sample], str]:
+    """Hold out whole shapes (the model must rank configs on shapes it never saw).
+
+    Falls back to holding out random samples when there are fewer than 4 shapes.
+    """
+    rng = random.Random(seed)
+    groups = sorted({s.group for s in data})
+    if len(groups) >= 4:
+        held = set(rng.sample(groups, max(1, round(test_fraction * len(groups)))))
+        return [s for s in data if s.group not in held], [s for s in data if s.group in held], "held-out shapes"
+    idx = list(range(len(data)))
+    rng.shuffle(idx)
+    cut = max(1, round(test_fraction * len(data)))
+    test = set(idx[:cut])
+    return [s for i, s in enumerate(data) if i not in test], [s for i, s in enumerate(data) if i in test], "held-out samples"
+
+
+def evaluate_on(model: PerfModel, test: list[Sample], n_train: int = 0, how: str = "") -> Evaluation:
+    pred = [model.predict_terms(s.device, s.op, s.terms).seconds for s in test]
+    modes = {model.mode(s.device, s.op) for s in test}
+    return metrics(test, pred, "fitted" if "fitted" in modes else "analytic", n_train, how)
+
+
+def metrics(test: list[Sample], predicted: list[float], mode: str, n_train: int = 0, how: str = "") -> Evaluation:
+    """MAPE, within-shape Spearman and top-1 regret of ``predicted`` against the measured times."""
+    if not test:
+        nan = float("nan")
+        return Evaluation(mode, n_train, 0, nan, nan, nan, nan, nan, 0, how)
+    pred = np.asarray(predicted, dtype=float)
+    meas = np.array([s.seconds for s in test])
+    by_group: dict[str, list[int]] = defaultdict(list)
+    for i, s in enumerate(test):
+        by_group[s.group].append(i)
+    rhos, regrets = [], []
+    for idx in by_group.values():
+        if len(idx) >= 3:
+            r = _spearman(pred[idx], meas[idx])
+            if r == r:
+                rhos.append(r)
+        if len(idx) >= 2:
+            pick = idx[int(np.argmin(pred[idx]))]
+            regrets.append(meas[pick] / meas[idx].min() - 1.0)
+    return Evaluation(
+        mode=mode,
+        n_train=n_train,
+        n_test=len(test),
+        mape=float(np.mean(np.abs(pred - meas) / meas)),
+        spearman=float(np.mean(rhos)) if rhos else _spearman(pred, meas),
+        spearman_global=_spearman(pred, meas),
+        regret=float(np.mean(regrets)) if regrets else float("nan"),
+        regret_max=float(np.max(regrets)) if regrets else float("nan"),
+        groups=len(by_group),
+        split=how,
+        noise=_noise(test),
+    )
+
+
+def _noise(test: list[Sample]) -> float:
+    spreads = [(s.record.p80 - s.record.p20) / s.seconds for s in test
+               if s.record is not None and s.record.p20 is not None and s.record.p80 is not None]
+    return float(np.median(spreads)) if spreads else float("nan")
+
+
+def cross_validate(rows: list[Sample], folds: int = 4, seed: int = 0, min_samples: int = 12) -> Evaluation:
+    """Every shape held out once: fit on the other folds of shapes, predict the held-out fold, pool.
+
+    With fewer than ``folds`` shapes, each shape is its own fold (leave one shape out);
+    with a single shape, random samples are held out instead.
+    """
+    rng = random.Random(seed)
+    groups = sorted({s.group for s in rows})
+    rng.shuffle(groups)
+    if len(groups) >= 2:
+        k = min(folds, len(groups))
+        fold_of = {g: i % k for i, g in enumerate(groups)}
+        assign = [fold_of[s.group] for s in rows]
+        how = f"{k}-fold over {len(groups)} shapes (each shape held out once)"
+    else:
+        k = min(folds, len(rows))
+        assign = [i % k for i in rng.sample(range(len(rows)), len(rows))]
+        how = f"{k}-fold over samples of one shape"
+    test: list[Sample] = []
+    pred: list[float] = []
+    modes = set()
+    trained = 0
+    for f in range(k):
+        train = [s for s, a in zip(rows, assign) if a != f]
+        held = [s for s, a in zip(rows, assign) if a == f]
+        model = fit(train, min_samples)
+        trained += len(train)
+        test.extend(held)
+        pred.extend(model.predict_terms(s.device, s.op, s.terms).seconds for s in held)
+        modes.update(model.mode(s.device, s.op) for s in held)
+    return metrics(test, pred, "fitted" if "fitted" in modes else "analytic", round(trained / max(k, 1)), how)
+
+
+def fit_and_evaluate(records: Iterable[Record], folds: int = 4, seed: int = 0,
+                     min_samples: int = 12) -> tuple[PerfModel, dict[str, Evaluation]]:
+    """Judge the model per (device, op) on held-out shapes (cross-validated), then fit on everything.
+
+    Returns the model fit on all samples and the held-out evaluation per "device|op".
+    """
+    data = samples(records)
+    by_key: dict[str, list[Sample]] = defaultdict(list)
+    for s in data:
+        by_key[f"{s.device}|{s.op}"].append(s)
+    evaluations = {}
+    for key, rows in by_key.items():
+        evaluations[key] = cross_validate(rows, folds, seed, min_samples)
+        for part in ("filled", "underfilled"):
+            subset = [s for s in rows if regime(s.terms) == part]
+            if subset and len(subset) < len(rows):
+                evaluations[f"{key}|{part}"] = cross_validate(subset, folds, seed, min_samples)
+    return fit(data, min_samples), evaluations

@@ -1,0 +1,224 @@
+"""Adapters: a template as Triton configs, a Kernel Tuner space + cache, an Optuna space.
+
+And the way back: a config an external optimizer chose, validated against the
+template, ready for ``kernels.<op>(..., config=...)``.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from microbench.records import Record
+from roofline.templates import expressions
+from roofline.work import normalize_shape
+from roofline.templates.schema import Template, config_key
+
+# --- Triton -----------------------------------------------------------------------------------------
+
+
+def _predicted_order(template: Template, shape: dict | None, configs: list[dict]) -> list[dict]:
+    """Configs ordered by the template's own predictions for ``shape`` (unpredicted ones last)."""
+    if not shape:
+        return configs
+    rank = {}
+    for entry in template.cost_model.predictions:
+        if entry["shape"] == shape:
+            rank = {config_key(p["config"]): i for i, p in enumerate(entry["top"])}
+    return sorted(configs, key=lambda c: rank.get(config_key(c), len(rank)))
+
+
+def triton_configs(template: Template, shape: dict | None = None, limit: int | None = None) -> list:
+    """``triton.Config`` objects for the valid points (for ``shape``, or shape-independent constraints)."""
+    import triton
+
+    configs = _predicted_order(template, shape, template.valid_points(shape))
+    out = []
+    for c in configs[:limit]:
+        kwargs = {k: v for k, v in c.items() if k not in template.launch_options}
+        options = {k: c[k] for k in template.launch_options if k in c}
+        out.append(triton.Config(kwargs, **options))
+    return out
+
+
+def config_of(triton_config: Any) -> dict[str, Any]:
+    """The flat template point of a ``triton.Config``."""
+    point = dict(triton_config.kwargs)
+    point["num_warps"] = triton_config.num_warps
+    point["num_stages"] = triton_config.num_stages
+    return point
+
+
+def early_config_prune(template: Template) -> Callable:
+    """For ``triton.autotune(prune_configs_by={"early_config_prune": ...})``: drop invalid configs."""
+
+    def prune(configs, named_args, **kwargs):
+        shape = {a: named_args[a] for a in template.axes if a in named_args}
+        keep = []
+        for cfg in configs:
+            point = {k: v for k, v in config_of(cfg).items() if k in template.names}
+            if template.is_valid(point, shape or None):
+                keep.append(cfg)
+        return keep
+
+    return prune
+
+
+# --- Kernel Tuner -----------------------------------------------------------------------------------
+
+
+@dataclass
+class KernelTunerSpace:
+    tune_params: dict[str, list]
+    restrictions: list[str]  # expressions over tunable parameters only (shape and device substituted)
+    cache: Path | None
+
+
+def kernel_tuner_space(template: Template, shape: dict[str, Any]) -> KernelTunerSpace:
+    context = template.context(shape)
+    restrictions = [expressions.substitute(c.expr, context) for c in template.constraints_for(shape)]
+    return KernelTunerSpace({p.name: list(p.values) for p in template.parameters}, restrictions, None)
+
+
+def kernel_tuner_cache(template: Template, shape: dict[str, Any], records: list[Record], path: str | Path,
+                       device_name: str | None = None) -> Path:
+    """A Kernel Tuner cache file holding every measured config of ``shape`` (times in ms).
+
+    Failed points (records with ``extra["status"]`` set to a failure) are written
+    with Kernel Tuner's failure markers; points nobody measured are absent, and
+    ``kernel_tuner.tune_cache`` restricts the replay to the points present.
+    """
+    names = template.names
+    entries: dict[str, dict] = {}
+    for r in records:
+        if r.kind != "kernel" or r.op != template.op or r.metric != "time":
+            continue
+        rshape = normalize_shape(r.op, r.shape)
+        if any(int(rshape.get(a, -1)) != int(shape[a]) for a in template.axes):
+            continue
+        config = template.complete(r.config)
+        if not set(names) <= set(config):
+            continue
+        point = {k: config[k] for k in names}
+        key = ",".join(str(point[k]) for k in names)
+        ms = 1e3 * float(r.median if r.median is not None else r.value)
+        status = str(r.extra.get("status", "ok"))
+        if status in ("compile-failed", "CompilationFailedConfig"):
+            entries[key] = {**point, "time": "CompilationFailedConfig"}
+            continue
+        if status in ("runtime-failed", "RuntimeFailedConfig"):
+            entries[key] = {**point, "time": "RuntimeFailedConfig"}
+            continue
+        if key in entries and isinstance(entries[key].get("time"), float) and entries[key]["time"] <= ms:
+            continue
+        entries[key] = {**point, "time": ms, "times": [ms], "compile_time": 0.0, "verification_time": 0.0,
+                        "benchmark_time": ms * (r.repetitions or 1), "strategy_time": 0.0, "framework_time": 0.0,
+                        "timestamp": r.provenance.timestamp}
+    doc = {
+        "device_name": device_name or template.device_name,
+        "kernel_name": f"{template.family}_{template.target}",
+        "problem_size": [int(shape[a]) for a in template.axes],
+        "tune_params_keys": names,
+        "tune_params": {p.name: list(p.values) for p in template.parameters},
+        "objective": "time",
+        "cache": entries,
+    }
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=1))
+    return path
+
+
+def kernel_tuner_search(template: Template, shape: dict[str, Any], cache: str | Path, strategy: str = "diff_evo",
+                        max_fevals: int = 100, seed: int = 0) -> tuple[dict[str, Any], float]:
+    """Replay a search with Kernel Tuner's simulation mode; returns the best point and its time (ms)."""
+    import kernel_tuner
+
+    space = kernel_tuner_space(template, shape)
+    with warnings.catch_warnings():
+        # the GEMM's parameters are tile sizes, not thread-block dimensions; Kernel Tuner warns about that
+        warnings.filterwarnings("ignore", message="None of the tunable parameters specify thread block dimensions")
+        results, _ = kernel_tuner.tune_cache(
+            str(cache), restrictions=space.restrictions, strategy=strategy,
+            strategy_options={"max_fevals": max_fevals}, seed=seed, quiet=True, verbose=False,
+        )
+    timed = [r for r in results if r and "__error__" not in r and isinstance(r.get("time"), (int, float))]
+    best = min(timed, key=lambda r: r["time"])
+    return {k: best[k] for k in template.names}, float(best["time"])
+
+
+# --- Optuna -----------------------------------------------------------------------------------------
+
+
+def optuna_space(template: Template) -> dict[str, Any]:
+    """One ``CategoricalDistribution`` per parameter (domains are finite value lists)."""
+    from optuna.distributions import CategoricalDistribution
+
+    return {p.name: CategoricalDistribution(list(p.values)) for p in template.parameters}
+
+
+def warm_start_points(template: Template, shape: dict[str, Any], top_k: int = 5) -> list[dict[str, Any]]:
+    """Where a search should start on ``shape``: the best points for it, then the model's top predictions."""
+    out: list[dict[str, Any]] = []
+    for b in template.best_points:
+        if b.shape in (None, shape) and template.is_valid(b.config, shape):
+            out.append(dict(b.config))
+    for entry in template.cost_model.predictions:
+        if entry["shape"] == shape:
+            out.extend(dict(p["config"]) for p in entry["top"][:top_k])
+    unique = {config_key(c): c for c in out}
+    return list(unique.values())
+
+
+def optuna_search(template: Template, shape: dict[str, Any], objective: Callable[[dict], float], n_trials: int = 40,
+                  seed: int = 0, warm_start: bool = True):
+    """Minimise ``objective(config)`` over the valid points; invalid suggestions are pruned.
+
+    With ``warm_start``, the template's best points for this shape and the
+    model's top predictions are tried first. Returns the finished ``optuna.Study``.
+    """
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sampler = optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=15)
+    study = optuna.create_study(direction="minimize", sampler=sampler)
+    if warm_start:
+        for config in warm_start_points(template, shape):
+            study.enqueue_trial(config)
+    space = optuna_space(template)
+
+    def run(trial):
+        config = {name: trial.suggest_categorical(name, dist.choices) for name, dist in space.items()}
+        if not template.is_valid(config, shape):
+            raise optuna.TrialPruned("violates the template's constraints")
+        return objective(config)
+
+    study.optimize(run, n_trials=n_trials)
+    return study
+
+
+# --- import -----------------------------------------------------------------------------------------
+
+
+def validate_config(template: Template, config: dict[str, Any], shape: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A config from outside (any optimizer), checked against the template; returns the kernel config.
+
+    Parameters the config leaves out take the template's default (its most likely value).
+
+    Raises ``kernels.errors.InputError`` naming ``config`` and every violated rule.
+    """
+    from kernels.errors import InputError
+
+    point = {p.name: p.default for p in template.parameters if p.name not in config and p.default is not None}
+    for k, v in config.items():
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)  # JSON round trips and some optimizers give floats
+        point[k] = v
+    problems = template.violations(point, shape)
+    if problems:
+        raise InputError("config", f"a valid point of the {template.family}/{template.target} template",
+                         "; ".join(problems))
+    return point

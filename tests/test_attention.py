@@ -1,0 +1,343 @@
+"""Attention forward and backward: reference, and the NVIDIA and AMD Triton kernels run under
+the Triton interpreter, against a float64 oracle with the error-ratio rule."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import kernels
+from kernels.attention import reference
+from kernels.attention.spec import InputError
+from kernels.nvidia import attention as flash
+from tests.numerics import assert_close_by_ratio
+
+BF16, FP16 = torch.bfloat16, torch.float16
+
+# Small tiles keep the interpreter fast and make several blocks (and ragged tails) per sequence.
+SMALL = {"fwd": {"block_m": 32, "block_n": 16}, "dkdv": {"block_m": 16, "block_n": 32}, "dq": {"block_m": 32, "block_n": 16}}
+
+
+@pytest.fixture(autouse=True)
+def poisoned_buffers(monkeypatch):
+    """Kernel outputs start as NaN, so an element no program wrote fails the NaN checks."""
+
+    def empty(shape, like, dtype=None):
+        dtype = dtype or like.dtype
+        t = torch.empty(shape, device=like.device, dtype=dtype)
+        return t.fill_(float("nan")) if dtype.is_floating_point else t
+
+    monkeypatch.setattr(flash, "_empty", empty)
+
+
+def naive(q, k, v, bias, mask, causal, scale):
+    """An independent float64 softmax attention, differentiated by autograd."""
+    b, sq, h, d = q.shape
+    sk, hk = k.shape[1], k.shape[2]
+    qf, kf, vf = (t.transpose(1, 2) for t in (q, k, v))
+    kf, vf = kf.repeat_interleave(h // hk, 1), vf.repeat_interleave(h // hk, 1)
+    s = qf @ kf.transpose(-1, -2) * scale
+    if bias is not None:
+        s = s + bias
+    keep = torch.ones(sq, sk, dtype=torch.bool)
+    if causal:
+        keep = torch.arange(sk)[None, :] <= torch.arange(sq)[:, None] + (sk - sq)
+    if mask is not None:
+        keep = keep & mask
+    s = s.masked_fill(~keep, -math.inf)
+    m = s.amax(-1, keepdim=True).detach()
+    p = torch.exp(s - torch.where(torch.isinf(m), 0.0, m))
+    den = p.sum(-1, keepdim=True)
+    return ((p / torch.where(den == 0, 1.0, den)) @ vf).transpose(1, 2)
+
+
+def make_inputs(b, sq, sk, h, hk, d, dtype, bias_shape=None, mask_shape=None, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(b, sq, h, d, generator=g).to(dtype)
+    k = torch.randn(b, sk, hk, d, generator=g).to(dtype)
+    v = torch.randn(b, sk, hk, d, generator=g).to(dtype)
+    bias = None if bias_shape is None else torch.randn(*bias_shape, generator=g)
+    mask = None if mask_shape is None else torch.rand(*mask_shape, generator=g) > 0.25
+    return q, k, v, bias, mask
+
+
+def assert_close_ratio(name, ours, lowp, exact, atol_rel=2e-3):
+    """max|ours - exact| <= 2 max|lowp - exact| + atol (relative to the result's scale), never NaN."""
+    atol = atol_rel * max(1.0, exact.abs().max().item())
+    assert_close_by_ratio(ours, lowp, exact, ratio=2.0, atol=atol, name=name)
+
+
+def check_backend(backend, q, k, v, bias, mask, causal, config=None):
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(7)).to(q.dtype)
+    impl = reference if backend == "reference" else kernels.backends.implementation("attention", backend)
+    out, lse = impl.attention_fwd(q, k, v, bias, mask, causal, scale, config=config)
+    grads = impl.attention_bwd(do, q, k, v, out, lse, bias, mask, causal, scale, bias is not None, config=config)
+    # float64 oracle, and PyTorch's own computation at the input precision
+    ex_out, ex_lse = reference.attention_fwd(q, k, v, bias, mask, causal, scale, compute_dtype=torch.float64)
+    ex_grads = reference.attention_bwd(do, q, k, v, ex_out, ex_lse, bias, mask, causal, scale, bias is not None,
+                                       compute_dtype=torch.float64)
+    lp_bias = None if bias is None else bias.to(q.dtype)
+    lp_out, _ = reference.attention_fwd(q, k, v, lp_bias, mask, causal, scale, compute_dtype=q.dtype)
+    lp_grads = reference.attention_bwd(do, q, k, v, lp_out, None, lp_bias, mask, causal, scale, bias is not None,
+                                       compute_dtype=q.dtype)
+    ex64 = [t for t in reference.attention_fwd(q.double(), k.double(), v.double(),
+                                               None if bias is None else bias.double(), mask, causal, scale)]
+    assert_close_ratio("out", out, lp_out, ex64[0])
+    finite = torch.isfinite(ex_lse)
+    assert torch.equal(torch.isfinite(lse), finite)
+    assert torch.all(lse[~finite] == -math.inf)
+    assert (lse[finite] - ex_lse[finite]).abs().max().item() < 2e-2 if finite.any() else True
+    for name, ours, lp, ex in zip(("dq", "dk", "dv", "dbias"), grads, lp_grads, ex_grads):
+        if ex is None:
+            assert ours is None
+            continue
+        assert ours.shape == ex.shape and ours.dtype == ex.dtype, name
+        ex_hp = reference.attention_bwd(do.double(), q.double(), k.double(), v.double(), None, None,
+                                        None if bias is None else bias.double(), mask, causal, scale, True)
+        exact = ex_hp[("dq", "dk", "dv", "dbias").index(name)]
+        assert_close_ratio(name, ours, lp, exact)
+    return out, lse, grads
+
+
+def test_reference_matches_autograd():
+    q, k, v, bias, mask = make_inputs(2, 13, 21, 4, 2, 32, torch.float64, (4, 13, 1), (2, 1, 13, 21))
+    mask[..., 5, :] = False  # a fully masked row
+    for causal in (False, True):
+        qr, kr, vr, br = (t.clone().requires_grad_() for t in (q, k, v, bias))
+        out = naive(qr, kr, vr, br, mask, causal, 0.3)
+        do = torch.randn_like(out)
+        out.backward(do)
+        o2, lse = reference.attention_fwd(q, k, v, bias, mask, causal, 0.3)
+        grads = reference.attention_bwd(do, q, k, v, o2, lse, bias, mask, causal, 0.3, True)
+        torch.testing.assert_close(o2, out.detach())
+        for ours, t in zip(grads, (qr, kr, vr, br)):
+            torch.testing.assert_close(ours, t.grad)
+
+
+# (batch, q_len, k_len, heads, kv_heads, head_dim, causal, bias shape, mask shape, dtype, use_tma)
+CASES = {
+    "plain": (1, 37, 37, 2, 2, 64, False, None, None, BF16, False),
+    "causal-q<k-gqa-fullbias": (1, 45, 70, 4, 2, 32, True, (1, 4, 45, 70), None, FP16, False),
+    "causal-q>k-mqa-d80-mask": (1, 70, 33, 4, 1, 80, True, None, (1, 1, 70, 33), BF16, False),
+    "keypad-bias-mask-d96": (2, 17, 29, 2, 2, 96, False, (2, 1, 1, 29), (2, 1, 1, 29), FP16, False),
+    "tma-headbias-causal": (2, 40, 40, 2, 1, 64, True, (1, 2, 40, 40), None, BF16, True),
+    "tma-rowbias-d128": (1, 33, 47, 2, 2, 128, False, (2, 33, 1), None, BF16, True),
+    "scalarbias": (1, 19, 23, 2, 2, 32, False, (1, 2, 1, 1), None, BF16, False),
+    "tma-padded-d96-gqa": (1, 21, 30, 4, 2, 96, True, None, (1, 1, 21, 30), FP16, True),
+}
+
+
+# AMD has no TMA: its backend runs the pointer path for every case, so the TMA cases are NVIDIA's.
+KERNEL_CASES = [(backend, case) for backend in ("nvidia", "amd") for case in CASES if backend == "nvidia" or not CASES[case][-1]]
+
+
+@pytest.mark.parametrize("backend,case", KERNEL_CASES)
+def test_kernels_forward_backward(backend, case):
+    b, sq, sk, h, hk, d, causal, bshape, mshape, dtype, tma = CASES[case]
+    q, k, v, bias, mask = make_inputs(b, sq, sk, h, hk, d, dtype, bshape, mshape, seed=hash(case) % 1000)
+    check_backend(backend, q, k, v, bias, mask, causal, config={**SMALL, "use_tma": tma})
+
+
+@pytest.mark.parametrize("d", [32, 64, 80, 96, 128, 256])
+def test_reference_head_dims(d):
+    q, k, v, bias, mask = make_inputs(1, 9, 12, 2, 1, d, BF16, (1, 2, 9, 12))
+    check_backend("reference", q, k, v, bias, mask, causal=True)
+
+
+def test_nvidia_head_dim_256():
+    q, k, v, bias, mask = make_inputs(1, 20, 18, 1, 1, 256, BF16)
+    check_backend("nvidia", q, k, v, bias, mask, causal=False,
+                  config={"fwd": {"block_m": 16, "block_n": 16}, "dkdv": {"block_m": 16, "block_n": 16},
+                          "dq": {"block_m": 16, "block_n": 16}})
+
+
+@pytest.mark.parametrize("backend", ["reference", "nvidia", "amd"])
+def test_fully_masked_rows_give_zeros(backend):
+    q, k, v, bias, mask = make_inputs(1, 24, 20, 2, 2, 32, BF16, (1, 2, 24, 20), (1, 2, 24, 20))
+    mask[:, :, 3] = False
+    mask[:, 1, 10:14] = False
+    # q_len > k_len with causal: the first 4 queries see nothing either
+    q, k, v, bias = (t.requires_grad_() for t in (q, k, v, bias))
+    out, lse = kernels.attention(q, k, v, bias=bias, mask=mask, causal=True, return_lse=True, backend=backend,
+                                 config=None if backend == "reference" else SMALL)
+    out.backward(torch.randn_like(out))
+    empty = ~mask.clone()
+    empty[:, :, :4] = True
+    rows = empty.all(-1)  # (1, 2, 24)
+    rows |= torch.zeros_like(rows)
+    o = out.transpose(1, 2)  # (b, h, s, d)
+    assert torch.all(o[rows] == 0)
+    assert torch.all(lse[rows] == -math.inf)
+    assert torch.all(q.grad.transpose(1, 2)[rows] == 0)
+    assert torch.all(bias.grad.expand(1, 2, 24, 20)[rows] == 0)
+    for t in (out, q.grad, k.grad, v.grad, bias.grad):
+        assert not torch.isnan(t).any()
+
+
+def test_bad_input():
+    q, k, v, _, _ = make_inputs(1, 8, 8, 4, 2, 32, BF16)
+    with pytest.raises(InputError, match="k"):
+        kernels.attention(q, k[..., :16], v[..., :16])
+    with pytest.raises(InputError, match="heads"):
+        kernels.attention(q, k[:, :, :1].expand(1, 8, 3, 32), v[:, :, :1].expand(1, 8, 3, 32))
+    with pytest.raises(InputError, match="bias"):
+        kernels.attention(q, k, v, bias=torch.randn(3, 8, 8))
+    with pytest.raises(InputError, match="mask"):
+        kernels.attention(q, k, v, mask=torch.ones(8, 8))
+    with pytest.raises(InputError, match="v"):
+        kernels.attention(q, k, v.half())
+    with pytest.raises(InputError, match="q"):
+        kernels.attention(q.float(), k.float(), v.float(), backend="nvidia")
+    with pytest.raises(InputError, match="head_dim"):
+        kernels.attention(q[..., :16], k[..., :16], v[..., :16])
+    with pytest.raises(InputError, match="device"):
+        kernels.attention(q, k.to("meta"), v.to("meta"))
+    with pytest.raises(InputError, match="backend"):
+        kernels.attention(q, k, v, backend="cuda")
+    with pytest.raises(InputError, match="4-D"):
+        kernels.attention(q[0], k[0], v[0])
+
+
+@pytest.mark.parametrize("backend", ["reference", "nvidia"])
+def test_opcheck(backend):
+    from kernels.attention import torch_op
+
+    q, k, v, bias, mask = make_inputs(1, 16, 16, 2, 1, 32, BF16, (2, 16, 16), (1, 1, 16, 16))
+    cfg = None if backend == "reference" else '{"dkdv": {"block_m": 16, "block_n": 16}, "dq": {"block_m": 16, "block_n": 16}, "fwd": {"block_m": 16, "block_n": 16}}'
+    q, k, v, bias = (t.requires_grad_() for t in (q, k, v, bias))
+    torch.library.opcheck(torch_op.attention_fwd_op, (q, k, v, bias, mask, True, 0.25, backend, cfg))
+
+
+class Block(torch.nn.Module):
+    """A pre-norm transformer block whose attention is ours."""
+
+    def __init__(self, dim=64, heads=2, kv_heads=1, backend="reference"):
+        super().__init__()
+        self.heads, self.kv_heads, self.hd, self.backend = heads, kv_heads, dim // heads, backend
+        self.norm1, self.norm2 = torch.nn.LayerNorm(dim), torch.nn.LayerNorm(dim)
+        self.q = torch.nn.Linear(dim, dim)
+        self.kv = torch.nn.Linear(dim, 2 * kv_heads * self.hd)
+        self.o = torch.nn.Linear(dim, dim)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(dim, 2 * dim), torch.nn.GELU(), torch.nn.Linear(2 * dim, dim))
+        self.rel_bias = torch.nn.Parameter(torch.zeros(heads, 1, 1))
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        h = self.norm1(x)
+        q = self.q(h).view(b, s, self.heads, self.hd)
+        k, v = self.kv(h).view(b, s, 2, self.kv_heads, self.hd).unbind(2)
+        pos = torch.arange(s, device=x.device, dtype=x.dtype)
+        bias = self.rel_bias * (pos[None, :] - pos[:, None]).abs().neg()  # (heads, s, s), learned slope
+        cfg = None if self.backend == "reference" else SMALL
+        a = kernels.attention(q, k, v, causal=True, bias=bias, backend=self.backend, config=cfg)
+        x = x + self.o(a.reshape(b, s, -1))
+        return x + self.mlp(self.norm2(x))
+
+
+def test_compiled_training_reference():
+    torch.manual_seed(0)
+    model = Block()
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    # aot_eager: dynamo (fullgraph) and AOT autograd through the fake and autograd registrations,
+    # without inductor's C++ code generation, which is slow on a small CPU machine.
+    step = torch.compile(lambda x, y: torch.nn.functional.mse_loss(model(x), y), fullgraph=True, backend="aot_eager")
+    x, y = torch.randn(2, 24, 64), torch.randn(2, 24, 64)
+    losses = []
+    for _ in range(6):
+        opt.zero_grad()
+        loss = step(x, y)
+        loss.backward()
+        assert model.rel_bias.grad is not None and torch.isfinite(model.rel_bias.grad).all()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0]
+
+
+def test_compiled_step_nvidia_matches_reference():
+    torch.manual_seed(0)
+    ref_model = Block()
+    nv_model = Block(backend="nvidia")
+    nv_model.load_state_dict(ref_model.state_dict())
+    with torch.no_grad():
+        for m in (ref_model, nv_model):
+            m.rel_bias.fill_(0.1)
+    x, y = torch.randn(1, 20, 64), torch.randn(1, 20, 64)
+    grads = []
+    for m in (ref_model, nv_model):
+        m.to(BF16)
+        step = torch.compile(lambda x, y, m=m: torch.nn.functional.mse_loss(m(x).float(), y), fullgraph=True,
+                             backend="aot_eager")
+        step(x.to(BF16), y).backward()
+        grads.append(m.rel_bias.grad.float())
+    torch.testing.assert_close(grads[1], grads[0], rtol=0.1, atol=1e-3)
+
+
+def test_sdpa_drop_in_matches_torch():
+    from kernels.attention.sdpa import scaled_dot_product_attention as ours
+
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(2, 4, 11, 32, generator=g, dtype=torch.float64)
+    k = torch.randn(2, 2, 17, 32, generator=g, dtype=torch.float64)
+    v = torch.randn(2, 2, 17, 32, generator=g, dtype=torch.float64)
+    fmask = torch.randn(1, 4, 11, 17, generator=g, dtype=torch.float64)
+    bmask = torch.rand(2, 1, 11, 17, generator=g) > 0.3
+    bmask[..., 0] = True
+    for kwargs in ({"is_causal": True}, {"attn_mask": bmask}, {"attn_mask": fmask}, {"scale": 0.1}):
+        args = [t.clone().requires_grad_() for t in (q, k, v)]
+        targs = [t.clone().requires_grad_() for t in (q, k, v)]
+        if "attn_mask" in kwargs and kwargs["attn_mask"].dtype != torch.bool:
+            kwargs = {"attn_mask": fmask.clone().requires_grad_()}
+            tkwargs = {"attn_mask": fmask.clone().requires_grad_()}
+        else:
+            tkwargs = kwargs
+        out = ours(*args, enable_gqa=True, backend="reference", **kwargs)
+        ref = sdpa(*targs, enable_gqa=True, **tkwargs)
+        torch.testing.assert_close(out, ref)
+        do = torch.randn_like(out)
+        out.backward(do)
+        ref.backward(do)
+        for a, t in zip(args, targs):
+            torch.testing.assert_close(a.grad, t.grad)
+        if "attn_mask" in kwargs and kwargs["attn_mask"].requires_grad:
+            torch.testing.assert_close(kwargs["attn_mask"].grad, tkwargs["attn_mask"].grad)
+    # the kernels behind the drop-in, on the transposed (strided) views
+    qb, kb, vb = (t.to(BF16) for t in (q, k, v))
+    out = ours(qb, kb, vb, is_causal=True, enable_gqa=True, backend="nvidia", config=SMALL)
+    ref = sdpa(qb.double(), kb.double(), vb.double(), is_causal=True, enable_gqa=True)
+    assert (out.double() - ref).abs().max() < 3e-2
+    with pytest.raises(InputError, match="dropout_p"):
+        ours(q, k, v, dropout_p=0.1, enable_gqa=True)
+    with pytest.raises(InputError, match="enable_gqa"):
+        ours(q, k, v)
+
+
+def test_jax_front_end():
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+    import numpy as np
+
+    q, k, v, bias, mask = make_inputs(1, 12, 14, 2, 1, 32, torch.float32, (2, 12, 14), (1, 1, 12, 14))
+    jq, jk, jv, jb, jm = (jnp.asarray(t.numpy()) for t in (q, k, v, bias, mask))
+    do = np.random.default_rng(0).standard_normal(q.shape).astype(np.float32)
+
+    def loss(fn_backend, dtype):
+        def f(q, k, v, b):
+            o = kernels.attention(q.astype(dtype), k.astype(dtype), v.astype(dtype), bias=b, mask=jm, causal=True,
+                                  backend=fn_backend, config=None if fn_backend == "reference" else SMALL)
+            return jnp.sum(o.astype(jnp.float32) * do)
+        return f
+
+    ref_val, ref_grads = jax.jit(jax.value_and_grad(loss("reference", jnp.float32), argnums=(0, 1, 2, 3)))(jq, jk, jv, jb)
+    qt, kt, vt, bt = (t.clone().double().requires_grad_() for t in (q, k, v, bias))
+    (naive(qt, kt, vt, bt, mask[0, 0], True, 32 ** -0.5) * torch.from_numpy(do).double()).sum().backward()
+    for g, t in zip(ref_grads, (qt, kt, vt, bt)):
+        np.testing.assert_allclose(np.asarray(g), t.grad.numpy(), rtol=1e-4, atol=1e-4)
+    nv_val, nv_grads = jax.value_and_grad(loss("nvidia", jnp.bfloat16), argnums=(0, 1, 2, 3))(jq, jk, jv, jb)
+    assert abs(float(nv_val) - float(ref_val)) < 0.05 * (1 + abs(float(ref_val)))
+    for g, r in zip(nv_grads, ref_grads):
+        assert np.all(np.isfinite(np.asarray(g, dtype=np.float32)))
+        np.testing.assert_allclose(np.asarray(g, dtype=np.float32), np.asarray(r), rtol=0.1, atol=0.1)

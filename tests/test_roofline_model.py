@@ -1,0 +1,100 @@
+"""The performance model: its terms, the fit, the held-out judgement and the analytic fallback."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from microbench.records import Provenance, Record
+from roofline import model
+from roofline.machine import published
+from tests.synthetic_records import LAW, gemm_records
+
+H200 = published("h200")
+CFG = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_stages": 3, "num_warps": 8}
+
+
+def test_fit_recovers_a_known_law_and_meets_the_targets_on_held_out_shapes():
+    recs = gemm_records(per_shape=150, noise=0.01, seed=random.randrange(10_000))
+    fitted, evaluations = model.fit_and_evaluate(recs)
+    e = evaluations["h200|gemm"]
+    assert e.mode == "fitted" and "each shape held out once" in e.split and e.n_test == len(recs)
+    assert e.mape <= 0.10 and e.spearman >= 0.9 and e.regret <= 0.05, e
+    assert fitted.mode("h200", "gemm") == "fitted"
+    coefs = fitted.coefs("h200", "gemm")
+    assert coefs["roof"] == pytest.approx(LAW["roof"], rel=0.15)
+
+
+def test_cross_validation_never_predicts_a_shape_it_was_fit_on():
+    recs = gemm_records(per_shape=20, noise=0.01, seed=random.randrange(10_000))
+    rows = model.samples(recs)
+    seen = []
+    original = model.fit
+
+    def spy(train, min_samples=12, **kw):
+        seen.append({s.group for s in train})
+        return original(train, min_samples, **kw)
+
+    model.fit = spy
+    try:
+        e = model.cross_validate(rows, folds=4)
+    finally:
+        model.fit = original
+    assert len(seen) == 4 and e.n_test == len(rows) and e.groups == 8
+    assert all(len(groups) == 6 for groups in seen)  # two of the eight shapes out of each fit
+
+
+def test_a_model_that_ranks_badly_is_judged_badly():
+    recs = gemm_records(shapes=[{"M": 4096, "N": 4096, "K": 4096}], per_shape=100, noise=0.01)
+    samples = model.samples(recs)
+    wrong = model.PerfModel({"h200|gemm": {"launch": 1.0, "tiles": 50.0}})  # only counts tiles
+    e = model.evaluate_on(wrong, samples)
+    assert e.mape > 0.5 and e.spearman < 0.9
+
+
+def test_devices_without_measurements_use_the_analytic_terms_and_say_so():
+    fitted, _ = model.fit_and_evaluate(gemm_records(per_shape=40))
+    mi300x = published("mi300x")
+    p = fitted.predict("gemm", {"M": 8192, "N": 8192, "K": 8192}, CFG | {"waves_per_eu": 2}, mi300x, "bfloat16")
+    assert p.mode == "analytic"
+    flops = 2 * 8192**3
+    assert p.seconds >= flops / mi300x.peak("bfloat16")  # never faster than the roofline
+    assert p.seconds == pytest.approx(sum(model.ANALYTIC.get(k, 0) * v for k, v in p.terms.items()))
+
+
+def test_wave_quantization_costs_a_whole_wave():
+    # 132 tiles fill the H200 once; one more tile needs a second wave of the same length
+    full = model.terms("gemm", {"M": 128 * 12, "N": 256 * 11, "K": 4096}, CFG, H200, "bfloat16")
+    over = model.terms("gemm", {"M": 128 * 12 + 1, "N": 256 * 11, "K": 4096}, CFG, H200, "bfloat16")
+    assert over["compute"] == pytest.approx(2 * full["compute"])
+
+
+def test_static_facts_enter_the_terms():
+    shape = {"M": 4096, "N": 4096, "K": 4096}
+    plain = model.terms("gemm", shape, CFG, H200, "bfloat16", model.StaticFacts(registers=168))
+    no_tc = model.terms("gemm", shape, CFG, H200, "bfloat16", model.StaticFacts(registers=168, tensor_core_instructions=0))
+    spills = model.terms("gemm", shape, CFG, H200, "bfloat16", model.StaticFacts(registers=255, spill_bytes=64))
+    assert no_tc["compute"] > 10 * plain["compute"]
+    assert plain["spill"] == 0 and spills["spill"] > 0
+    assert model.occupancy(H200, CFG, 2, model.StaticFacts(registers=255)) == 1
+    assert model.occupancy(H200, {**CFG, "num_warps": 4, "BLOCK_N": 64, "num_stages": 2}, 2, model.StaticFacts(registers=64)) >= 2
+
+
+def test_static_records_are_indexed_by_target_and_config():
+    prov = Provenance(device="target sm_90a")
+    recs = [Record(kind="static", op="gemm", name="nvidia", metric=m, value=v, unit="count", config=CFG, provenance=prov)
+            for m, v in (("registers", 168), ("spill_bytes", 0), ("tensor_core_instructions", 4))]
+    idx = model.static_index(recs)
+    facts = idx[("gemm", "sm_90a", model._config_key({**CFG, "dtype": "bfloat16"}))]
+    assert facts.registers == 168 and facts.tensor_core_instructions == 4
+
+
+def test_model_round_trips_through_json(tmp_path):
+    fitted, _ = model.fit_and_evaluate(gemm_records(per_shape=30))
+    fitted.save(tmp_path / "m.json")
+    again = model.PerfModel.load(tmp_path / "m.json")
+    t = model.terms("gemm", {"M": 1000, "N": 3000, "K": 700}, CFG, H200, "bfloat16")
+    assert again.predict_terms("h200", "gemm", t).seconds == fitted.predict_terms("h200", "gemm", t).seconds
+    assert math.isfinite(again.predict_terms("h200", "gemm", t).seconds)
