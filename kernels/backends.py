@@ -26,7 +26,12 @@ OPS: dict[str, dict[str, str]] = {
         "tpu": "kernels.tpu.gemm",
         "trainium": "kernels.trainium.gemm",
     },
-    "attention": {"reference": "kernels.attention.reference", "nvidia": "kernels.nvidia.attention", "amd": "kernels.amd.attention"},
+    "attention": {
+        "reference": "kernels.attention.reference",
+        "nvidia": "kernels.nvidia.attention",
+        "amd": "kernels.amd.attention",
+        "tpu": "kernels.tpu.attention",
+    },
 }
 
 
