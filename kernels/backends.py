@@ -26,6 +26,12 @@ OPS: dict[str, dict[str, str]] = {
         "tpu": "kernels.tpu.gemm",
         "trainium": "kernels.trainium.gemm",
     },
+    "attention": {
+        "reference": "kernels.attention.reference",
+        "nvidia": "kernels.nvidia.attention",
+        "amd": "kernels.amd.attention",
+        "tpu": "kernels.tpu.attention",
+    },
     "triangle_attention": {
         "reference": "kernels.triangle.reference",
         "nvidia": "kernels.nvidia.triangle_attention",
@@ -38,7 +44,6 @@ OPS: dict[str, dict[str, str]] = {
         "amd": "kernels.amd.triangle_multiplication",
         "tpu": "kernels.tpu.triangle_multiplication",
     },
-    "attention": {"reference": "kernels.attention.reference", "nvidia": "kernels.nvidia.attention", "amd": "kernels.amd.attention"},
 }
 
 

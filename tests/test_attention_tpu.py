@@ -370,3 +370,33 @@ def test_sweep_head_dims_dtypes(request, head_dim, dtype, causal):
         batch=2, q_len=37, k_len=45, heads=4, kv_heads=2, head_dim=head_dim, dtype=dtype, causal=causal,
         bias_shape=(2, 1, 37, 45), mask_shape=(1, 4, 1, 45), config=SMALL,
     )
+
+
+def test_public_op_routes_to_the_pallas_kernels():
+    """kernels.attention(..., backend="tpu") with JAX and torch autodiff reaches these kernels."""
+    import numpy as np
+    import torch
+
+    import kernels
+
+    rng = np.random.default_rng(90)
+    q = jnp.asarray(rng.standard_normal((1, 19, 2, 32)), jnp.bfloat16)
+    k, v = (jnp.asarray(rng.standard_normal((1, 23, 2, 32)), jnp.bfloat16) for _ in range(2))
+    bias = jnp.asarray(rng.standard_normal((1, 2, 19, 23)), jnp.float32)
+    cot = jnp.asarray(rng.standard_normal((1, 19, 2, 32)), jnp.float32)
+
+    def loss(backend):
+        return lambda q, k, v, b: jnp.sum(kernels.attention(q, k, v, bias=b, causal=True, backend=backend) * cot)
+
+    got = jax.grad(loss("tpu"), argnums=(0, 1, 2, 3))(q, k, v, bias)
+    want = jax.grad(loss("reference"), argnums=(0, 1, 2, 3))(q, k, v, bias)
+    for g, w in zip(got, want):
+        g, w = np.asarray(g, np.float64), np.asarray(w, np.float64)
+        assert np.isfinite(g).all() and np.abs(g - w).max() <= 3e-2 * np.abs(w).max() + 1e-2
+
+    qt, kt, vt = (torch.tensor(np.asarray(x, np.float32)).bfloat16().requires_grad_() for x in (q, k, v))
+    bt = torch.tensor(np.asarray(bias)).requires_grad_()
+    out = kernels.attention(qt, kt, vt, bias=bt, causal=True, backend="tpu")
+    out.float().backward(torch.tensor(np.asarray(cot)))
+    w = np.asarray(want[3], np.float64)
+    assert np.abs(bt.grad.double().numpy() - w).max() <= 3e-2 * np.abs(w).max() + 1e-2

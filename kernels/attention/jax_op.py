@@ -58,9 +58,20 @@ def _triton_module(backend: str):
     return backends.implementation("attention", backend)
 
 
+def _native_module(backend: str):
+    """The backend's own JAX kernels (Pallas on TPU), when it has them."""
+    from kernels import backends
+
+    impl = backends.implementation("attention", backend)
+    return impl if hasattr(impl, "attention_fwd_jax") else None
+
+
 def _fwd_impl(q, k, v, bias, mask, causal, scale, backend, config):
     if backend == "reference":
         return reference.attention_fwd_jax(q, k, v, bias, mask, causal, scale)
+    native = _native_module(backend)
+    if native is not None:
+        return native.attention_fwd_jax(q, k, v, bias, mask, causal, scale, config=_thaw(config))
     impl = _triton_module(backend)
     cfg = _thaw(config)
     shapes = (
@@ -79,6 +90,9 @@ def _fwd_impl(q, k, v, bias, mask, causal, scale, backend, config):
 def _bwd_impl(do, q, k, v, out, lse, bias, mask, causal, scale, bias_grad, backend, config):
     if backend == "reference":
         return reference.attention_bwd_jax(do, q, k, v, out, lse, bias, mask, causal, scale, bias_grad)
+    native = _native_module(backend)
+    if native is not None:
+        return native.attention_bwd_jax(do, q, k, v, out, lse, bias, mask, causal, scale, bias_grad, config=_thaw(config))
     impl = _triton_module(backend)
     cfg = _thaw(config)
     shapes = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (q, k, v)]

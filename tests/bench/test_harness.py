@@ -348,7 +348,7 @@ def test_device_check_end_to_end_with_the_gpu_gate_lifted(tmp_path, monkeypatch)
     ]
     monkeypatch.setattr(dc, "gpu_refusal", lambda: None)
     monkeypatch.setattr(dc, "_environment", lambda out: {"gpu": "CPU stand-in", "capability": "-", "backends": []})
-    monkeypatch.setattr(dc, "plan", lambda out, ops: parts)
+    monkeypatch.setattr(dc, "plan", lambda out, ops, microbench=True: parts)
     result = CliRunner().invoke(app, ["device-check", "--out", str(tmp_path / "out"), "--budget-s", "300"])
     assert result.exit_code == 1, result.output  # the broken part makes the check fail, after everything ran
     out = tmp_path / "out"
