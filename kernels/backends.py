@@ -31,6 +31,7 @@ OPS: dict[str, dict[str, str]] = {
         "nvidia": "kernels.nvidia.attention",
         "amd": "kernels.amd.attention",
         "tpu": "kernels.tpu.attention",
+        "trainium": "kernels.trainium.attention",
     },
     "triangle_attention": {
         "reference": "kernels.triangle.reference",

@@ -1,0 +1,682 @@
+"""Flash attention forward and backward on Trainium in NKI.
+
+The kernels follow the shape of the public NKI flash attention (``flash_fwd`` /
+``flash_attn_bwd`` of aws-neuron/nki-samples, now ``attention_cte`` / ``attention_bwd`` in
+aws-neuron/nki-library):
+
+* **Forward**, per (batch, head) and 128-row query tile (queries on the partition axis): stream
+  key tiles of ``fwd_block_k`` (<= 512, the moving free size) through TensorE,
+  ``S = qT.T @ kT`` accumulated over 128-deep head-dim chunks in one PSUM bank; scale, add the
+  bias tile and the boolean mask (as 0 / -BIG), and on tiles that cross the causal diagonal
+  ``affine_select`` the upper triangle away (GpSimd); the running max comes from
+  ``tensor_reduce`` (VectorE), ``exp(S - m)`` with its row sum from one ``activation`` with a
+  fused reduction (ScalarE); P is transposed in 128 x 128 pieces on TensorE
+  (``nc_transpose``) so ``P @ V`` contracts keys on the partition axis; the accumulator is
+  rescaled by ``exp(m_old - m_new)`` and normalized once at the end.
+* **Backward**, per (batch, head) and key tile of ``bwd_block_k``: dK and dV accumulate in PSUM
+  across every query tile (the matmul's own accumulation); each query tile recomputes
+  ``P = exp(S - lse)``, then ``dP = dO @ V^T``, ``dS = P * (dP - delta)`` with
+  ``delta = rowsum(dO * O)`` computed once per head, ``dV += P^T dO`` and ``dK += dS^T Q``
+  (P and dS serve directly as stationary operands: queries are their partition axis), and
+  ``dQ += dS K`` through a TensorE transpose of dS, accumulated in SBUF across key tiles.
+  ``scale`` is applied to dQ and dK once, at the end.
+
+Conventions of ``kernels/trainium/gemm.py``: NKI 0.6 (explicit ``dst=`` on every instruction),
+the target (trn1/trn2) chosen explicitly, q/k passed head_dim-major (``qT``, ``kT``) by the host
+as the samples take them, and ``dry=True`` for cost estimates of large shapes.
+
+Masking uses a finite ``-BIG`` (as the samples' ``fp32.min`` / ``-9984``), so no NaN arises from
+``-inf - -inf``. A query whose every key is masked keeps a running max near ``-BIG``; the
+epilogue turns that into output 0 and ``lse = -inf`` (``log`` of the 0/1 "row sees a key"
+flag), and the backward gives those rows ``P = 0`` (so zero gradients).
+
+GQA: query head ``h`` reads key/value head ``h // group``; dK and dV of a key/value head are
+summed over its group in fp32 outputs. A bias is handed over as (Bb, Hb, q_len, k_len) with Bb
+and Hb 1 or full; its gradient is reduced over broadcast batch/head inside the kernel (the
+first head that maps to a slot stores, the others add) and over broadcast q/k rows on the host.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from kernels.trainium.nki_compat import EMULATED, nisa, nki, nl
+
+CONFIGS_PATH = Path(__file__).parent / "configs" / "attention.json"
+
+BIG = 1.0e30  # finite "minus infinity" for masked scores
+TILE_Q = 128  # queries per tile: the partition axis
+CHUNK = 128  # contraction / transpose chunk on TensorE
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _visible_tile(q0, qs, k0, ks, off):
+    """(any key of the tile visible to some query, every key visible to every query) under causal."""
+    return k0 <= q0 + qs - 1 + off, k0 + ks - 1 <= q0 + off
+
+
+def _evacuate(dst, src, i):
+    """PSUM -> SBUF copy, alternating VectorE and ScalarE so neither carries all of them."""
+    if i % 2 == 0:
+        nisa.tensor_copy(dst=dst, src=src)
+    else:
+        nisa.activation(dst=dst, op=nl.copy, data=src)
+
+
+def _scores(s_sb, s_psum, qs, ks, scale, bias_tile, mask_tile, causal_offset):
+    """s_sb = scale * s_psum (+ bias) (+ mask as 0/-BIG), causal upper triangle set to -BIG.
+
+    ``causal_offset`` is None when the whole tile is visible, else q0 + (k_len - q_len) - k0:
+    key column j is visible to row p when j <= p + causal_offset."""
+    if bias_tile is not None:
+        nisa.scalar_tensor_tensor(dst=s_sb, data=s_psum, op0=nl.multiply, operand0=float(scale), op1=nl.add, operand1=bias_tile)
+    else:
+        nisa.tensor_scalar(dst=s_sb, data=s_psum, op0=nl.multiply, operand0=float(scale))
+    if mask_tile is not None:
+        # (mask - 1) * BIG is 0 where attended, -BIG elsewhere.
+        penalty = nl.ndarray((TILE_Q, ks), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_scalar(dst=penalty[0:qs, 0:ks], data=mask_tile, op0=nl.subtract, operand0=1.0, op1=nl.multiply, operand1=BIG)
+        nisa.tensor_tensor(dst=s_sb, data1=s_sb, data2=penalty[0:qs, 0:ks], op=nl.add)
+    if causal_offset is not None:
+        nisa.affine_select(
+            dst=s_sb,
+            pattern=[[-1, ks]],
+            channel_multiplier=1,
+            on_true_tile=s_sb,
+            on_false_value=-BIG,
+            cmp_op=nl.greater_equal,
+            offset=causal_offset,
+        )
+
+
+def _load_bias_mask(bias, mask, b, h, q0, qs, k0, ks, has_bias, has_mask):
+    bias_tile = mask_tile = None
+    if has_bias:
+        bb, bh = (b if bias.shape[0] > 1 else 0), (h if bias.shape[1] > 1 else 0)
+        bias_tile = nl.ndarray((TILE_Q, ks), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=bias_tile[0:qs, 0:ks], src=bias[bb, bh, q0 : q0 + qs, k0 : k0 + ks])
+        bias_tile = bias_tile[0:qs, 0:ks]
+    if has_mask:
+        mb, mh = (b if mask.shape[0] > 1 else 0), (h if mask.shape[1] > 1 else 0)
+        mask_tile = nl.ndarray((TILE_Q, ks), dtype=nl.uint8, buffer=nl.sbuf)
+        nisa.dma_copy(dst=mask_tile[0:qs, 0:ks], src=mask[mb, mh, q0 : q0 + qs, k0 : k0 + ks])
+        mask_tile = mask_tile[0:qs, 0:ks]
+    return bias_tile, mask_tile
+
+
+# ----------------------------------------------------------------------------- forward
+
+
+@nki.jit
+def flash_fwd_kernel(qT, kT, v, bias, mask, scale, causal, has_bias, has_mask, BLOCK_K):
+    """out (B, Sq, H, D) like q and lse (B, H, Sq) fp32 from qT (B, H, D, Sq), kT (B, Hk, D, Sk),
+    v (B, Hk, Sk, D), bias (Bb, Hb, Sq, Sk) fp32 and mask (Mb, Mh, Sq, Sk) uint8."""
+    B, H, D, Sq = qT.shape
+    _, Hk, _, Sk = kT.shape
+    group = H // Hk
+    off = Sk - Sq  # causal: key j visible to query i when j <= i + off
+    d_chunks = [(d0, min(CHUNK, D - d0)) for d0 in range(0, D, CHUNK)]
+
+    out = nl.ndarray((B, Sq, H, D), dtype=qT.dtype, buffer=nl.shared_hbm)
+    lse = nl.ndarray((B, H, Sq), dtype=nl.float32, buffer=nl.shared_hbm)
+
+    for b in nl.affine_range(B):
+        for h in nl.affine_range(H):
+            kvh = h // group
+            for qi in nl.affine_range(_cdiv(Sq, TILE_Q)):
+                q0 = qi * TILE_Q
+                qs = min(TILE_Q, Sq - q0)
+                q_tiles = []
+                for d0, dc in d_chunks:
+                    t = nl.ndarray((CHUNK, TILE_Q), dtype=qT.dtype, buffer=nl.sbuf)
+                    nisa.dma_copy(dst=t[0:dc, 0:qs], src=qT[b, h, d0 : d0 + dc, q0 : q0 + qs])
+                    q_tiles.append(t)
+                # Running max, row sum and unnormalized output (fp32).
+                m_run = nl.ndarray((TILE_Q, 1), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.memset(dst=m_run[0:qs, :], value=-BIG)
+                l_run = nl.ndarray((TILE_Q, 1), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.memset(dst=l_run[0:qs, :], value=0.0)
+                acc = nl.ndarray((TILE_Q, D), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.memset(dst=acc[0:qs, :], value=0.0)
+
+                for kj in nl.sequential_range(_cdiv(Sk, BLOCK_K)):
+                    k0 = kj * BLOCK_K
+                    ks = min(BLOCK_K, Sk - k0)
+                    any_visible, all_visible = _visible_tile(q0, qs, k0, ks, off) if causal else (True, True)
+                    if not any_visible:
+                        continue  # above the causal diagonal for every query of the tile
+                    # S = q @ k^T for the tile, contracted over head_dim chunks in one PSUM bank.
+                    s_psum = nl.ndarray((TILE_Q, BLOCK_K), dtype=nl.float32, buffer=nl.psum)
+                    for (d0, dc), q_t in zip(d_chunks, q_tiles):
+                        k_t = nl.ndarray((CHUNK, BLOCK_K), dtype=kT.dtype, buffer=nl.sbuf)
+                        nisa.dma_copy(dst=k_t[0:dc, 0:ks], src=kT[b, kvh, d0 : d0 + dc, k0 : k0 + ks])
+                        nisa.nc_matmul(dst=s_psum[0:qs, 0:ks], stationary=q_t[0:dc, 0:qs], moving=k_t[0:dc, 0:ks])
+                    bias_tile, mask_tile = _load_bias_mask(bias, mask, b, h, q0, qs, k0, ks, has_bias, has_mask)
+                    s_sb = nl.ndarray((TILE_Q, BLOCK_K), dtype=nl.float32, buffer=nl.sbuf)
+                    _scores(s_sb[0:qs, 0:ks], s_psum[0:qs, 0:ks], qs, ks, scale, bias_tile, mask_tile, None if all_visible else q0 + off - k0)
+
+                    # Online softmax: m_new = max(m, rowmax(S)); alpha = exp(m - m_new).
+                    tile_max = nl.ndarray((TILE_Q, 1), dtype=nl.float32, buffer=nl.sbuf)
+                    nisa.tensor_reduce(dst=tile_max[0:qs, :], op=nl.maximum, data=s_sb[0:qs, 0:ks], axis=1, keepdims=True)
+                    m_new = nl.ndarray((TILE_Q, 1), dtype=nl.float32, buffer=nl.sbuf)
+                    nisa.tensor_tensor(dst=m_new[0:qs, :], data1=m_run[0:qs, :], data2=tile_max[0:qs, :], op=nl.maximum)
+                    neg_m = nl.ndarray((TILE_Q, 1), dtype=nl.float32, buffer=nl.sbuf)
+                    nisa.tensor_scalar(dst=neg_m[0:qs, :], data=m_new[0:qs, :], op0=nl.multiply, operand0=-1.0)
+                    alpha = nl.ndarray((TILE_Q, 1), dtype=nl.float32, buffer=nl.sbuf)
+                    nisa.activation(dst=alpha[0:qs, :], op=nl.exp, data=m_run[0:qs, :], bias=neg_m[0:qs, :])
+                    # P = exp(S - m_new) in the input dtype, its row sum fused on ScalarE.
+                    p = nl.ndarray((TILE_Q, BLOCK_K), dtype=qT.dtype, buffer=nl.sbuf)
+                    row_sum = nl.ndarray((TILE_Q, 1), dtype=nl.float32, buffer=nl.sbuf)
+                    nisa.activation(
+                        dst=p[0:qs, 0:ks], op=nl.exp, data=s_sb[0:qs, 0:ks], bias=neg_m[0:qs, :],
+                        reduce_op=nl.add, reduce_res=row_sum[0:qs, :], reduce_cmd=nisa.reduce_cmd.reset_reduce,
+                    )  # fmt: skip
+                    nisa.scalar_tensor_tensor(dst=l_run[0:qs, :], data=l_run[0:qs, :], op0=nl.multiply, operand0=alpha[0:qs, :], op1=nl.add, operand1=row_sum[0:qs, :])
+
+                    # P @ V: keys must be the contraction (partition) axis, so transpose P in 128-key pieces.
+                    pv_psum = nl.ndarray((TILE_Q, D), dtype=nl.float32, buffer=nl.psum)
+                    for c in range(_cdiv(ks, CHUNK)):
+                        c0 = c * CHUNK
+                        kc = min(CHUNK, ks - c0)
+                        pT_psum = nl.ndarray((CHUNK, TILE_Q), dtype=qT.dtype, buffer=nl.psum)
+                        nisa.nc_transpose(dst=pT_psum[0:kc, 0:qs], data=p[0:qs, c0 : c0 + kc])
+                        pT = nl.ndarray((CHUNK, TILE_Q), dtype=qT.dtype, buffer=nl.sbuf)
+                        _evacuate(pT[0:kc, 0:qs], pT_psum[0:kc, 0:qs], c)
+                        del pT_psum
+                        v_t = nl.ndarray((CHUNK, D), dtype=v.dtype, buffer=nl.sbuf)
+                        nisa.dma_copy(dst=v_t[0:kc, :], src=v[b, kvh, k0 + c0 : k0 + c0 + kc, :])
+                        nisa.nc_matmul(dst=pv_psum[0:qs, :], stationary=pT[0:kc, 0:qs], moving=v_t[0:kc, :])
+                    # acc = acc * alpha + P @ V
+                    nisa.scalar_tensor_tensor(dst=acc[0:qs, :], data=acc[0:qs, :], op0=nl.multiply, operand0=alpha[0:qs, :], op1=nl.add, operand1=pv_psum[0:qs, :])
+                    m_run = m_new
+                    del s_psum, pv_psum
+
+                # Epilogue: rows that saw a key have m > -BIG/2; the others give 0 and lse = -inf.
+                seen = nl.ndarray((TILE_Q, 1), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.tensor_scalar(dst=seen[0:qs, :], data=m_run[0:qs, :], op0=nl.greater, operand0=-0.5 * BIG)
+                # l >= 1 for a row that saw a key (its max contributes exp(0)); a row whose every
+                # key tile was skipped has l = 0, clamped so 1/l and log(l) stay finite.
+                nisa.tensor_scalar(dst=l_run[0:qs, :], data=l_run[0:qs, :], op0=nl.maximum, operand0=1e-30)
+                inv_l = nl.ndarray((TILE_Q, 1), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.activation(dst=inv_l[0:qs, :], op=nl.reciprocal, data=l_run[0:qs, :])
+                nisa.tensor_tensor(dst=inv_l[0:qs, :], data1=inv_l[0:qs, :], data2=seen[0:qs, :], op=nl.multiply)
+                o_t = nl.ndarray((TILE_Q, D), dtype=qT.dtype, buffer=nl.sbuf)
+                nisa.activation(dst=o_t[0:qs, :], op=nl.copy, data=acc[0:qs, :], scale=inv_l[0:qs, :])
+                nisa.dma_copy(dst=out[b, q0 : q0 + qs, h, :], src=o_t[0:qs, :])
+                # lse = m + log(l) + log(seen); log(0) = -inf marks rows that saw nothing.
+                log_l = nl.ndarray((TILE_Q, 1), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.activation(dst=log_l[0:qs, :], op=nl.log, data=l_run[0:qs, :])
+                log_seen = nl.ndarray((TILE_Q, 1), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.activation(dst=log_seen[0:qs, :], op=nl.log, data=seen[0:qs, :])
+                lse_t = nl.ndarray((TILE_Q, 1), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.tensor_tensor(dst=lse_t[0:qs, :], data1=m_run[0:qs, :], data2=log_l[0:qs, :], op=nl.add)
+                nisa.tensor_tensor(dst=lse_t[0:qs, :], data1=lse_t[0:qs, :], data2=log_seen[0:qs, :], op=nl.add)
+                nisa.dma_copy(dst=lse[b, h, q0 : q0 + qs], src=lse_t[0:qs, :])
+
+    return out, lse
+
+
+# ----------------------------------------------------------------------------- backward
+
+
+@nki.jit
+def flash_bwd_kernel(qT, kT, vT, q, k, do, doT, o, lse, bias, mask, scale, causal, has_bias, has_mask, bias_grad, BLOCK_K):
+    """dq (B, Sq, H, D) like q; dk, dv (B, Sk, Hk, D) fp32 (summed over each GQA group);
+    dbias (Bb, Hb, Sq, Sk) fp32 (summed over broadcast batch/head) when ``bias_grad``.
+
+    Layouts: qT, doT (B, H, D, Sq); kT, vT (B, Hk, D, Sk); q, do, o (B, Sq, H, D); k (B, Sk, Hk, D);
+    lse (B, H, Sq) fp32 with -inf for queries that saw no key."""
+    B, H, D, Sq = qT.shape
+    _, Hk, _, Sk = kT.shape
+    group = H // Hk
+    off = Sk - Sq
+    n_q = _cdiv(Sq, TILE_Q)
+    d_chunks = [(d0, min(CHUNK, D - d0)) for d0 in range(0, D, CHUNK)]
+
+    dq = nl.ndarray((B, Sq, H, D), dtype=q.dtype, buffer=nl.shared_hbm)
+    dk = nl.ndarray((B, Sk, Hk, D), dtype=nl.float32, buffer=nl.shared_hbm)
+    dv = nl.ndarray((B, Sk, Hk, D), dtype=nl.float32, buffer=nl.shared_hbm)
+    dbias = nl.ndarray(bias.shape if bias_grad else (1, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    if not bias_grad:
+        zero = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=zero, value=0.0)
+        nisa.dma_copy(dst=dbias, src=zero)
+
+    for b in nl.affine_range(B):
+        for h in nl.affine_range(H):
+            kvh = h // group
+            first_of_group = h % group == 0
+            dbias_first = bias_grad and (bias.shape[0] > 1 or b == 0) and (bias.shape[1] > 1 or h == 0)
+            bb = b if has_bias and bias.shape[0] > 1 else 0
+            bh = h if has_bias and bias.shape[1] > 1 else 0
+
+            # Per query tile, once per head: delta = rowsum(dO * O) and the exp bias -lse, where
+            # rows that saw no key (lse = -inf) get -lse = -BIG so that P = exp(S - lse) is 0 there.
+            delta = nl.ndarray((TILE_Q, n_q), dtype=nl.float32, buffer=nl.sbuf)
+            neg_lse = nl.ndarray((TILE_Q, n_q), dtype=nl.float32, buffer=nl.sbuf)
+            for qi in nl.affine_range(n_q):
+                q0 = qi * TILE_Q
+                qs = min(TILE_Q, Sq - q0)
+                o_t = nl.ndarray((TILE_Q, D), dtype=o.dtype, buffer=nl.sbuf)
+                nisa.dma_copy(dst=o_t[0:qs, :], src=o[b, q0 : q0 + qs, h, :])
+                do_t = nl.ndarray((TILE_Q, D), dtype=do.dtype, buffer=nl.sbuf)
+                nisa.dma_copy(dst=do_t[0:qs, :], src=do[b, q0 : q0 + qs, h, :])
+                prod = nl.ndarray((TILE_Q, D), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.tensor_tensor(dst=prod[0:qs, :], data1=do_t[0:qs, :], data2=o_t[0:qs, :], op=nl.multiply)
+                nisa.tensor_reduce(dst=delta[0:qs, qi : qi + 1], op=nl.add, data=prod[0:qs, :], axis=1, keepdims=True)
+                lse_t = nl.ndarray((TILE_Q, 1), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.dma_copy(dst=lse_t[0:qs, :], src=lse[b, h, q0 : q0 + qs])
+                # seen = lse > -BIG/2; neg_lse = -max(lse, -BIG) * seen + (seen - 1) * BIG
+                seen = nl.ndarray((TILE_Q, 1), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.tensor_scalar(dst=seen[0:qs, :], data=lse_t[0:qs, :], op0=nl.greater, operand0=-0.5 * BIG)
+                unseen_pen = nl.ndarray((TILE_Q, 1), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.tensor_scalar(dst=unseen_pen[0:qs, :], data=seen[0:qs, :], op0=nl.subtract, operand0=1.0, op1=nl.multiply, operand1=BIG)
+                neg_seen = nl.ndarray((TILE_Q, 1), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.tensor_scalar(dst=neg_seen[0:qs, :], data=seen[0:qs, :], op0=nl.multiply, operand0=-1.0)
+                clamped = nl.ndarray((TILE_Q, 1), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.tensor_scalar(dst=clamped[0:qs, :], data=lse_t[0:qs, :], op0=nl.maximum, operand0=-BIG)
+                nisa.scalar_tensor_tensor(
+                    dst=neg_lse[0:qs, qi : qi + 1], data=clamped[0:qs, :], op0=nl.multiply, operand0=neg_seen[0:qs, :],
+                    op1=nl.add, operand1=unseen_pen[0:qs, :],
+                )  # fmt: skip
+
+            # dQ of every query tile of this head, accumulated across key tiles (fp32, SBUF).
+            dq_acc = [nl.ndarray((TILE_Q, D), dtype=nl.float32, buffer=nl.sbuf) for _ in range(n_q)]
+            dq_started = [False] * n_q
+
+            for kj in nl.sequential_range(_cdiv(Sk, BLOCK_K)):
+                k0 = kj * BLOCK_K
+                ks = min(BLOCK_K, Sk - k0)
+                k_chunks = [(c * CHUNK, min(CHUNK, ks - c * CHUNK)) for c in range(_cdiv(ks, CHUNK))]
+                # Key-side tiles: kT/vT with head_dim on partitions (moving operands of S and dP),
+                # K with keys on partitions (moving operand of dQ).
+                kT_t, vT_t = [], []
+                for d0, dc in d_chunks:
+                    a = nl.ndarray((CHUNK, BLOCK_K), dtype=kT.dtype, buffer=nl.sbuf)
+                    nisa.dma_copy(dst=a[0:dc, 0:ks], src=kT[b, kvh, d0 : d0 + dc, k0 : k0 + ks])
+                    kT_t.append(a)
+                    a = nl.ndarray((CHUNK, BLOCK_K), dtype=vT.dtype, buffer=nl.sbuf)
+                    nisa.dma_copy(dst=a[0:dc, 0:ks], src=vT[b, kvh, d0 : d0 + dc, k0 : k0 + ks])
+                    vT_t.append(a)
+                k_nat = []
+                for c0, kc in k_chunks:
+                    a = nl.ndarray((CHUNK, D), dtype=k.dtype, buffer=nl.sbuf)
+                    nisa.dma_copy(dst=a[0:kc, :], src=k[b, k0 + c0 : k0 + c0 + kc, kvh, :])
+                    k_nat.append(a)
+                # dV and dK of the key tile: one PSUM region each, 128-key chunks side by side,
+                # accumulated by the matmuls over every query tile.
+                dv_psum = nl.ndarray((CHUNK, len(k_chunks) * D), dtype=nl.float32, buffer=nl.psum)
+                dk_psum = nl.ndarray((CHUNK, len(k_chunks) * D), dtype=nl.float32, buffer=nl.psum)
+
+                for qi in nl.affine_range(n_q):
+                    q0 = qi * TILE_Q
+                    qs = min(TILE_Q, Sq - q0)
+                    any_visible, all_visible = _visible_tile(q0, qs, k0, ks, off) if causal else (True, True)
+                    if not any_visible:
+                        if dbias_first:  # the gradient of a bias block no query sees is 0
+                            zeros = nl.ndarray((TILE_Q, BLOCK_K), dtype=nl.float32, buffer=nl.sbuf)
+                            nisa.memset(dst=zeros[0:qs, 0:ks], value=0.0)
+                            nisa.dma_copy(dst=dbias[bb, bh, q0 : q0 + qs, k0 : k0 + ks], src=zeros[0:qs, 0:ks])
+                        continue
+                    # Query-side tiles.
+                    qT_t, doT_t = [], []
+                    for d0, dc in d_chunks:
+                        a = nl.ndarray((CHUNK, TILE_Q), dtype=qT.dtype, buffer=nl.sbuf)
+                        nisa.dma_copy(dst=a[0:dc, 0:qs], src=qT[b, h, d0 : d0 + dc, q0 : q0 + qs])
+                        qT_t.append(a)
+                        a = nl.ndarray((CHUNK, TILE_Q), dtype=doT.dtype, buffer=nl.sbuf)
+                        nisa.dma_copy(dst=a[0:dc, 0:qs], src=doT[b, h, d0 : d0 + dc, q0 : q0 + qs])
+                        doT_t.append(a)
+                    q_nat = nl.ndarray((TILE_Q, D), dtype=q.dtype, buffer=nl.sbuf)
+                    nisa.dma_copy(dst=q_nat[0:qs, :], src=q[b, q0 : q0 + qs, h, :])
+                    do_nat = nl.ndarray((TILE_Q, D), dtype=do.dtype, buffer=nl.sbuf)
+                    nisa.dma_copy(dst=do_nat[0:qs, :], src=do[b, q0 : q0 + qs, h, :])
+
+                    # P = exp(scale * S + bias - lse), recomputed.
+                    s_psum = nl.ndarray((TILE_Q, BLOCK_K), dtype=nl.float32, buffer=nl.psum)
+                    for (d0, dc), a, kt in zip(d_chunks, qT_t, kT_t):
+                        nisa.nc_matmul(dst=s_psum[0:qs, 0:ks], stationary=a[0:dc, 0:qs], moving=kt[0:dc, 0:ks])
+                    bias_tile, mask_tile = _load_bias_mask(bias, mask, b, h, q0, qs, k0, ks, has_bias, has_mask)
+                    s_sb = nl.ndarray((TILE_Q, BLOCK_K), dtype=nl.float32, buffer=nl.sbuf)
+                    _scores(s_sb[0:qs, 0:ks], s_psum[0:qs, 0:ks], qs, ks, scale, bias_tile, mask_tile, None if all_visible else q0 + off - k0)
+                    del s_psum
+                    p = nl.ndarray((TILE_Q, BLOCK_K), dtype=q.dtype, buffer=nl.sbuf)
+                    nisa.activation(dst=p[0:qs, 0:ks], op=nl.exp, data=s_sb[0:qs, 0:ks], bias=neg_lse[0:qs, qi : qi + 1])
+
+                    # dP = dO @ V^T; dS = P * (dP - delta)
+                    dp_psum = nl.ndarray((TILE_Q, BLOCK_K), dtype=nl.float32, buffer=nl.psum)
+                    for (d0, dc), a, vt in zip(d_chunks, doT_t, vT_t):
+                        nisa.nc_matmul(dst=dp_psum[0:qs, 0:ks], stationary=a[0:dc, 0:qs], moving=vt[0:dc, 0:ks])
+                    ds = nl.ndarray((TILE_Q, BLOCK_K), dtype=q.dtype, buffer=nl.sbuf)
+                    if bias_grad:
+                        ds32 = nl.ndarray((TILE_Q, BLOCK_K), dtype=nl.float32, buffer=nl.sbuf)
+                        nisa.scalar_tensor_tensor(dst=ds32[0:qs, 0:ks], data=dp_psum[0:qs, 0:ks], op0=nl.subtract, operand0=delta[0:qs, qi : qi + 1], op1=nl.multiply, operand1=p[0:qs, 0:ks])
+                        nisa.tensor_copy(dst=ds[0:qs, 0:ks], src=ds32[0:qs, 0:ks], engine=nisa.gpsimd_engine)
+                        dst_region = dbias[bb, bh, q0 : q0 + qs, k0 : k0 + ks]
+                        if not dbias_first:  # another (batch, head) already stored this slot: add to it
+                            prev = nl.ndarray((TILE_Q, BLOCK_K), dtype=nl.float32, buffer=nl.sbuf)
+                            nisa.dma_copy(dst=prev[0:qs, 0:ks], src=dst_region)
+                            nisa.tensor_tensor(dst=ds32[0:qs, 0:ks], data1=ds32[0:qs, 0:ks], data2=prev[0:qs, 0:ks], op=nl.add, engine=nisa.gpsimd_engine)
+                        nisa.dma_copy(dst=dst_region, src=ds32[0:qs, 0:ks])
+                    else:
+                        nisa.scalar_tensor_tensor(dst=ds[0:qs, 0:ks], data=dp_psum[0:qs, 0:ks], op0=nl.subtract, operand0=delta[0:qs, qi : qi + 1], op1=nl.multiply, operand1=p[0:qs, 0:ks])
+                    del dp_psum
+
+                    # dV += P^T dO and dK += dS^T Q: P and dS are stationary with queries on partitions.
+                    dq_psum = nl.ndarray((TILE_Q, D), dtype=nl.float32, buffer=nl.psum)
+                    for c, (c0, kc) in enumerate(k_chunks):
+                        nisa.nc_matmul(dst=dv_psum[0:kc, c * D : (c + 1) * D], stationary=p[0:qs, c0 : c0 + kc], moving=do_nat[0:qs, :])
+                        nisa.nc_matmul(dst=dk_psum[0:kc, c * D : (c + 1) * D], stationary=ds[0:qs, c0 : c0 + kc], moving=q_nat[0:qs, :])
+                        # dQ += dS K: keys must be the contraction axis, so transpose dS per 128 keys.
+                        dsT_psum = nl.ndarray((CHUNK, TILE_Q), dtype=q.dtype, buffer=nl.psum)
+                        nisa.nc_transpose(dst=dsT_psum[0:kc, 0:qs], data=ds[0:qs, c0 : c0 + kc])
+                        dsT = nl.ndarray((CHUNK, TILE_Q), dtype=q.dtype, buffer=nl.sbuf)
+                        _evacuate(dsT[0:kc, 0:qs], dsT_psum[0:kc, 0:qs], c + 1)
+                        del dsT_psum
+                        nisa.nc_matmul(dst=dq_psum[0:qs, :], stationary=dsT[0:kc, 0:qs], moving=k_nat[c][0:kc, :])
+                    if dq_started[qi]:
+                        nisa.tensor_tensor(dst=dq_acc[qi][0:qs, :], data1=dq_acc[qi][0:qs, :], data2=dq_psum[0:qs, :], op=nl.add)
+                    else:
+                        nisa.tensor_copy(dst=dq_acc[qi][0:qs, :], src=dq_psum[0:qs, :])
+                        dq_started[qi] = True
+                    del dq_psum
+
+                # Key tile done: dK (scaled) and dV to HBM, added to the group's earlier heads.
+                for c, (c0, kc) in enumerate(k_chunks):
+                    for acc_psum, out_hbm, factor in ((dv_psum, dv, 1.0), (dk_psum, dk, float(scale))):
+                        t = nl.ndarray((CHUNK, D), dtype=nl.float32, buffer=nl.sbuf)
+                        nisa.activation(dst=t[0:kc, :], op=nl.copy, data=acc_psum[0:kc, c * D : (c + 1) * D], scale=factor)
+                        region = out_hbm[b, k0 + c0 : k0 + c0 + kc, kvh, :]
+                        if not first_of_group:
+                            prev = nl.ndarray((CHUNK, D), dtype=nl.float32, buffer=nl.sbuf)
+                            nisa.dma_copy(dst=prev[0:kc, :], src=region)
+                            nisa.tensor_tensor(dst=t[0:kc, :], data1=t[0:kc, :], data2=prev[0:kc, :], op=nl.add)
+                        nisa.dma_copy(dst=region, src=t[0:kc, :])
+                del dv_psum, dk_psum
+
+            # dQ = scale * sum over key tiles; queries that saw no key get 0.
+            for qi in nl.affine_range(n_q):
+                q0 = qi * TILE_Q
+                qs = min(TILE_Q, Sq - q0)
+                dq_t = nl.ndarray((TILE_Q, D), dtype=q.dtype, buffer=nl.sbuf)
+                if dq_started[qi]:
+                    nisa.activation(dst=dq_t[0:qs, :], op=nl.copy, data=dq_acc[qi][0:qs, :], scale=float(scale))
+                else:
+                    nisa.memset(dst=dq_t[0:qs, :], value=0.0)
+                nisa.dma_copy(dst=dq[b, q0 : q0 + qs, h, :], src=dq_t[0:qs, :])
+
+    return dq, dk, dv, dbias
+
+
+# ----------------------------------------------------------------------------- configs
+
+
+@functools.cache
+def _table() -> dict:
+    return json.loads(CONFIGS_PATH.read_text())
+
+
+def representative_shape() -> dict:
+    return dict(_table()["representative_shape"])
+
+
+def configs(target: str) -> list[dict]:
+    """The shipped configs of ``target`` ("trn1"/"trn2"), one per head-dim bucket, with the bucket."""
+    table = _table()["targets"]
+    if target not in table:
+        raise ValueError(f"target: expected one of {sorted(table)}, got {target!r}")
+    return [{"head_dim": int(d), **c} for d, c in table[target].items()]
+
+
+CONFIG_KEYS = ("target", "name", "fwd_block_k", "bwd_block_k")
+
+
+def _validate_config(config: dict | None) -> None:
+    from kernels.errors import InputError
+
+    if not config:
+        return
+    unknown = sorted(set(config) - set(CONFIG_KEYS))
+    if unknown:
+        raise InputError("config", f"keys among {CONFIG_KEYS}", f"unknown keys {unknown}")
+    if config.get("target") not in (None, "trn1", "trn2"):
+        raise InputError("config", "target 'trn1' or 'trn2'", repr(config["target"]))
+    for key in ("fwd_block_k", "bwd_block_k"):
+        v = config.get(key)
+        # Multiples of 128: the kernels cut key tiles into 128-key TensorE chunks. Whether a
+        # size fits the hardware (moving free <= 512, PSUM banks) is the emulator's to check.
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < CHUNK or v % CHUNK):
+            raise InputError("config", f"{key} a positive multiple of {CHUNK}", repr(v))
+
+
+def default_target(config: dict | None = None) -> str:
+    from kernels.trainium.gemm import default_target as gemm_default_target
+
+    return gemm_default_target(config)
+
+
+def resolve_config(head_dim: int, target: str, config: dict | None = None) -> dict:
+    """The config a problem runs with: the target's entry for the smallest head-dim bucket
+    >= head_dim (the heuristic), overridden by ``config``'s keys."""
+    _validate_config(config)
+    table = configs(target)
+    base = next((c for c in table if c["head_dim"] >= head_dim), table[-1])
+    cfg = {key: base[key] for key in ("name", "fwd_block_k", "bwd_block_k")}
+    if config:
+        cfg.update({key: v for key, v in config.items() if key != "target"})
+        if any(key in config for key in ("fwd_block_k", "bwd_block_k")) and "name" not in config:
+            cfg["name"] = "custom"
+    return cfg
+
+
+# ----------------------------------------------------------------------------- host side
+
+
+def _np_dtype(name: str):
+    import ml_dtypes
+
+    return ml_dtypes.bfloat16 if name == "bfloat16" else np.dtype(name)
+
+
+def _as4(x: np.ndarray) -> np.ndarray:
+    return x.reshape((1,) * (4 - x.ndim) + x.shape)
+
+
+def _pair_operand(x, sq: int, sk: int, dtype, dry: bool):
+    """A bias or mask as (Bb, Hb, Sq, Sk): batch/head keep their broadcast 1s, rows are expanded."""
+    from kernels.trainium.emulator import ShapeDtype
+
+    if dry:
+        shape = _as4_shape(x.shape)
+        return ShapeDtype((shape[0], shape[1], sq, sk), dtype)
+    x4 = _as4(x)
+    return np.ascontiguousarray(np.broadcast_to(x4, (x4.shape[0], x4.shape[1], sq, sk)).astype(dtype))
+
+
+def _as4_shape(shape) -> tuple[int, ...]:
+    return (1,) * (4 - len(shape)) + tuple(shape)
+
+
+def _placeholder(dry: bool):
+    from kernels.trainium.emulator import ShapeDtype
+
+    return ShapeDtype((1, 1, 1, 1), np.float32) if dry else np.zeros((1, 1, 1, 1), np.float32)
+
+
+def _heads_major(x, dry: bool):
+    """(B, S, H, D) -> (B, H, D, S): head_dim on partitions, as the kernels load q and k."""
+    from kernels.trainium.emulator import ShapeDtype
+
+    if dry:
+        b, s, h, d = x.shape
+        return ShapeDtype((b, h, d, s), x.dtype)
+    return np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+
+
+def _maybe(x, dry: bool):
+    from kernels.trainium.emulator import ShapeDtype
+
+    return ShapeDtype(x.shape, x.dtype) if dry else x
+
+
+def _run(kernel, target: str, dry: bool, *args, **consts):
+    """Run ``kernel`` on the emulator for ``target`` (or on the real toolchain); (result, ctx)."""
+    from kernels.trainium.emulator import emulate
+
+    if not EMULATED:
+        return kernel(*args, **consts), None
+    # Fully masked rows take log(0) = -inf on purpose; numpy would warn about it.
+    with emulate(target=target, dry=dry) as ctx, np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        result = kernel(*args, **consts)
+    return result, ctx
+
+
+def forward_np(q, k, v, bias, mask, causal, scale, target, config=None, dry=False):
+    """(out, lse, ctx) on numpy arrays (or shape/dtype stand-ins when ``dry``)."""
+    sq, sk, d = q.shape[1], k.shape[1], q.shape[3]
+    cfg = resolve_config(d, target, config)
+    args = (
+        _heads_major(q, dry),
+        _heads_major(k, dry),
+        _maybe(np.ascontiguousarray(v.transpose(0, 2, 1, 3)) if not dry else _Shape((v.shape[0], v.shape[2], v.shape[1], v.shape[3]), v.dtype), dry),
+        _pair_operand(bias, sq, sk, np.float32, dry) if bias is not None else _placeholder(dry),
+        _pair_operand(mask, sq, sk, np.uint8, dry) if mask is not None else _placeholder(dry),
+    )
+    (out, lse), ctx = _run(
+        flash_fwd_kernel, target, dry, *args,
+        scale=float(scale), causal=bool(causal), has_bias=bias is not None, has_mask=mask is not None, BLOCK_K=cfg["fwd_block_k"],
+    )  # fmt: skip
+    return out, lse, ctx
+
+
+def backward_np(do, q, k, v, o, lse, bias, mask, causal, scale, bias_grad, target, config=None, dry=False):
+    """(dq, dk, dv, dbias or None, ctx); dk/dv in k's dtype, dbias reduced to bias's shape (fp32)."""
+    sq, sk, d = q.shape[1], k.shape[1], q.shape[3]
+    cfg = resolve_config(d, target, config)
+    bias_grad = bool(bias_grad and bias is not None)
+    args = (
+        _heads_major(q, dry),
+        _heads_major(k, dry),
+        _heads_major(v, dry),
+        _maybe(q, dry),
+        _maybe(k, dry),
+        _maybe(do, dry),
+        _heads_major(do, dry),
+        _maybe(o, dry),
+        _maybe(lse, dry),
+        _pair_operand(bias, sq, sk, np.float32, dry) if bias is not None else _placeholder(dry),
+        _pair_operand(mask, sq, sk, np.uint8, dry) if mask is not None else _placeholder(dry),
+    )
+    (dq, dk, dv, dbias), ctx = _run(
+        flash_bwd_kernel, target, dry, *args,
+        scale=float(scale), causal=bool(causal), has_bias=bias is not None, has_mask=mask is not None,
+        bias_grad=bias_grad, BLOCK_K=cfg["bwd_block_k"],
+    )  # fmt: skip
+    if dry:
+        return None, None, None, None, ctx
+    if bias_grad:
+        # The kernel summed over broadcast batch/head; sum over broadcast query/key rows here.
+        shape4 = _as4_shape(bias.shape)
+        axes = tuple(ax for ax in (2, 3) if shape4[ax] == 1)
+        dbias = dbias.sum(axis=axes, keepdims=True).reshape(bias.shape) if axes else dbias.reshape(bias.shape)
+    else:
+        dbias = None
+    dtype = k.dtype
+    return dq, dk.astype(dtype), dv.astype(dtype), dbias, ctx
+
+
+class _Shape:
+    """A stand-in array (shape and dtype) for dry runs."""
+
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+        self.ndim = len(self.shape)
+
+    def transpose(self, *axes):
+        return _Shape(tuple(self.shape[a] for a in axes), self.dtype)
+
+
+# ----------------------------------------------------------------------------- torch entry points
+
+
+def _to_numpy(x):
+    from kernels.trainium.gemm import _torch_to_numpy
+
+    return None if x is None else _torch_to_numpy(x)
+
+
+def _to_torch(x, device):
+    from kernels.trainium.gemm import _numpy_to_torch
+
+    return _numpy_to_torch(x, device)
+
+
+def _check_config(config):
+    _validate_config(config)
+    return default_target(config)
+
+
+def attention_fwd(q, k, v, bias, mask, causal, scale, config=None):
+    """(out like q, lse (B, H, Sq) float32) through the NKI forward kernel (emulated here).
+
+    ``config`` may set ``target`` ("trn1"/"trn2"), ``fwd_block_k`` and ``bwd_block_k``."""
+    target = _check_config(config)
+    out, lse, _ = forward_np(
+        _to_numpy(q), _to_numpy(k), _to_numpy(v),
+        None if bias is None else _to_numpy(bias.float()), None if mask is None else _to_numpy(mask),
+        causal, scale, target, config,
+    )  # fmt: skip
+    return _to_torch(out, q.device), _to_torch(lse, q.device)
+
+
+def attention_bwd(do, q, k, v, out, lse, bias, mask, causal, scale, bias_grad, config=None):
+    """(dq, dk, dv, dbias or None) through the NKI backward kernel (emulated here)."""
+    target = _check_config(config)
+    dq, dk, dv, dbias, _ = backward_np(
+        _to_numpy(do.to(q.dtype)), _to_numpy(q), _to_numpy(k), _to_numpy(v), _to_numpy(out.to(q.dtype)),
+        _to_numpy(lse.float()),
+        None if bias is None else _to_numpy(bias.float()), None if mask is None else _to_numpy(mask),
+        causal, scale, bias_grad, target, config,
+    )  # fmt: skip
+    grads = [_to_torch(dq, q.device), _to_torch(dk, k.device), _to_torch(dv, v.device)]
+    grads.append(None if dbias is None else _to_torch(np.ascontiguousarray(dbias), q.device).to(bias.dtype))
+    return tuple(grads)
+
+
+# ----------------------------------------------------------------------------- cost model
+
+
+def estimate(batch=1, heads=8, kv_heads=None, seq=2048, head_dim=128, causal=False, direction="fwd",
+             dtype="bfloat16", target="trn2", config=None, k_len=None):
+    """Cost-model estimate of one attention call from a dry run of the kernel's instruction stream.
+
+    Returns (CostReport, resolved config, context). FLOPs follow the FlashAttention convention:
+    4 B H Sq Sk D forward (halved when causal), 2.5x that backward (5 matmuls of the same size)."""
+    from kernels.trainium.emulator import cost
+
+    kv_heads = kv_heads or heads
+    k_len = k_len or seq
+    dt = _np_dtype(dtype)
+    cfg = resolve_config(head_dim, target, config)
+    q = _Shape((batch, seq, heads, head_dim), dt)
+    k = _Shape((batch, k_len, kv_heads, head_dim), dt)
+    scale = 1.0 / math.sqrt(head_dim)
+    if direction == "fwd":
+        *_, ctx = forward_np(q, k, k, None, None, causal, scale, target, config, dry=True)
+    elif direction == "bwd":
+        lse = _Shape((batch, heads, seq), np.float32)
+        *_, ctx = backward_np(q, q, k, k, q, lse, None, None, causal, scale, False, target, config, dry=True)
+    else:
+        raise ValueError(f"direction: expected 'fwd' or 'bwd', got {direction!r}")
+    flops = 4.0 * batch * heads * seq * k_len * head_dim * (0.5 if causal else 1.0) * (2.5 if direction == "bwd" else 1.0)
+    report = cost.estimate(ctx.trace, ctx.target, flops=flops)
+    report.notes.append(f"SBUF peak {ctx.sbuf_peak} B/partition of {ctx.target.sbuf_bytes_per_partition}; PSUM peak {ctx.psum_peak} of {ctx.target.psum_banks} banks")
+    return report, cfg, ctx
