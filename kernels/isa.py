@@ -188,6 +188,8 @@ INSPECTORS: dict[tuple[str, str], str] = {
     ("attention", "tpu-v6e"): "kernels.tpu.attention:inspect_tpu_attention",
     ("gemm", "trn1"): "kernels.trainium.inspection:inspect_trainium",
     ("gemm", "trn2"): "kernels.trainium.inspection:inspect_trainium",
+    ("attention", "trn1"): "kernels.trainium.inspection:inspect_trainium_attention",
+    ("attention", "trn2"): "kernels.trainium.inspection:inspect_trainium_attention",
     ("triangle_attention", "sm_90a"): "kernels.nvidia.triangle_attention:compile_specs",
     ("triangle_attention", "gfx942"): "kernels.amd.triangle_attention:compile_specs",
     ("triangle_multiplicative_update", "sm_90a"): "kernels.nvidia.triangle_multiplication:compile_specs",

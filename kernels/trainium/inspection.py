@@ -1,4 +1,4 @@
-"""Static facts of the shipped Trainium GEMM configs, from the emulator (no device needed).
+"""Static facts of the shipped Trainium GEMM and attention configs, from the emulator (no device needed).
 
 ``inspect_trainium("trn2")`` runs each config of ``configs/gemm.json`` for the target over the
 representative shape in dry mode (control flow, every hardware-rule check, no arithmetic) and
@@ -50,4 +50,50 @@ def inspect_trainium(target: str, dtype: str = "bfloat16", config: dict | None =
             method="cost model over the emulator's dry-run instruction trace (not a measurement)",
         )
         rows.append(row)
+    return rows
+
+
+def inspect_trainium_attention(target: str, dtype: str = "bfloat16", config: dict | None = None, shape: dict | None = None) -> list[dict]:
+    """Flash attention forward and backward, causal and not, at the representative shape of
+    configs/attention.json (B=1, H=8, S=2048, D=128) on ``target`` ("trn1" or "trn2"), with the
+    shipped config for that head dim or ``config``: one row per (direction, causal) with rule
+    status, engine instruction counts, the cost model's time and fraction of TensorE peak."""
+    from kernels.trainium import attention
+
+    s = {**attention.representative_shape(), **(shape or {})}
+    rows = []
+    for direction in ("fwd", "bwd"):
+        for causal in (False, True):
+            row = {"op": "attention", "target": target, "dtype": dtype, "direction": direction, "causal": causal,
+                   "shape": {key: s[key] for key in ("batch", "heads", "kv_heads", "seq", "head_dim")}}
+            try:
+                report, resolved, ctx = attention.estimate(
+                    s["batch"], s["heads"], s["kv_heads"], s["seq"], s["head_dim"], causal=causal, direction=direction,
+                    dtype=dtype, target=target, config=config,
+                )  # fmt: skip
+            except EmulatorError as exc:
+                row.update(rules="fail", error=str(exc), config=(config or {}).get("name", "custom"))
+                rows.append(row)
+                continue
+            counts = dict(report.instructions)
+            counts["total"] = sum(report.instructions.values())
+            row.update(
+                config=resolved["name"],
+                resolved=resolved,
+                rules="ok",
+                fraction_of_peak=report.fraction_of_peak,
+                estimated_s=report.estimated_s,
+                bound_s=report.bound_s,
+                bottleneck=report.bottleneck,
+                instructions=counts,
+                busy_s=dict(report.busy_s),
+                dma_bytes=report.dma_bytes,
+                flops=report.flops,
+                tensor_peak_flops=report.tensor_peak_flops,
+                sbuf_peak_bytes_per_partition=ctx.sbuf_peak,
+                psum_peak_banks=ctx.psum_peak,
+                sbuf_bytes_per_partition=ctx.target.sbuf_bytes_per_partition,
+                method="cost model over the emulator's dry-run instruction trace (not a measurement)",
+            )
+            rows.append(row)
     return rows
