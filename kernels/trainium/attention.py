@@ -115,15 +115,60 @@ def _load_bias_mask(bias, mask, b, h, q0, qs, k0, ks, has_bias, has_mask):
 # ----------------------------------------------------------------------------- forward
 
 
+def _pv_step(step, v_t, ks, D):
+    """Stages 4-5 of one key step for the query tiles in ``step``: P^T in 128-key pieces
+    (TensorE transposes into one PSUM bank, one copy to SBUF), P @ V, then the rescaled updates
+    l = l * alpha + rowsum(P) and acc = acc * alpha + P @ V."""
+    dtype = step[0]["p"].dtype
+    # Stage 4: keys must be the contraction (partition) axis of P @ V, so P is transposed;
+    # the PSUM -> SBUF copy goes to VectorE for one tile, ScalarE for the next.
+    n_full, tail = ks // CHUNK, ks % CHUNK
+    n_chunks = n_full + (1 if tail else 0)
+    for st in step:
+        qs = st["qs"]
+        st["pT_psum"] = nl.ndarray((CHUNK, n_chunks, TILE_Q), dtype=dtype, buffer=nl.psum)
+        for c in range(n_chunks):
+            kc = min(CHUNK, ks - c * CHUNK)
+            nisa.nc_transpose(dst=st["pT_psum"][0:kc, c, 0:qs], data=st["p"][0:qs, c * CHUNK : c * CHUNK + kc])
+        del st["p"]
+    for i, st in enumerate(step):
+        qs = st["qs"]
+        st["pT"] = nl.ndarray((CHUNK, n_chunks, TILE_Q), dtype=dtype, buffer=nl.sbuf)
+        if n_full:
+            _evacuate(st["pT"][0:CHUNK, 0:n_full, 0:qs], st["pT_psum"][0:CHUNK, 0:n_full, 0:qs], i)
+        if tail:
+            _evacuate(st["pT"][0:tail, n_full : n_full + 1, 0:qs], st["pT_psum"][0:tail, n_full : n_full + 1, 0:qs], i)
+        del st["pT_psum"]
+    for st in step:
+        qs = st["qs"]
+        st["pv_psum"] = nl.ndarray((TILE_Q, D), dtype=nl.float32, buffer=nl.psum)
+        for c in range(n_chunks):
+            kc = min(CHUNK, ks - c * CHUNK)
+            nisa.nc_matmul(dst=st["pv_psum"][0:qs, :], stationary=st["pT"][0:kc, c, 0:qs], moving=v_t[c][0:kc, :])
+        del st["pT"]
+
+    # Stage 5: l = l * alpha + rowsum(P); acc = acc * alpha + P @ V
+    for st in step:
+        qs = st["qs"]
+        nisa.scalar_tensor_tensor(dst=st["st"]["l"][0:qs, :], data=st["st"]["l"][0:qs, :], op0=nl.multiply, operand0=st["alpha"][0:qs, :], op1=nl.add, operand1=st["row_sum"][0:qs, :])
+        nisa.scalar_tensor_tensor(dst=st["st"]["acc"][0:qs, :], data=st["st"]["acc"][0:qs, :], op0=nl.multiply, operand0=st["alpha"][0:qs, :], op1=nl.add, operand1=st["pv_psum"][0:qs, :])
+        del st["pv_psum"], st["alpha"]
+
+
 @nki.jit
-def flash_fwd_kernel(qT, kT, v, bias, mask, scale, causal, has_bias, has_mask, BLOCK_K):
+def flash_fwd_kernel(qT, kT, v, bias, mask, scale, causal, has_bias, has_mask, BLOCK_K, Q_IN_FLIGHT):
     """out (B, Sq, H, D) like q and lse (B, H, Sq) fp32 from qT (B, H, D, Sq), kT (B, Hk, D, Sk),
-    v (B, Hk, Sk, D), bias (Bb, Hb, Sq, Sk) fp32 and mask (Mb, Mh, Sq, Sk) uint8."""
+    v (B, Hk, Sk, D), bias (Bb, Hb, Sq, Sk) fp32 and mask (Mb, Mh, Sq, Sk) uint8.
+
+    ``Q_IN_FLIGHT`` query tiles advance through the key tiles together, each stage issued for
+    all of them before the next stage, so every engine has independent work queued while the
+    softmax chain of one tile waits on another engine."""
     B, H, D, Sq = qT.shape
     _, Hk, _, Sk = kT.shape
     group = H // Hk
     off = Sk - Sq  # causal: key j visible to query i when j <= i + off
     d_chunks = [(d0, min(CHUNK, D - d0)) for d0 in range(0, D, CHUNK)]
+    n_q = _cdiv(Sq, TILE_Q)
 
     out = nl.ndarray((B, Sq, H, D), dtype=qT.dtype, buffer=nl.shared_hbm)
     lse = nl.ndarray((B, H, Sq), dtype=nl.float32, buffer=nl.shared_hbm)
@@ -131,95 +176,127 @@ def flash_fwd_kernel(qT, kT, v, bias, mask, scale, causal, has_bias, has_mask, B
     for b in nl.affine_range(B):
         for h in nl.affine_range(H):
             kvh = h // group
-            for qi in nl.affine_range(_cdiv(Sq, TILE_Q)):
-                q0 = qi * TILE_Q
-                qs = min(TILE_Q, Sq - q0)
-                q_tiles = []
-                for d0, dc in d_chunks:
-                    t = nl.ndarray((CHUNK, TILE_Q), dtype=qT.dtype, buffer=nl.sbuf)
-                    nisa.dma_copy(dst=t[0:dc, 0:qs], src=qT[b, h, d0 : d0 + dc, q0 : q0 + qs])
-                    q_tiles.append(t)
-                # Running max, row sum and unnormalized output (fp32).
-                m_run = nl.ndarray((TILE_Q, 1), dtype=nl.float32, buffer=nl.sbuf)
-                nisa.memset(dst=m_run[0:qs, :], value=-BIG)
-                l_run = nl.ndarray((TILE_Q, 1), dtype=nl.float32, buffer=nl.sbuf)
-                nisa.memset(dst=l_run[0:qs, :], value=0.0)
-                acc = nl.ndarray((TILE_Q, D), dtype=nl.float32, buffer=nl.sbuf)
-                nisa.memset(dst=acc[0:qs, :], value=0.0)
+            for qg in nl.affine_range(_cdiv(n_q, Q_IN_FLIGHT)):
+                tiles = []  # per query tile in flight: its rows and running state
+                for qi in range(qg * Q_IN_FLIGHT, min(n_q, (qg + 1) * Q_IN_FLIGHT)):
+                    q0 = qi * TILE_Q
+                    qs = min(TILE_Q, Sq - q0)
+                    st = {"q0": q0, "qs": qs, "q": []}
+                    for d0, dc in d_chunks:
+                        t = nl.ndarray((CHUNK, TILE_Q), dtype=qT.dtype, buffer=nl.sbuf)
+                        nisa.dma_copy(dst=t[0:dc, 0:qs], src=qT[b, h, d0 : d0 + dc, q0 : q0 + qs])
+                        st["q"].append(t)
+                    # Running max (kept negated: it is the exp bias), row sum and unnormalized output (fp32).
+                    st["nm"] = nl.ndarray((TILE_Q, 1), dtype=nl.float32, buffer=nl.sbuf)
+                    nisa.memset(dst=st["nm"][0:qs, :], value=BIG)
+                    st["l"] = nl.ndarray((TILE_Q, 1), dtype=nl.float32, buffer=nl.sbuf)
+                    nisa.memset(dst=st["l"][0:qs, :], value=0.0)
+                    st["acc"] = nl.ndarray((TILE_Q, D), dtype=nl.float32, buffer=nl.sbuf)
+                    nisa.memset(dst=st["acc"][0:qs, :], value=0.0)
+                    tiles.append(st)
 
+                pending = None
                 for kj in nl.sequential_range(_cdiv(Sk, BLOCK_K)):
                     k0 = kj * BLOCK_K
                     ks = min(BLOCK_K, Sk - k0)
-                    any_visible, all_visible = _visible_tile(q0, qs, k0, ks, off) if causal else (True, True)
-                    if not any_visible:
-                        continue  # above the causal diagonal for every query of the tile
-                    # S = q @ k^T for the tile, contracted over head_dim chunks in one PSUM bank.
-                    s_psum = nl.ndarray((TILE_Q, BLOCK_K), dtype=nl.float32, buffer=nl.psum)
-                    for (d0, dc), q_t in zip(d_chunks, q_tiles):
-                        k_t = nl.ndarray((CHUNK, BLOCK_K), dtype=kT.dtype, buffer=nl.sbuf)
-                        nisa.dma_copy(dst=k_t[0:dc, 0:ks], src=kT[b, kvh, d0 : d0 + dc, k0 : k0 + ks])
-                        nisa.nc_matmul(dst=s_psum[0:qs, 0:ks], stationary=q_t[0:dc, 0:qs], moving=k_t[0:dc, 0:ks])
-                    bias_tile, mask_tile = _load_bias_mask(bias, mask, b, h, q0, qs, k0, ks, has_bias, has_mask)
-                    s_sb = nl.ndarray((TILE_Q, BLOCK_K), dtype=nl.float32, buffer=nl.sbuf)
-                    _scores(s_sb[0:qs, 0:ks], s_psum[0:qs, 0:ks], qs, ks, scale, bias_tile, mask_tile, None if all_visible else q0 + off - k0)
-
-                    # Online softmax: m_new = max(m, rowmax(S)); alpha = exp(m - m_new).
-                    tile_max = nl.ndarray((TILE_Q, 1), dtype=nl.float32, buffer=nl.sbuf)
-                    nisa.tensor_reduce(dst=tile_max[0:qs, :], op=nl.maximum, data=s_sb[0:qs, 0:ks], axis=1, keepdims=True)
-                    m_new = nl.ndarray((TILE_Q, 1), dtype=nl.float32, buffer=nl.sbuf)
-                    nisa.tensor_tensor(dst=m_new[0:qs, :], data1=m_run[0:qs, :], data2=tile_max[0:qs, :], op=nl.maximum)
-                    neg_m = nl.ndarray((TILE_Q, 1), dtype=nl.float32, buffer=nl.sbuf)
-                    nisa.tensor_scalar(dst=neg_m[0:qs, :], data=m_new[0:qs, :], op0=nl.multiply, operand0=-1.0)
-                    alpha = nl.ndarray((TILE_Q, 1), dtype=nl.float32, buffer=nl.sbuf)
-                    nisa.activation(dst=alpha[0:qs, :], op=nl.exp, data=m_run[0:qs, :], bias=neg_m[0:qs, :])
-                    # P = exp(S - m_new) in the input dtype, its row sum fused on ScalarE.
-                    p = nl.ndarray((TILE_Q, BLOCK_K), dtype=qT.dtype, buffer=nl.sbuf)
-                    row_sum = nl.ndarray((TILE_Q, 1), dtype=nl.float32, buffer=nl.sbuf)
-                    nisa.activation(
-                        dst=p[0:qs, 0:ks], op=nl.exp, data=s_sb[0:qs, 0:ks], bias=neg_m[0:qs, :],
-                        reduce_op=nl.add, reduce_res=row_sum[0:qs, :], reduce_cmd=nisa.reduce_cmd.reset_reduce,
-                    )  # fmt: skip
-                    nisa.scalar_tensor_tensor(dst=l_run[0:qs, :], data=l_run[0:qs, :], op0=nl.multiply, operand0=alpha[0:qs, :], op1=nl.add, operand1=row_sum[0:qs, :])
-
-                    # P @ V: keys must be the contraction (partition) axis, so transpose P in 128-key pieces.
-                    pv_psum = nl.ndarray((TILE_Q, D), dtype=nl.float32, buffer=nl.psum)
-                    for c in range(_cdiv(ks, CHUNK)):
-                        c0 = c * CHUNK
+                    active = []
+                    for st in tiles:
+                        any_visible, all_visible = _visible_tile(st["q0"], st["qs"], k0, ks, off) if causal else (True, True)
+                        if any_visible:  # tiles entirely above the causal diagonal are skipped
+                            st["all_visible"] = all_visible
+                            active.append(st)
+                    if not active:
+                        continue
+                    k_t = []
+                    for d0, dc in d_chunks:
+                        t = nl.ndarray((CHUNK, BLOCK_K), dtype=kT.dtype, buffer=nl.sbuf)
+                        nisa.dma_copy(dst=t[0:dc, 0:ks], src=kT[b, kvh, d0 : d0 + dc, k0 : k0 + ks])
+                        k_t.append(t)
+                    v_t = []
+                    for c0 in range(0, ks, CHUNK):
                         kc = min(CHUNK, ks - c0)
-                        pT_psum = nl.ndarray((CHUNK, TILE_Q), dtype=qT.dtype, buffer=nl.psum)
-                        nisa.nc_transpose(dst=pT_psum[0:kc, 0:qs], data=p[0:qs, c0 : c0 + kc])
-                        pT = nl.ndarray((CHUNK, TILE_Q), dtype=qT.dtype, buffer=nl.sbuf)
-                        _evacuate(pT[0:kc, 0:qs], pT_psum[0:kc, 0:qs], c)
-                        del pT_psum
-                        v_t = nl.ndarray((CHUNK, D), dtype=v.dtype, buffer=nl.sbuf)
-                        nisa.dma_copy(dst=v_t[0:kc, :], src=v[b, kvh, k0 + c0 : k0 + c0 + kc, :])
-                        nisa.nc_matmul(dst=pv_psum[0:qs, :], stationary=pT[0:kc, 0:qs], moving=v_t[0:kc, :])
-                    # acc = acc * alpha + P @ V
-                    nisa.scalar_tensor_tensor(dst=acc[0:qs, :], data=acc[0:qs, :], op0=nl.multiply, operand0=alpha[0:qs, :], op1=nl.add, operand1=pv_psum[0:qs, :])
-                    m_run = m_new
-                    del s_psum, pv_psum
+                        t = nl.ndarray((CHUNK, D), dtype=v.dtype, buffer=nl.sbuf)
+                        nisa.dma_copy(dst=t[0:kc, :], src=v[b, kvh, k0 + c0 : k0 + c0 + kc, :])
+                        v_t.append(t)
 
-                # Epilogue: rows that saw a key have m > -BIG/2; the others give 0 and lse = -inf.
-                seen = nl.ndarray((TILE_Q, 1), dtype=nl.float32, buffer=nl.sbuf)
-                nisa.tensor_scalar(dst=seen[0:qs, :], data=m_run[0:qs, :], op0=nl.greater, operand0=-0.5 * BIG)
-                # l >= 1 for a row that saw a key (its max contributes exp(0)); a row whose every
-                # key tile was skipped has l = 0, clamped so 1/l and log(l) stay finite.
-                nisa.tensor_scalar(dst=l_run[0:qs, :], data=l_run[0:qs, :], op0=nl.maximum, operand0=1e-30)
-                inv_l = nl.ndarray((TILE_Q, 1), dtype=nl.float32, buffer=nl.sbuf)
-                nisa.activation(dst=inv_l[0:qs, :], op=nl.reciprocal, data=l_run[0:qs, :])
-                nisa.tensor_tensor(dst=inv_l[0:qs, :], data1=inv_l[0:qs, :], data2=seen[0:qs, :], op=nl.multiply)
-                o_t = nl.ndarray((TILE_Q, D), dtype=qT.dtype, buffer=nl.sbuf)
-                nisa.activation(dst=o_t[0:qs, :], op=nl.copy, data=acc[0:qs, :], scale=inv_l[0:qs, :])
-                nisa.dma_copy(dst=out[b, q0 : q0 + qs, h, :], src=o_t[0:qs, :])
-                # lse = m + log(l) + log(seen); log(0) = -inf marks rows that saw nothing.
-                log_l = nl.ndarray((TILE_Q, 1), dtype=nl.float32, buffer=nl.sbuf)
-                nisa.activation(dst=log_l[0:qs, :], op=nl.log, data=l_run[0:qs, :])
-                log_seen = nl.ndarray((TILE_Q, 1), dtype=nl.float32, buffer=nl.sbuf)
-                nisa.activation(dst=log_seen[0:qs, :], op=nl.log, data=seen[0:qs, :])
-                lse_t = nl.ndarray((TILE_Q, 1), dtype=nl.float32, buffer=nl.sbuf)
-                nisa.tensor_tensor(dst=lse_t[0:qs, :], data1=m_run[0:qs, :], data2=log_l[0:qs, :], op=nl.add)
-                nisa.tensor_tensor(dst=lse_t[0:qs, :], data1=lse_t[0:qs, :], data2=log_seen[0:qs, :], op=nl.add)
-                nisa.dma_copy(dst=lse[b, h, q0 : q0 + qs], src=lse_t[0:qs, :])
+                    # Stage 1 (TensorE): S = q @ k^T, contracted over head_dim chunks in one PSUM bank.
+                    for st in active:
+                        qs = st["qs"]
+                        st["s_psum"] = nl.ndarray((TILE_Q, BLOCK_K), dtype=nl.float32, buffer=nl.psum)
+                        for (d0, dc), q_t, kt in zip(d_chunks, st["q"], k_t):
+                            nisa.nc_matmul(dst=st["s_psum"][0:qs, 0:ks], stationary=q_t[0:dc, 0:qs], moving=kt[0:dc, 0:ks])
+
+                    # Stage 2: scores. A plain tile (no bias, mask or diagonal) stays in PSUM and the
+                    # scale goes into the exponent; the others are built in SBUF.
+                    for st in active:
+                        qs = st["qs"]
+                        plain = not has_bias and not has_mask and st["all_visible"] and scale > 0
+                        if plain:
+                            st["src"], st["factor"] = st["s_psum"][0:qs, 0:ks], float(scale)
+                        else:
+                            bias_tile, mask_tile = _load_bias_mask(bias, mask, b, h, st["q0"], qs, k0, ks, has_bias, has_mask)
+                            s_sb = nl.ndarray((TILE_Q, BLOCK_K), dtype=nl.float32, buffer=nl.sbuf)
+                            _scores(s_sb[0:qs, 0:ks], st["s_psum"][0:qs, 0:ks], qs, ks, scale, bias_tile, mask_tile,
+                                    None if st["all_visible"] else st["q0"] + off - k0)  # fmt: skip
+                            st["src"], st["factor"] = s_sb[0:qs, 0:ks], 1.0
+
+                    # Stage 3: online softmax, each step issued for every tile before the next so the
+                    # engines overlap the tiles. With nm = -(running max):
+                    # nm_new = min(nm, -factor * rowmax); alpha = exp(nm_new - nm) = exp(m - m_new).
+                    for st in active:
+                        qs = st["qs"]
+                        neg_tile_max = nl.ndarray((TILE_Q, 1), dtype=nl.float32, buffer=nl.sbuf)
+                        nisa.tensor_reduce(dst=neg_tile_max[0:qs, :], op=nl.maximum, data=st["src"], axis=1, negate=True, keepdims=True)
+                        nm_new = nl.ndarray((TILE_Q, 1), dtype=nl.float32, buffer=nl.sbuf)
+                        nisa.scalar_tensor_tensor(dst=nm_new[0:qs, :], data=neg_tile_max[0:qs, :], op0=nl.multiply, operand0=st["factor"], op1=nl.minimum, operand1=st["nm"][0:qs, :])
+                        st["alpha"] = nl.ndarray((TILE_Q, 1), dtype=nl.float32, buffer=nl.sbuf)
+                        nisa.activation(dst=st["alpha"][0:qs, :], op=nl.exp, data=st["nm"][0:qs, :], scale=-1.0, bias=nm_new[0:qs, :])
+                        st["nm"] = nm_new
+                    # P = exp(factor * S - m_new) in the input dtype, its row sum fused on ScalarE.
+                    for st in active:
+                        qs = st["qs"]
+                        st["p"] = nl.ndarray((TILE_Q, BLOCK_K), dtype=qT.dtype, buffer=nl.sbuf)
+                        st["row_sum"] = nl.ndarray((TILE_Q, 1), dtype=nl.float32, buffer=nl.sbuf)
+                        nisa.activation(
+                            dst=st["p"][0:qs, 0:ks], op=nl.exp, data=st["src"], bias=st["nm"][0:qs, :], scale=st["factor"],
+                            reduce_op=nl.add, reduce_res=st["row_sum"][0:qs, :], reduce_cmd=nisa.reduce_cmd.reset_reduce,
+                        )  # fmt: skip
+                        del st["src"], st["s_psum"]
+
+                    # Stages 4-5 of this key step run after stages 1-3 of the next one (software
+                    # pipelining: TensorE multiplies P @ V of step j while the softmax of step j+1
+                    # runs on Vector/Scalar); P, alpha, row sums leave the running state for that.
+                    step = [{"st": st, "qs": st["qs"], **{key: st.pop(key) for key in ("p", "alpha", "row_sum")}} for st in active]
+                    if pending is not None:
+                        _pv_step(*pending, D)
+                    pending = (step, v_t, ks)
+                if pending is not None:
+                    _pv_step(*pending, D)
+
+                for st in tiles:
+                    q0, qs = st["q0"], st["qs"]
+                    nm, l_run, acc = st["nm"], st["l"], st["acc"]
+                    # Epilogue: rows that saw a key have m > -BIG/2; the others give 0 and lse = -inf.
+                    seen = nl.ndarray((TILE_Q, 1), dtype=nl.float32, buffer=nl.sbuf)
+                    nisa.tensor_scalar(dst=seen[0:qs, :], data=nm[0:qs, :], op0=nl.less, operand0=0.5 * BIG)
+                    # l >= 1 for a row that saw a key (its max contributes exp(0)); a row whose every
+                    # key tile was skipped has l = 0, clamped so 1/l and log(l) stay finite.
+                    nisa.tensor_scalar(dst=l_run[0:qs, :], data=l_run[0:qs, :], op0=nl.maximum, operand0=1e-30)
+                    inv_l = nl.ndarray((TILE_Q, 1), dtype=nl.float32, buffer=nl.sbuf)
+                    nisa.activation(dst=inv_l[0:qs, :], op=nl.reciprocal, data=l_run[0:qs, :])
+                    nisa.tensor_tensor(dst=inv_l[0:qs, :], data1=inv_l[0:qs, :], data2=seen[0:qs, :], op=nl.multiply)
+                    o_t = nl.ndarray((TILE_Q, D), dtype=qT.dtype, buffer=nl.sbuf)
+                    nisa.activation(dst=o_t[0:qs, :], op=nl.copy, data=acc[0:qs, :], scale=inv_l[0:qs, :])
+                    nisa.dma_copy(dst=out[b, q0 : q0 + qs, h, :], src=o_t[0:qs, :])
+                    # lse = m + log(l) + log(seen); log(0) = -inf marks rows that saw nothing.
+                    log_l = nl.ndarray((TILE_Q, 1), dtype=nl.float32, buffer=nl.sbuf)
+                    nisa.activation(dst=log_l[0:qs, :], op=nl.log, data=l_run[0:qs, :])
+                    log_seen = nl.ndarray((TILE_Q, 1), dtype=nl.float32, buffer=nl.sbuf)
+                    nisa.activation(dst=log_seen[0:qs, :], op=nl.log, data=seen[0:qs, :])
+                    lse_t = nl.ndarray((TILE_Q, 1), dtype=nl.float32, buffer=nl.sbuf)
+                    nisa.tensor_tensor(dst=lse_t[0:qs, :], data1=log_l[0:qs, :], data2=nm[0:qs, :], op=nl.subtract)
+                    nisa.tensor_tensor(dst=lse_t[0:qs, :], data1=lse_t[0:qs, :], data2=log_seen[0:qs, :], op=nl.add)
+                    nisa.dma_copy(dst=lse[b, h, q0 : q0 + qs], src=lse_t[0:qs, :])
 
     return out, lse
 
@@ -436,7 +513,7 @@ def configs(target: str) -> list[dict]:
     return [{"head_dim": int(d), **c} for d, c in table[target].items()]
 
 
-CONFIG_KEYS = ("target", "name", "fwd_block_k", "bwd_block_k")
+CONFIG_KEYS = ("target", "name", "fwd_block_k", "bwd_block_k", "q_in_flight")
 
 
 def _validate_config(config: dict | None) -> None:
@@ -455,6 +532,9 @@ def _validate_config(config: dict | None) -> None:
         # size fits the hardware (moving free <= 512, PSUM banks) is the emulator's to check.
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < CHUNK or v % CHUNK):
             raise InputError("config", f"{key} a positive multiple of {CHUNK}", repr(v))
+    v = config.get("q_in_flight")
+    if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+        raise InputError("config", "q_in_flight a positive int", repr(v))
 
 
 def default_target(config: dict | None = None) -> str:
@@ -469,10 +549,10 @@ def resolve_config(head_dim: int, target: str, config: dict | None = None) -> di
     _validate_config(config)
     table = configs(target)
     base = next((c for c in table if c["head_dim"] >= head_dim), table[-1])
-    cfg = {key: base[key] for key in ("name", "fwd_block_k", "bwd_block_k")}
+    cfg = {key: base[key] for key in ("name", "fwd_block_k", "bwd_block_k", "q_in_flight")}
     if config:
         cfg.update({key: v for key, v in config.items() if key != "target"})
-        if any(key in config for key in ("fwd_block_k", "bwd_block_k")) and "name" not in config:
+        if any(key in config for key in ("fwd_block_k", "bwd_block_k", "q_in_flight")) and "name" not in config:
             cfg["name"] = "custom"
     return cfg
 
@@ -552,7 +632,8 @@ def forward_np(q, k, v, bias, mask, causal, scale, target, config=None, dry=Fals
     )
     (out, lse), ctx = _run(
         flash_fwd_kernel, target, dry, *args,
-        scale=float(scale), causal=bool(causal), has_bias=bias is not None, has_mask=mask is not None, BLOCK_K=cfg["fwd_block_k"],
+        scale=float(scale), causal=bool(causal), has_bias=bias is not None, has_mask=mask is not None,
+        BLOCK_K=cfg["fwd_block_k"], Q_IN_FLIGHT=cfg["q_in_flight"],
     )  # fmt: skip
     return out, lse, ctx
 
