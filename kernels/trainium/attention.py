@@ -115,10 +115,9 @@ def _load_bias_mask(bias, mask, b, h, q0, qs, k0, ks, has_bias, has_mask):
 # ----------------------------------------------------------------------------- forward
 
 
-def _pv_step(step, v_t, ks, D):
-    """Stages 4-5 of one key step for the query tiles in ``step``: P^T in 128-key pieces
-    (TensorE transposes into one PSUM bank, one copy to SBUF), P @ V, then the rescaled updates
-    l = l * alpha + rowsum(P) and acc = acc * alpha + P @ V."""
+def _transpose_p(step, ks):
+    """Stage 4 of one key step for the query tiles in ``step``: P^T in 128-key pieces
+    (TensorE transposes into one PSUM bank, one copy to SBUF)."""
     dtype = step[0]["p"].dtype
     # Stage 4: keys must be the contraction (partition) axis of P @ V, so P is transposed;
     # the PSUM -> SBUF copy goes to VectorE for one tile, ScalarE for the next.
@@ -139,6 +138,12 @@ def _pv_step(step, v_t, ks, D):
         if tail:
             _evacuate(st["pT"][0:tail, n_full : n_full + 1, 0:qs], st["pT_psum"][0:tail, n_full : n_full + 1, 0:qs], i)
         del st["pT_psum"]
+
+
+def _pv_accumulate(step, v_t, ks, D):
+    """Stage 5 of one key step: P @ V, then the rescaled updates l = l * alpha + rowsum(P) and
+    acc = acc * alpha + P @ V."""
+    n_chunks = _cdiv(ks, CHUNK)
     for st in step:
         qs = st["qs"]
         st["pv_psum"] = nl.ndarray((TILE_Q, D), dtype=nl.float32, buffer=nl.psum)
@@ -147,7 +152,6 @@ def _pv_step(step, v_t, ks, D):
             nisa.nc_matmul(dst=st["pv_psum"][0:qs, :], stationary=st["pT"][0:kc, c, 0:qs], moving=v_t[c][0:kc, :])
         del st["pT"]
 
-    # Stage 5: l = l * alpha + rowsum(P); acc = acc * alpha + P @ V
     for st in step:
         qs = st["qs"]
         nisa.scalar_tensor_tensor(dst=st["st"]["l"][0:qs, :], data=st["st"]["l"][0:qs, :], op0=nl.multiply, operand0=st["alpha"][0:qs, :], op1=nl.add, operand1=st["row_sum"][0:qs, :])
@@ -240,6 +244,9 @@ def flash_fwd_kernel(qT, kT, v, bias, mask, scale, causal, has_bias, has_mask, B
                                     None if st["all_visible"] else st["q0"] + off - k0)  # fmt: skip
                             st["src"], st["factor"] = s_sb[0:qs, 0:ks], 1.0
 
+                    if pending is not None:  # stage 4 of the previous key step (see below)
+                        _transpose_p(pending[0], pending[2])
+
                     # Stage 3: online softmax, each step issued for every tile before the next so the
                     # engines overlap the tiles. With nm = -(running max):
                     # nm_new = min(nm, -factor * rowmax); alpha = exp(nm_new - nm) = exp(m - m_new).
@@ -263,15 +270,16 @@ def flash_fwd_kernel(qT, kT, v, bias, mask, scale, causal, has_bias, has_mask, B
                         )  # fmt: skip
                         del st["src"], st["s_psum"]
 
-                    # Stages 4-5 of this key step run after stages 1-3 of the next one (software
-                    # pipelining: TensorE multiplies P @ V of step j while the softmax of step j+1
-                    # runs on Vector/Scalar); P, alpha, row sums leave the running state for that.
-                    step = [{"st": st, "qs": st["qs"], **{key: st.pop(key) for key in ("p", "alpha", "row_sum")}} for st in active]
+                    # Stages 4-5 of a key step run interleaved with stages 1-3 of the next one
+                    # (software pipelining: TensorE transposes and multiplies P of step j while the
+                    # softmax of step j+1 runs on Vector/Scalar); P, alpha and the row sums leave
+                    # the running state for that.
                     if pending is not None:
-                        _pv_step(*pending, D)
-                    pending = (step, v_t, ks)
+                        _pv_accumulate(*pending, D)
+                    pending = ([{"st": st, "qs": st["qs"], **{key: st.pop(key) for key in ("p", "alpha", "row_sum")}} for st in active], v_t, ks)
                 if pending is not None:
-                    _pv_step(*pending, D)
+                    _transpose_p(pending[0], pending[2])
+                    _pv_accumulate(*pending, D)
 
                 for st in tiles:
                     q0, qs = st["q0"], st["qs"]
