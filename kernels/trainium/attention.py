@@ -312,6 +312,37 @@ def flash_fwd_kernel(qT, kT, v, bias, mask, scale, causal, has_bias, has_mask, B
 # ----------------------------------------------------------------------------- backward
 
 
+def _bwd_accumulate(tile, kv, dq_acc, dq_started, D):
+    """Stage C of the backward for one query tile against the key tile ``kv``: dS^T in 128-key
+    pieces (TensorE transposes into one PSUM bank, one copy to SBUF), dV += P^T dO and
+    dK += dS^T Q (P and dS are stationary with queries on partitions), dQ += dS K."""
+    qi, qs, ks, chunks = tile["qi"], tile["qs"], kv["ks"], kv["chunks"]
+    dtype = tile["ds"].dtype
+    n_full, tail = ks // CHUNK, ks % CHUNK
+    dsT_psum = nl.ndarray((CHUNK, len(chunks), TILE_Q), dtype=dtype, buffer=nl.psum)
+    for c, (c0, kc) in enumerate(chunks):
+        nisa.nc_transpose(dst=dsT_psum[0:kc, c, 0:qs], data=tile["ds"][0:qs, c0 : c0 + kc])
+    dsT = nl.ndarray((CHUNK, len(chunks), TILE_Q), dtype=dtype, buffer=nl.sbuf)
+    if n_full:
+        _evacuate(dsT[0:CHUNK, 0:n_full, 0:qs], dsT_psum[0:CHUNK, 0:n_full, 0:qs], qi)
+    if tail:
+        _evacuate(dsT[0:tail, n_full : n_full + 1, 0:qs], dsT_psum[0:tail, n_full : n_full + 1, 0:qs], qi)
+    del dsT_psum
+    for c, (c0, kc) in enumerate(chunks):
+        nisa.nc_matmul(dst=kv["dv"][0:kc, c * D : (c + 1) * D], stationary=tile["p"][0:qs, c0 : c0 + kc], moving=tile["do"][0:qs, :])
+        nisa.nc_matmul(dst=kv["dk"][0:kc, c * D : (c + 1) * D], stationary=tile["ds"][0:qs, c0 : c0 + kc], moving=tile["q"][0:qs, :])
+    dq_psum = nl.ndarray((TILE_Q, D), dtype=nl.float32, buffer=nl.psum)
+    for c, (c0, kc) in enumerate(chunks):
+        nisa.nc_matmul(dst=dq_psum[0:qs, :], stationary=dsT[0:kc, c, 0:qs], moving=kv["k"][c][0:kc, :])
+    if dq_started[qi]:
+        nisa.tensor_tensor(dst=dq_acc[qi][0:qs, :], data1=dq_acc[qi][0:qs, :], data2=dq_psum[0:qs, :], op=nl.add)
+    else:
+        nisa.tensor_copy(dst=dq_acc[qi][0:qs, :], src=dq_psum[0:qs, :])
+        dq_started[qi] = True
+    for key in ("p", "ds", "q", "do"):
+        del tile[key]
+
+
 @nki.jit
 def flash_bwd_kernel(qT, kT, vT, q, k, do, doT, o, lse, bias, mask, scale, causal, has_bias, has_mask, bias_grad, BLOCK_K):
     """dq (B, Sq, H, D) like q; dk, dv (B, Sk, Hk, D) fp32 (summed over each GQA group);
@@ -401,6 +432,11 @@ def flash_bwd_kernel(qT, kT, vT, q, k, do, doT, o, lse, bias, mask, scale, causa
                 dv_psum = nl.ndarray((CHUNK, len(k_chunks) * D), dtype=nl.float32, buffer=nl.psum)
                 dk_psum = nl.ndarray((CHUNK, len(k_chunks) * D), dtype=nl.float32, buffer=nl.psum)
 
+                # Per query tile three stages, software-pipelined: stage A (S and dP on TensorE) of
+                # tile i+1 is issued before stage C (dV, dK, dQ on TensorE) of tile i, so TensorE
+                # has work queued while stage B (P on ScalarE, dS on VectorE) of tile i runs.
+                kv = {"b": b, "h": h, "k0": k0, "ks": ks, "kT": kT_t, "vT": vT_t, "k": k_nat, "chunks": k_chunks, "dv": dv_psum, "dk": dk_psum}
+                pending = None
                 for qi in nl.affine_range(n_q):
                     q0 = qi * TILE_Q
                     qs = min(TILE_Q, Sq - q0)
@@ -411,40 +447,48 @@ def flash_bwd_kernel(qT, kT, vT, q, k, do, doT, o, lse, bias, mask, scale, causa
                             nisa.memset(dst=zeros[0:qs, 0:ks], value=0.0)
                             nisa.dma_copy(dst=dbias[bb, bh, q0 : q0 + qs, k0 : k0 + ks], src=zeros[0:qs, 0:ks])
                         continue
-                    # Query-side tiles.
-                    qT_t, doT_t = [], []
+                    tile = {"qi": qi, "q0": q0, "qs": qs, "all_visible": all_visible}
+                    # Stage A: query-side tiles, S = q @ k^T and dP = dO @ V^T.
+                    tile["qT"], tile["doT"] = [], []
                     for d0, dc in d_chunks:
                         a = nl.ndarray((CHUNK, TILE_Q), dtype=qT.dtype, buffer=nl.sbuf)
                         nisa.dma_copy(dst=a[0:dc, 0:qs], src=qT[b, h, d0 : d0 + dc, q0 : q0 + qs])
-                        qT_t.append(a)
+                        tile["qT"].append(a)
                         a = nl.ndarray((CHUNK, TILE_Q), dtype=doT.dtype, buffer=nl.sbuf)
                         nisa.dma_copy(dst=a[0:dc, 0:qs], src=doT[b, h, d0 : d0 + dc, q0 : q0 + qs])
-                        doT_t.append(a)
-                    q_nat = nl.ndarray((TILE_Q, D), dtype=q.dtype, buffer=nl.sbuf)
-                    nisa.dma_copy(dst=q_nat[0:qs, :], src=q[b, q0 : q0 + qs, h, :])
-                    do_nat = nl.ndarray((TILE_Q, D), dtype=do.dtype, buffer=nl.sbuf)
-                    nisa.dma_copy(dst=do_nat[0:qs, :], src=do[b, q0 : q0 + qs, h, :])
+                        tile["doT"].append(a)
+                    tile["q"] = nl.ndarray((TILE_Q, D), dtype=q.dtype, buffer=nl.sbuf)
+                    nisa.dma_copy(dst=tile["q"][0:qs, :], src=q[b, q0 : q0 + qs, h, :])
+                    tile["do"] = nl.ndarray((TILE_Q, D), dtype=do.dtype, buffer=nl.sbuf)
+                    nisa.dma_copy(dst=tile["do"][0:qs, :], src=do[b, q0 : q0 + qs, h, :])
+                    tile["s_psum"] = nl.ndarray((TILE_Q, BLOCK_K), dtype=nl.float32, buffer=nl.psum)
+                    for (d0, dc), a, kt in zip(d_chunks, tile["qT"], kT_t):
+                        nisa.nc_matmul(dst=tile["s_psum"][0:qs, 0:ks], stationary=a[0:dc, 0:qs], moving=kt[0:dc, 0:ks])
+                    tile["dp_psum"] = nl.ndarray((TILE_Q, BLOCK_K), dtype=nl.float32, buffer=nl.psum)
+                    for (d0, dc), a, vt in zip(d_chunks, tile["doT"], vT_t):
+                        nisa.nc_matmul(dst=tile["dp_psum"][0:qs, 0:ks], stationary=a[0:dc, 0:qs], moving=vt[0:dc, 0:ks])
+                    del tile["qT"], tile["doT"]
 
-                    # P = exp(scale * S + bias - lse), recomputed.
-                    s_psum = nl.ndarray((TILE_Q, BLOCK_K), dtype=nl.float32, buffer=nl.psum)
-                    for (d0, dc), a, kt in zip(d_chunks, qT_t, kT_t):
-                        nisa.nc_matmul(dst=s_psum[0:qs, 0:ks], stationary=a[0:dc, 0:qs], moving=kt[0:dc, 0:ks])
-                    bias_tile, mask_tile = _load_bias_mask(bias, mask, b, h, q0, qs, k0, ks, has_bias, has_mask)
-                    s_sb = nl.ndarray((TILE_Q, BLOCK_K), dtype=nl.float32, buffer=nl.sbuf)
-                    _scores(s_sb[0:qs, 0:ks], s_psum[0:qs, 0:ks], qs, ks, scale, bias_tile, mask_tile, None if all_visible else q0 + off - k0)
-                    del s_psum
-                    p = nl.ndarray((TILE_Q, BLOCK_K), dtype=q.dtype, buffer=nl.sbuf)
-                    nisa.activation(dst=p[0:qs, 0:ks], op=nl.exp, data=s_sb[0:qs, 0:ks], bias=neg_lse[0:qs, qi : qi + 1])
+                    if pending is not None:
+                        _bwd_accumulate(pending, kv, dq_acc, dq_started, D)
 
-                    # dP = dO @ V^T; dS = P * (dP - delta)
-                    dp_psum = nl.ndarray((TILE_Q, BLOCK_K), dtype=nl.float32, buffer=nl.psum)
-                    for (d0, dc), a, vt in zip(d_chunks, doT_t, vT_t):
-                        nisa.nc_matmul(dst=dp_psum[0:qs, 0:ks], stationary=a[0:dc, 0:qs], moving=vt[0:dc, 0:ks])
-                    ds = nl.ndarray((TILE_Q, BLOCK_K), dtype=q.dtype, buffer=nl.sbuf)
+                    # Stage B: P = exp(scale * S + bias - lse), recomputed (read straight from PSUM
+                    # with the scale in the exponent on plain tiles); dS = P * (dP - delta).
+                    if not has_bias and not has_mask and all_visible:
+                        src, factor = tile["s_psum"][0:qs, 0:ks], float(scale)
+                    else:
+                        bias_tile, mask_tile = _load_bias_mask(bias, mask, b, h, q0, qs, k0, ks, has_bias, has_mask)
+                        s_sb = nl.ndarray((TILE_Q, BLOCK_K), dtype=nl.float32, buffer=nl.sbuf)
+                        _scores(s_sb[0:qs, 0:ks], tile["s_psum"][0:qs, 0:ks], qs, ks, scale, bias_tile, mask_tile, None if all_visible else q0 + off - k0)
+                        src, factor = s_sb[0:qs, 0:ks], 1.0
+                    tile["p"] = nl.ndarray((TILE_Q, BLOCK_K), dtype=q.dtype, buffer=nl.sbuf)
+                    nisa.activation(dst=tile["p"][0:qs, 0:ks], op=nl.exp, data=src, scale=factor, bias=neg_lse[0:qs, qi : qi + 1])
+                    del src, tile["s_psum"]
+                    tile["ds"] = nl.ndarray((TILE_Q, BLOCK_K), dtype=q.dtype, buffer=nl.sbuf)
                     if bias_grad:
                         ds32 = nl.ndarray((TILE_Q, BLOCK_K), dtype=nl.float32, buffer=nl.sbuf)
-                        nisa.scalar_tensor_tensor(dst=ds32[0:qs, 0:ks], data=dp_psum[0:qs, 0:ks], op0=nl.subtract, operand0=delta[0:qs, qi : qi + 1], op1=nl.multiply, operand1=p[0:qs, 0:ks])
-                        nisa.tensor_copy(dst=ds[0:qs, 0:ks], src=ds32[0:qs, 0:ks], engine=nisa.gpsimd_engine)
+                        nisa.scalar_tensor_tensor(dst=ds32[0:qs, 0:ks], data=tile["dp_psum"][0:qs, 0:ks], op0=nl.subtract, operand0=delta[0:qs, qi : qi + 1], op1=nl.multiply, operand1=tile["p"][0:qs, 0:ks])
+                        nisa.tensor_copy(dst=tile["ds"][0:qs, 0:ks], src=ds32[0:qs, 0:ks], engine=nisa.gpsimd_engine)
                         dst_region = dbias[bb, bh, q0 : q0 + qs, k0 : k0 + ks]
                         if not dbias_first:  # another (batch, head) already stored this slot: add to it
                             prev = nl.ndarray((TILE_Q, BLOCK_K), dtype=nl.float32, buffer=nl.sbuf)
@@ -452,27 +496,12 @@ def flash_bwd_kernel(qT, kT, vT, q, k, do, doT, o, lse, bias, mask, scale, causa
                             nisa.tensor_tensor(dst=ds32[0:qs, 0:ks], data1=ds32[0:qs, 0:ks], data2=prev[0:qs, 0:ks], op=nl.add, engine=nisa.gpsimd_engine)
                         nisa.dma_copy(dst=dst_region, src=ds32[0:qs, 0:ks])
                     else:
-                        nisa.scalar_tensor_tensor(dst=ds[0:qs, 0:ks], data=dp_psum[0:qs, 0:ks], op0=nl.subtract, operand0=delta[0:qs, qi : qi + 1], op1=nl.multiply, operand1=p[0:qs, 0:ks])
-                    del dp_psum
-
-                    # dV += P^T dO and dK += dS^T Q: P and dS are stationary with queries on partitions.
-                    dq_psum = nl.ndarray((TILE_Q, D), dtype=nl.float32, buffer=nl.psum)
-                    for c, (c0, kc) in enumerate(k_chunks):
-                        nisa.nc_matmul(dst=dv_psum[0:kc, c * D : (c + 1) * D], stationary=p[0:qs, c0 : c0 + kc], moving=do_nat[0:qs, :])
-                        nisa.nc_matmul(dst=dk_psum[0:kc, c * D : (c + 1) * D], stationary=ds[0:qs, c0 : c0 + kc], moving=q_nat[0:qs, :])
-                        # dQ += dS K: keys must be the contraction axis, so transpose dS per 128 keys.
-                        dsT_psum = nl.ndarray((CHUNK, TILE_Q), dtype=q.dtype, buffer=nl.psum)
-                        nisa.nc_transpose(dst=dsT_psum[0:kc, 0:qs], data=ds[0:qs, c0 : c0 + kc])
-                        dsT = nl.ndarray((CHUNK, TILE_Q), dtype=q.dtype, buffer=nl.sbuf)
-                        _evacuate(dsT[0:kc, 0:qs], dsT_psum[0:kc, 0:qs], c + 1)
-                        del dsT_psum
-                        nisa.nc_matmul(dst=dq_psum[0:qs, :], stationary=dsT[0:kc, 0:qs], moving=k_nat[c][0:kc, :])
-                    if dq_started[qi]:
-                        nisa.tensor_tensor(dst=dq_acc[qi][0:qs, :], data1=dq_acc[qi][0:qs, :], data2=dq_psum[0:qs, :], op=nl.add)
-                    else:
-                        nisa.tensor_copy(dst=dq_acc[qi][0:qs, :], src=dq_psum[0:qs, :])
-                        dq_started[qi] = True
-                    del dq_psum
+                        nisa.scalar_tensor_tensor(dst=tile["ds"][0:qs, 0:ks], data=tile["dp_psum"][0:qs, 0:ks], op0=nl.subtract, operand0=delta[0:qs, qi : qi + 1], op1=nl.multiply, operand1=tile["p"][0:qs, 0:ks])
+                    del tile["dp_psum"]
+                    pending = tile
+                if pending is not None:
+                    _bwd_accumulate(pending, kv, dq_acc, dq_started, D)
+                del kv
 
                 # Key tile done: dK (scaled) and dV to HBM, added to the group's earlier heads.
                 for c, (c0, kc) in enumerate(k_chunks):
