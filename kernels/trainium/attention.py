@@ -115,23 +115,24 @@ def _load_bias_mask(bias, mask, b, h, q0, qs, k0, ks, has_bias, has_mask):
 # ----------------------------------------------------------------------------- forward
 
 
-def _transpose_p(step, ks):
+def _transpose_p(step):
     """Stage 4 of one key step for the query tiles in ``step``: P^T in 128-key pieces
     (TensorE transposes into one PSUM bank, one copy to SBUF)."""
     dtype = step[0]["p"].dtype
     # Stage 4: keys must be the contraction (partition) axis of P @ V, so P is transposed;
     # the PSUM -> SBUF copy goes to VectorE for one tile, ScalarE for the next.
-    n_full, tail = ks // CHUNK, ks % CHUNK
-    n_chunks = n_full + (1 if tail else 0)
     for st in step:
-        qs = st["qs"]
+        qs, ks = st["qs"], st["ks"]
+        n_chunks = _cdiv(ks, CHUNK)
         st["pT_psum"] = nl.ndarray((CHUNK, n_chunks, TILE_Q), dtype=dtype, buffer=nl.psum)
         for c in range(n_chunks):
             kc = min(CHUNK, ks - c * CHUNK)
             nisa.nc_transpose(dst=st["pT_psum"][0:kc, c, 0:qs], data=st["p"][0:qs, c * CHUNK : c * CHUNK + kc])
         del st["p"]
     for i, st in enumerate(step):
-        qs = st["qs"]
+        qs, ks = st["qs"], st["ks"]
+        n_full, tail = ks // CHUNK, ks % CHUNK
+        n_chunks = n_full + (1 if tail else 0)
         st["pT"] = nl.ndarray((CHUNK, n_chunks, TILE_Q), dtype=dtype, buffer=nl.sbuf)
         if n_full:
             _evacuate(st["pT"][0:CHUNK, 0:n_full, 0:qs], st["pT_psum"][0:CHUNK, 0:n_full, 0:qs], i)
@@ -140,12 +141,12 @@ def _transpose_p(step, ks):
         del st["pT_psum"]
 
 
-def _pv_accumulate(step, v_t, ks, D):
+def _pv_accumulate(step, v_t, D):
     """Stage 5 of one key step: P @ V, then the rescaled updates l = l * alpha + rowsum(P) and
     acc = acc * alpha + P @ V."""
-    n_chunks = _cdiv(ks, CHUNK)
     for st in step:
-        qs = st["qs"]
+        qs, ks = st["qs"], st["ks"]
+        n_chunks = _cdiv(ks, CHUNK)
         st["pv_psum"] = nl.ndarray((TILE_Q, D), dtype=nl.float32, buffer=nl.psum)
         for c in range(n_chunks):
             kc = min(CHUNK, ks - c * CHUNK)
@@ -205,9 +206,11 @@ def flash_fwd_kernel(qT, kT, v, bias, mask, scale, causal, has_bias, has_mask, B
                     ks = min(BLOCK_K, Sk - k0)
                     active = []
                     for st in tiles:
-                        any_visible, all_visible = _visible_tile(st["q0"], st["qs"], k0, ks, off) if causal else (True, True)
-                        if any_visible:  # tiles entirely above the causal diagonal are skipped
-                            st["all_visible"] = all_visible
+                        # Under causal, a tile works on the keys its last query sees; tiles entirely
+                        # above the diagonal are skipped.
+                        st["ks"] = min(ks, st["q0"] + st["qs"] + off - k0) if causal else ks
+                        if st["ks"] > 0:
+                            st["all_visible"] = _visible_tile(st["q0"], st["qs"], k0, st["ks"], off)[1] if causal else True
                             active.append(st)
                     if not active:
                         continue
@@ -225,33 +228,33 @@ def flash_fwd_kernel(qT, kT, v, bias, mask, scale, causal, has_bias, has_mask, B
 
                     # Stage 1 (TensorE): S = q @ k^T, contracted over head_dim chunks in one PSUM bank.
                     for st in active:
-                        qs = st["qs"]
+                        qs, kss = st["qs"], st["ks"]
                         st["s_psum"] = nl.ndarray((TILE_Q, BLOCK_K), dtype=nl.float32, buffer=nl.psum)
                         for (d0, dc), q_t, kt in zip(d_chunks, st["q"], k_t):
-                            nisa.nc_matmul(dst=st["s_psum"][0:qs, 0:ks], stationary=q_t[0:dc, 0:qs], moving=kt[0:dc, 0:ks])
+                            nisa.nc_matmul(dst=st["s_psum"][0:qs, 0:kss], stationary=q_t[0:dc, 0:qs], moving=kt[0:dc, 0:kss])
 
                     # Stage 2: scores. A plain tile (no bias, mask or diagonal) stays in PSUM and the
                     # scale goes into the exponent; the others are built in SBUF.
                     for st in active:
-                        qs = st["qs"]
+                        qs, kss = st["qs"], st["ks"]
                         plain = not has_bias and not has_mask and st["all_visible"] and scale > 0
                         if plain:
-                            st["src"], st["factor"] = st["s_psum"][0:qs, 0:ks], float(scale)
+                            st["src"], st["factor"] = st["s_psum"][0:qs, 0:kss], float(scale)
                         else:
-                            bias_tile, mask_tile = _load_bias_mask(bias, mask, b, h, st["q0"], qs, k0, ks, has_bias, has_mask)
+                            bias_tile, mask_tile = _load_bias_mask(bias, mask, b, h, st["q0"], qs, k0, kss, has_bias, has_mask)
                             s_sb = nl.ndarray((TILE_Q, BLOCK_K), dtype=nl.float32, buffer=nl.sbuf)
-                            _scores(s_sb[0:qs, 0:ks], st["s_psum"][0:qs, 0:ks], qs, ks, scale, bias_tile, mask_tile,
+                            _scores(s_sb[0:qs, 0:kss], st["s_psum"][0:qs, 0:kss], qs, kss, scale, bias_tile, mask_tile,
                                     None if st["all_visible"] else st["q0"] + off - k0)  # fmt: skip
-                            st["src"], st["factor"] = s_sb[0:qs, 0:ks], 1.0
+                            st["src"], st["factor"] = s_sb[0:qs, 0:kss], 1.0
 
                     if pending is not None:  # stage 4 of the previous key step (see below)
-                        _transpose_p(pending[0], pending[2])
+                        _transpose_p(pending[0])
 
                     # Stage 3: online softmax, each step issued for every tile before the next so the
                     # engines overlap the tiles. With nm = -(running max):
                     # nm_new = min(nm, -factor * rowmax); alpha = exp(nm_new - nm) = exp(m - m_new).
                     for st in active:
-                        qs = st["qs"]
+                        qs, kss = st["qs"], st["ks"]
                         neg_tile_max = nl.ndarray((TILE_Q, 1), dtype=nl.float32, buffer=nl.sbuf)
                         nisa.tensor_reduce(dst=neg_tile_max[0:qs, :], op=nl.maximum, data=st["src"], axis=1, negate=True, keepdims=True)
                         nm_new = nl.ndarray((TILE_Q, 1), dtype=nl.float32, buffer=nl.sbuf)
@@ -261,11 +264,11 @@ def flash_fwd_kernel(qT, kT, v, bias, mask, scale, causal, has_bias, has_mask, B
                         st["nm"] = nm_new
                     # P = exp(factor * S - m_new) in the input dtype, its row sum fused on ScalarE.
                     for st in active:
-                        qs = st["qs"]
+                        qs, kss = st["qs"], st["ks"]
                         st["p"] = nl.ndarray((TILE_Q, BLOCK_K), dtype=qT.dtype, buffer=nl.sbuf)
                         st["row_sum"] = nl.ndarray((TILE_Q, 1), dtype=nl.float32, buffer=nl.sbuf)
                         nisa.activation(
-                            dst=st["p"][0:qs, 0:ks], op=nl.exp, data=st["src"], bias=st["nm"][0:qs, :], scale=st["factor"],
+                            dst=st["p"][0:qs, 0:kss], op=nl.exp, data=st["src"], bias=st["nm"][0:qs, :], scale=st["factor"],
                             reduce_op=nl.add, reduce_res=st["row_sum"][0:qs, :], reduce_cmd=nisa.reduce_cmd.reset_reduce,
                         )  # fmt: skip
                         del st["src"], st["s_psum"]
@@ -276,9 +279,9 @@ def flash_fwd_kernel(qT, kT, v, bias, mask, scale, causal, has_bias, has_mask, B
                     # the running state for that.
                     if pending is not None:
                         _pv_accumulate(*pending, D)
-                    pending = ([{"st": st, "qs": st["qs"], **{key: st.pop(key) for key in ("p", "alpha", "row_sum")}} for st in active], v_t, ks)
+                    pending = ([{"st": st, "qs": st["qs"], "ks": st["ks"], **{key: st.pop(key) for key in ("p", "alpha", "row_sum")}} for st in active], v_t)
                 if pending is not None:
-                    _transpose_p(pending[0], pending[2])
+                    _transpose_p(pending[0])
                     _pv_accumulate(*pending, D)
 
                 for st in tiles:
@@ -316,7 +319,8 @@ def _bwd_accumulate(tile, kv, dq_acc, dq_started, D):
     """Stage C of the backward for one query tile against the key tile ``kv``: dS^T in 128-key
     pieces (TensorE transposes into one PSUM bank, one copy to SBUF), dV += P^T dO and
     dK += dS^T Q (P and dS are stationary with queries on partitions), dQ += dS K."""
-    qi, qs, ks, chunks = tile["qi"], tile["qs"], kv["ks"], kv["chunks"]
+    qi, qs, ks = tile["qi"], tile["qs"], tile["ks"]
+    chunks = [(c0, min(CHUNK, ks - c0)) for c0 in range(0, ks, CHUNK)]
     dtype = tile["ds"].dtype
     n_full, tail = ks // CHUNK, ks % CHUNK
     dsT_psum = nl.ndarray((CHUNK, len(chunks), TILE_Q), dtype=dtype, buffer=nl.psum)
@@ -435,19 +439,21 @@ def flash_bwd_kernel(qT, kT, vT, q, k, do, doT, o, lse, bias, mask, scale, causa
                 # Per query tile three stages, software-pipelined: stage A (S and dP on TensorE) of
                 # tile i+1 is issued before stage C (dV, dK, dQ on TensorE) of tile i, so TensorE
                 # has work queued while stage B (P on ScalarE, dS on VectorE) of tile i runs.
-                kv = {"b": b, "h": h, "k0": k0, "ks": ks, "kT": kT_t, "vT": vT_t, "k": k_nat, "chunks": k_chunks, "dv": dv_psum, "dk": dk_psum}
+                kv = {"b": b, "h": h, "k0": k0, "ks": ks, "kT": kT_t, "vT": vT_t, "k": k_nat, "dv": dv_psum, "dk": dk_psum}
                 pending = None
                 for qi in nl.affine_range(n_q):
                     q0 = qi * TILE_Q
                     qs = min(TILE_Q, Sq - q0)
-                    any_visible, all_visible = _visible_tile(q0, qs, k0, ks, off) if causal else (True, True)
-                    if not any_visible:
-                        if dbias_first:  # the gradient of a bias block no query sees is 0
-                            zeros = nl.ndarray((TILE_Q, BLOCK_K), dtype=nl.float32, buffer=nl.sbuf)
-                            nisa.memset(dst=zeros[0:qs, 0:ks], value=0.0)
-                            nisa.dma_copy(dst=dbias[bb, bh, q0 : q0 + qs, k0 : k0 + ks], src=zeros[0:qs, 0:ks])
+                    # Under causal, the tile works on the keys its last query sees (kse of them).
+                    kse = max(0, min(ks, q0 + qs + off - k0)) if causal else ks
+                    if dbias_first and kse < ks:  # the gradient of a bias block no query sees is 0
+                        zeros = nl.ndarray((TILE_Q, BLOCK_K), dtype=nl.float32, buffer=nl.sbuf)
+                        nisa.memset(dst=zeros[0:qs, 0 : ks - kse], value=0.0)
+                        nisa.dma_copy(dst=dbias[bb, bh, q0 : q0 + qs, k0 + kse : k0 + ks], src=zeros[0:qs, 0 : ks - kse])
+                    if kse == 0:
                         continue
-                    tile = {"qi": qi, "q0": q0, "qs": qs, "all_visible": all_visible}
+                    all_visible = _visible_tile(q0, qs, k0, kse, off)[1] if causal else True
+                    tile = {"qi": qi, "q0": q0, "qs": qs, "ks": kse}
                     # Stage A: query-side tiles, S = q @ k^T and dP = dO @ V^T.
                     tile["qT"], tile["doT"] = [], []
                     for d0, dc in d_chunks:
@@ -463,10 +469,10 @@ def flash_bwd_kernel(qT, kT, vT, q, k, do, doT, o, lse, bias, mask, scale, causa
                     nisa.dma_copy(dst=tile["do"][0:qs, :], src=do[b, q0 : q0 + qs, h, :])
                     tile["s_psum"] = nl.ndarray((TILE_Q, BLOCK_K), dtype=nl.float32, buffer=nl.psum)
                     for (d0, dc), a, kt in zip(d_chunks, tile["qT"], kT_t):
-                        nisa.nc_matmul(dst=tile["s_psum"][0:qs, 0:ks], stationary=a[0:dc, 0:qs], moving=kt[0:dc, 0:ks])
+                        nisa.nc_matmul(dst=tile["s_psum"][0:qs, 0:kse], stationary=a[0:dc, 0:qs], moving=kt[0:dc, 0:kse])
                     tile["dp_psum"] = nl.ndarray((TILE_Q, BLOCK_K), dtype=nl.float32, buffer=nl.psum)
                     for (d0, dc), a, vt in zip(d_chunks, tile["doT"], vT_t):
-                        nisa.nc_matmul(dst=tile["dp_psum"][0:qs, 0:ks], stationary=a[0:dc, 0:qs], moving=vt[0:dc, 0:ks])
+                        nisa.nc_matmul(dst=tile["dp_psum"][0:qs, 0:kse], stationary=a[0:dc, 0:qs], moving=vt[0:dc, 0:kse])
                     del tile["qT"], tile["doT"]
 
                     if pending is not None:
@@ -475,28 +481,28 @@ def flash_bwd_kernel(qT, kT, vT, q, k, do, doT, o, lse, bias, mask, scale, causa
                     # Stage B: P = exp(scale * S + bias - lse), recomputed (read straight from PSUM
                     # with the scale in the exponent on plain tiles); dS = P * (dP - delta).
                     if not has_bias and not has_mask and all_visible:
-                        src, factor = tile["s_psum"][0:qs, 0:ks], float(scale)
+                        src, factor = tile["s_psum"][0:qs, 0:kse], float(scale)
                     else:
-                        bias_tile, mask_tile = _load_bias_mask(bias, mask, b, h, q0, qs, k0, ks, has_bias, has_mask)
+                        bias_tile, mask_tile = _load_bias_mask(bias, mask, b, h, q0, qs, k0, kse, has_bias, has_mask)
                         s_sb = nl.ndarray((TILE_Q, BLOCK_K), dtype=nl.float32, buffer=nl.sbuf)
-                        _scores(s_sb[0:qs, 0:ks], tile["s_psum"][0:qs, 0:ks], qs, ks, scale, bias_tile, mask_tile, None if all_visible else q0 + off - k0)
-                        src, factor = s_sb[0:qs, 0:ks], 1.0
+                        _scores(s_sb[0:qs, 0:kse], tile["s_psum"][0:qs, 0:kse], qs, kse, scale, bias_tile, mask_tile, None if all_visible else q0 + off - k0)
+                        src, factor = s_sb[0:qs, 0:kse], 1.0
                     tile["p"] = nl.ndarray((TILE_Q, BLOCK_K), dtype=q.dtype, buffer=nl.sbuf)
-                    nisa.activation(dst=tile["p"][0:qs, 0:ks], op=nl.exp, data=src, scale=factor, bias=neg_lse[0:qs, qi : qi + 1])
+                    nisa.activation(dst=tile["p"][0:qs, 0:kse], op=nl.exp, data=src, scale=factor, bias=neg_lse[0:qs, qi : qi + 1])
                     del src, tile["s_psum"]
                     tile["ds"] = nl.ndarray((TILE_Q, BLOCK_K), dtype=q.dtype, buffer=nl.sbuf)
                     if bias_grad:
                         ds32 = nl.ndarray((TILE_Q, BLOCK_K), dtype=nl.float32, buffer=nl.sbuf)
-                        nisa.scalar_tensor_tensor(dst=ds32[0:qs, 0:ks], data=tile["dp_psum"][0:qs, 0:ks], op0=nl.subtract, operand0=delta[0:qs, qi : qi + 1], op1=nl.multiply, operand1=tile["p"][0:qs, 0:ks])
-                        nisa.tensor_copy(dst=tile["ds"][0:qs, 0:ks], src=ds32[0:qs, 0:ks], engine=nisa.gpsimd_engine)
-                        dst_region = dbias[bb, bh, q0 : q0 + qs, k0 : k0 + ks]
+                        nisa.scalar_tensor_tensor(dst=ds32[0:qs, 0:kse], data=tile["dp_psum"][0:qs, 0:kse], op0=nl.subtract, operand0=delta[0:qs, qi : qi + 1], op1=nl.multiply, operand1=tile["p"][0:qs, 0:kse])
+                        nisa.tensor_copy(dst=tile["ds"][0:qs, 0:kse], src=ds32[0:qs, 0:kse], engine=nisa.gpsimd_engine)
+                        dst_region = dbias[bb, bh, q0 : q0 + qs, k0 : k0 + kse]
                         if not dbias_first:  # another (batch, head) already stored this slot: add to it
                             prev = nl.ndarray((TILE_Q, BLOCK_K), dtype=nl.float32, buffer=nl.sbuf)
-                            nisa.dma_copy(dst=prev[0:qs, 0:ks], src=dst_region)
-                            nisa.tensor_tensor(dst=ds32[0:qs, 0:ks], data1=ds32[0:qs, 0:ks], data2=prev[0:qs, 0:ks], op=nl.add, engine=nisa.gpsimd_engine)
-                        nisa.dma_copy(dst=dst_region, src=ds32[0:qs, 0:ks])
+                            nisa.dma_copy(dst=prev[0:qs, 0:kse], src=dst_region)
+                            nisa.tensor_tensor(dst=ds32[0:qs, 0:kse], data1=ds32[0:qs, 0:kse], data2=prev[0:qs, 0:kse], op=nl.add, engine=nisa.gpsimd_engine)
+                        nisa.dma_copy(dst=dst_region, src=ds32[0:qs, 0:kse])
                     else:
-                        nisa.scalar_tensor_tensor(dst=tile["ds"][0:qs, 0:ks], data=tile["dp_psum"][0:qs, 0:ks], op0=nl.subtract, operand0=delta[0:qs, qi : qi + 1], op1=nl.multiply, operand1=tile["p"][0:qs, 0:ks])
+                        nisa.scalar_tensor_tensor(dst=tile["ds"][0:qs, 0:kse], data=tile["dp_psum"][0:qs, 0:kse], op0=nl.subtract, operand0=delta[0:qs, qi : qi + 1], op1=nl.multiply, operand1=tile["p"][0:qs, 0:kse])
                     del tile["dp_psum"]
                     pending = tile
                 if pending is not None:
