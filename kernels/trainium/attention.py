@@ -21,6 +21,14 @@ aws-neuron/nki-library):
   ``dQ += dS K`` through a TensorE transpose of dS, accumulated in SBUF across key tiles.
   ``scale`` is applied to dQ and dK once, at the end.
 
+Scheduling. Each engine runs its instruction stream in order, so the kernels are written in
+the order the engines should see the work: the forward advances ``q_in_flight`` query tiles
+through the key tiles together, each stage issued for all of them before the next stage, and
+the transposes and P @ V of a key step are issued after the next step's S (software
+pipelining); the backward issues S and dP of query tile i+1 before dV/dK/dQ of tile i. On plain
+tiles (no bias, mask or diagonal) the scores are read from PSUM with ``scale`` folded into the
+exponent. Under causal, a tile works only on the keys its last query sees.
+
 Conventions of ``kernels/trainium/gemm.py``: NKI 0.6 (explicit ``dst=`` on every instruction),
 the target (trn1/trn2) chosen explicitly, q/k passed head_dim-major (``qT``, ``kT``) by the host
 as the samples take them, and ``dry=True`` for cost estimates of large shapes.
@@ -119,8 +127,8 @@ def _transpose_p(step):
     """Stage 4 of one key step for the query tiles in ``step``: P^T in 128-key pieces
     (TensorE transposes into one PSUM bank, one copy to SBUF)."""
     dtype = step[0]["p"].dtype
-    # Stage 4: keys must be the contraction (partition) axis of P @ V, so P is transposed;
-    # the PSUM -> SBUF copy goes to VectorE for one tile, ScalarE for the next.
+    # Keys must be the contraction (partition) axis of P @ V, so P is transposed; the
+    # PSUM -> SBUF copy goes to VectorE for one tile, ScalarE for the next.
     for st in step:
         qs, ks = st["qs"], st["ks"]
         n_chunks = _cdiv(ks, CHUNK)
