@@ -66,9 +66,9 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _visible_tile(q0, qs, k0, ks, off):
-    """(any key of the tile visible to some query, every key visible to every query) under causal."""
-    return k0 <= q0 + qs - 1 + off, k0 + ks - 1 <= q0 + off
+def _all_visible(q0, k0, ks, off):
+    """Under causal, whether every key of [k0, k0 + ks) is visible to every query from q0 on."""
+    return k0 + ks - 1 <= q0 + off
 
 
 def _evacuate(dst, src, i):
@@ -218,7 +218,7 @@ def flash_fwd_kernel(qT, kT, v, bias, mask, scale, causal, has_bias, has_mask, B
                         # above the diagonal are skipped.
                         st["ks"] = min(ks, st["q0"] + st["qs"] + off - k0) if causal else ks
                         if st["ks"] > 0:
-                            st["all_visible"] = _visible_tile(st["q0"], st["qs"], k0, st["ks"], off)[1] if causal else True
+                            st["all_visible"] = _all_visible(st["q0"], k0, st["ks"], off) if causal else True
                             active.append(st)
                     if not active:
                         continue
@@ -447,7 +447,7 @@ def flash_bwd_kernel(qT, kT, vT, q, k, do, doT, o, lse, bias, mask, scale, causa
                 # Per query tile three stages, software-pipelined: stage A (S and dP on TensorE) of
                 # tile i+1 is issued before stage C (dV, dK, dQ on TensorE) of tile i, so TensorE
                 # has work queued while stage B (P on ScalarE, dS on VectorE) of tile i runs.
-                kv = {"b": b, "h": h, "k0": k0, "ks": ks, "kT": kT_t, "vT": vT_t, "k": k_nat, "dv": dv_psum, "dk": dk_psum}
+                kv = {"k": k_nat, "dv": dv_psum, "dk": dk_psum}
                 pending = None
                 for qi in nl.affine_range(n_q):
                     q0 = qi * TILE_Q
@@ -460,7 +460,7 @@ def flash_bwd_kernel(qT, kT, vT, q, k, do, doT, o, lse, bias, mask, scale, causa
                         nisa.dma_copy(dst=dbias[bb, bh, q0 : q0 + qs, k0 + kse : k0 + ks], src=zeros[0:qs, 0 : ks - kse])
                     if kse == 0:
                         continue
-                    all_visible = _visible_tile(q0, qs, k0, kse, off)[1] if causal else True
+                    all_visible = _all_visible(q0, k0, kse, off) if causal else True
                     tile = {"qi": qi, "q0": q0, "qs": qs, "ks": kse}
                     # Stage A: query-side tiles, S = q @ k^T and dP = dO @ V^T.
                     tile["qT"], tile["doT"] = [], []
@@ -642,20 +642,17 @@ def _placeholder(dry: bool):
     return ShapeDtype((1, 1, 1, 1), np.float32) if dry else np.zeros((1, 1, 1, 1), np.float32)
 
 
-def _heads_major(x, dry: bool):
-    """(B, S, H, D) -> (B, H, D, S): head_dim on partitions, as the kernels load q and k."""
+def _arranged(x, axes, dry: bool):
+    """``x`` with its axes permuted, contiguous (a shape/dtype stand-in when ``dry``)."""
     from kernels.trainium.emulator import ShapeDtype
 
     if dry:
-        b, s, h, d = x.shape
-        return ShapeDtype((b, h, d, s), x.dtype)
-    return np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+        return ShapeDtype(tuple(x.shape[a] for a in axes), x.dtype)
+    return np.ascontiguousarray(x.transpose(axes))
 
 
-def _maybe(x, dry: bool):
-    from kernels.trainium.emulator import ShapeDtype
-
-    return ShapeDtype(x.shape, x.dtype) if dry else x
+HEADS_MAJOR = (0, 2, 3, 1)  # (B, S, H, D) -> (B, H, D, S): head_dim on partitions, as qT and kT
+AS_IS = (0, 1, 2, 3)
 
 
 def _run(kernel, target: str, dry: bool, *args, **consts):
@@ -675,9 +672,9 @@ def forward_np(q, k, v, bias, mask, causal, scale, target, config=None, dry=Fals
     sq, sk, d = q.shape[1], k.shape[1], q.shape[3]
     cfg = resolve_config(d, target, config)
     args = (
-        _heads_major(q, dry),
-        _heads_major(k, dry),
-        _maybe(np.ascontiguousarray(v.transpose(0, 2, 1, 3)) if not dry else _Shape((v.shape[0], v.shape[2], v.shape[1], v.shape[3]), v.dtype), dry),
+        _arranged(q, HEADS_MAJOR, dry),
+        _arranged(k, HEADS_MAJOR, dry),
+        _arranged(v, (0, 2, 1, 3), dry),  # (B, Hk, Sk, D)
         _pair_operand(bias, sq, sk, np.float32, dry) if bias is not None else _placeholder(dry),
         _pair_operand(mask, sq, sk, np.uint8, dry) if mask is not None else _placeholder(dry),
     )
@@ -695,15 +692,15 @@ def backward_np(do, q, k, v, o, lse, bias, mask, causal, scale, bias_grad, targe
     cfg = resolve_config(d, target, config)
     bias_grad = bool(bias_grad and bias is not None)
     args = (
-        _heads_major(q, dry),
-        _heads_major(k, dry),
-        _heads_major(v, dry),
-        _maybe(q, dry),
-        _maybe(k, dry),
-        _maybe(do, dry),
-        _heads_major(do, dry),
-        _maybe(o, dry),
-        _maybe(lse, dry),
+        _arranged(q, HEADS_MAJOR, dry),
+        _arranged(k, HEADS_MAJOR, dry),
+        _arranged(v, HEADS_MAJOR, dry),
+        _arranged(q, AS_IS, dry),
+        _arranged(k, AS_IS, dry),
+        _arranged(do, AS_IS, dry),
+        _arranged(do, HEADS_MAJOR, dry),
+        _arranged(o, AS_IS, dry),
+        _arranged(lse, (0, 1, 2), dry),
         _pair_operand(bias, sq, sk, np.float32, dry) if bias is not None else _placeholder(dry),
         _pair_operand(mask, sq, sk, np.uint8, dry) if mask is not None else _placeholder(dry),
     )
@@ -731,9 +728,6 @@ class _Shape:
     def __init__(self, shape, dtype):
         self.shape, self.dtype = tuple(shape), np.dtype(dtype)
         self.ndim = len(self.shape)
-
-    def transpose(self, *axes):
-        return _Shape(tuple(self.shape[a] for a in axes), self.dtype)
 
 
 # ----------------------------------------------------------------------------- torch entry points
