@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import math
 import random
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -47,6 +47,8 @@ ANALYTIC = {"launch": 1.0, "roof": 1.0, "latency": 1.0}  # everything else 0
 LAUNCH_S = 4e-6  # host launch + grid setup, order of magnitude
 MEMORY_LATENCY_S = 0.6e-6  # one HBM round trip, ~700 cycles at ~1.1-2 GHz, order of magnitude
 TILE_OVERHEAD_S = 0.5e-6  # prologue (first loads) + epilogue (store) per tile
+# config keys that name the problem, not the kernel's tuning
+PROBLEM_KEYS = ("dtype", "layout", "causal", "direction", "triangle")
 
 
 @dataclass(frozen=True)
@@ -210,7 +212,10 @@ class Sample:
 
     @property
     def group(self) -> str:
+        """The problem: the shape and the config keys that define the problem rather than the kernel
+        (an attention's direction and causality are different problems, not configs to rank)."""
         shape = {k: v for k, v in self.shape.items() if k != "dtype"}
+        shape.update({k: v for k, v in self.config.items() if k in PROBLEM_KEYS and k != "dtype"})
         return f"{self.device}|{self.op}|{_config_key(shape)}|{self.dtype}"
 
 
@@ -341,6 +346,8 @@ class Evaluation:
     groups: int
     split: str
     noise: float = float("nan")  # median (p80 - p20) / median of the held-out timings: the floor any model meets
+    method: str = ""  # the timing method of the records fit and judged on
+    excluded: dict[str, int] = field(default_factory=dict)  # reason (roofline.selection.REASONS) -> records left out
 
     def meets(self, mape: float = 0.10, spearman: float = 0.9, regret: float = 0.05) -> bool:
         return self.mape <= mape and self.spearman >= spearman and self.regret <= regret
@@ -412,12 +419,9 @@ def _noise(test: list[Sample]) -> float:
     return float(np.median(spreads)) if spreads else float("nan")
 
 
-def cross_validate(rows: list[Sample], folds: int = 4, seed: int = 0, min_samples: int = 12) -> Evaluation:
-    """Every shape held out once: fit on the other folds of shapes, predict the held-out fold, pool.
-
-    With fewer than ``folds`` shapes, each shape is its own fold (leave one shape out);
-    with a single shape, random samples are held out instead.
-    """
+def _cross_predict(rows: list[Sample], folds: int, seed: int, min_samples: int):
+    """Every shape held out once: the held-out samples, their predictions, the modes used, the
+    mean training-set size and how the folds were made."""
     rng = random.Random(seed)
     groups = sorted({s.group for s in rows})
     rng.shuffle(groups)
@@ -442,24 +446,56 @@ def cross_validate(rows: list[Sample], folds: int = 4, seed: int = 0, min_sample
         test.extend(held)
         pred.extend(model.predict_terms(s.device, s.op, s.terms).seconds for s in held)
         modes.update(model.mode(s.device, s.op) for s in held)
-    return metrics(test, pred, "fitted" if "fitted" in modes else "analytic", round(trained / max(k, 1)), how)
+    return test, pred, "fitted" if "fitted" in modes else "analytic", round(trained / max(k, 1)), how
+
+
+def cross_validate(rows: list[Sample], folds: int = 4, seed: int = 0, min_samples: int = 12) -> Evaluation:
+    """Every shape held out once: fit on the other folds of shapes, predict the held-out fold, pool.
+
+    With fewer than ``folds`` shapes, each shape is its own fold (leave one shape out);
+    with a single shape, random samples are held out instead.
+    """
+    test, pred, mode, trained, how = _cross_predict(rows, folds, seed, min_samples)
+    return metrics(test, pred, mode, trained, how)
 
 
 def fit_and_evaluate(records: Iterable[Record], folds: int = 4, seed: int = 0,
                      min_samples: int = 12) -> tuple[PerfModel, dict[str, Evaluation]]:
     """Judge the model per (device, op) on held-out shapes (cross-validated), then fit on everything.
 
-    Returns the model fit on all samples and the held-out evaluation per "device|op".
+    Only the timings ``roofline.selection.select`` keeps enter (our kernels, device time, one
+    timing method per (device, op)). Returns the model fit on all of them and the held-out
+    evaluation per "device|op" and per "device|op|shape class" (the GEMM regimes), each with
+    the counts of records used and excluded and why.
     """
-    data = samples(records)
+    from roofline import selection as _selection
+
+    records = list(records)
+    chosen = _selection.select(records)
+    machines = machines_for(records)
+    data = samples(chosen.used + [r for r in records if r.kind == "static"], machines)
     by_key: dict[str, list[Sample]] = defaultdict(list)
     for s in data:
         by_key[f"{s.device}|{s.op}"].append(s)
+    excluded: dict[str, Counter] = defaultdict(Counter)
+    for e in chosen.excluded:
+        key = f"{_selection.device_key(e.record)}|{e.record.op}"
+        excluded[key][e.reason] += 1
+        machine = machines.get(_selection.device_key(e.record))
+        if machine is not None and e.record.op == "gemm":
+            part = "underfilled" if _underfilled(e.record.op, e.record.shape, machine) else "filled"
+            excluded[f"{key}|{part}"][e.reason] += 1
     evaluations = {}
     for key, rows in by_key.items():
-        evaluations[key] = cross_validate(rows, folds, seed, min_samples)
-        for part in ("filled", "underfilled"):
-            subset = [s for s in rows if regime(s.terms) == part]
-            if subset and len(subset) < len(rows):
-                evaluations[f"{key}|{part}"] = cross_validate(subset, folds, seed, min_samples)
+        test, pred, mode, trained, how = _cross_predict(rows, folds, seed, min_samples)
+        parts = [("", list(range(len(test))))]
+        for part in ("filled", "underfilled"):  # the shape classes of a GEMM, judged on the same predictions
+            idx = [i for i, s in enumerate(test) if s.op == "gemm" and regime(s.terms) == part]
+            if idx:
+                parts.append((f"|{part}", idx))
+        for suffix, idx in parts:
+            e = metrics([test[i] for i in idx], [pred[i] for i in idx], mode, trained, how)
+            e.method = chosen.methods.get(key, "")
+            e.excluded = dict(excluded.get(key + suffix, {}))
+            evaluations[key + suffix] = e
     return fit(data, min_samples), evaluations
