@@ -41,6 +41,7 @@ REASONS = {
                      f"{EVENT_MIN_SECONDS * 1e6:.0f} us: host launch overhead is in the number",
     "other-method": "timed by another method than the one this (device, op) is fit on (methods are never mixed)",
     "no-config": "no kernel config recorded (the dispatcher's pick): the GEMM tile terms need one",
+    "no-terms": "no device ceilings, or no work counter for the op and no counted flops/bytes in the record",
 }
 
 
