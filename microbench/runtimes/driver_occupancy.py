@@ -34,7 +34,7 @@ class BindingsDriver:
     def _check(self, result: tuple, what: str) -> Any:
         err, *values = result
         if err != self._cu.CUresult.CUDA_SUCCESS:
-            raise DriverError(f"{what} failed: {err}")
+            raise DriverError(f"{what} failed: {getattr(err, 'name', err)}")
         return values[0] if values else None
 
     def load(self, cubin: bytes) -> Any:
