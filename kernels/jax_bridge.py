@@ -17,9 +17,10 @@ import numpy as np
 def to_torch(x: np.ndarray):
     import torch
 
+    # A copy: arrays handed over by JAX are read-only, and a kernel's tensors must be writable.
     if x.dtype.name == "bfloat16":
-        return torch.from_numpy(np.ascontiguousarray(x).view(np.uint16)).view(torch.bfloat16)
-    return torch.from_numpy(np.ascontiguousarray(x))
+        return torch.from_numpy(np.array(x).view(np.uint16)).view(torch.bfloat16)
+    return torch.from_numpy(np.array(x))
 
 
 def to_numpy(t) -> np.ndarray:

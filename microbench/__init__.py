@@ -3,8 +3,9 @@
 - ``microbench.bankconf``: shared-memory / LDS bank-conflict model (NVIDIA, CDNA3).
 - ``microbench.occupancy``: occupancy calculator (sm_80..sm_100, gfx90a, gfx942).
 - ``microbench.clocks``: NVML clock and throttle sampler for any measurement.
-- ``microbench.run_suites(suites, out_dir, device=None)``: run the suites
-  (bank-conflicts, occupancy, clocks, ceilings, host) and write records.
+- ``microbench.runtimes``: the GPU runtime the CUDA suites run on (CuPy or PyCUDA).
+- ``microbench.run_suites(suites, out_dir, device=None, runtime="auto")``: run the
+  suites (bank-conflicts, occupancy, clocks, ceilings, host) and write records.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Running the CUDA microbenchmarks through CuPy: device facts, module loading, timing, provenance.
+"""Running the CUDA microbenchmarks: device facts and module loading on CuPy, cubins, timing, provenance.
 
 Modules are compiled for the device's exact architecture (``sm_90a`` on
 Hopper, so arch-specific instructions are allowed) with NVRTC through
@@ -98,26 +98,41 @@ def kernel_names(source: str) -> list[str]:
     return re.findall(r'extern "C" __global__ void\s+(?:__launch_bounds__\(\d+\)\s+)?(\w+)\s*\(', text)
 
 
-@functools.cache
-def load_module(source: str, arch: str, defines: tuple[tuple[str, Any], ...] = (), extra: tuple[str, ...] = ()):
-    """A ``cupy.RawModule`` for one source, compiled for ``arch`` (cached per process)."""
-    import cupy
+def compile_and_load(source: str, arch: str, defines: tuple[tuple[str, Any], ...], extra: tuple[str, ...],
+                     load: Callable[[bytes], Any], errors: list[str]) -> Any | None:
+    """Compile ``source`` to a cubin (NVRTC, then nvcc) and hand it to ``load``; None if neither worked.
 
-    errors = []
+    A cubin the driver refuses falls through to the next compiler; every
+    failure is appended to ``errors``.
+    """
     for compile_ in (build.nvrtc_cubin, build.nvcc_cubin):
         try:
             cubin = compile_(source, arch, dict(defines), extra)
         except Exception as exc:  # noqa: BLE001 - try the next compiler
             errors.append(f"{compile_.__name__}: {exc}")
             continue
+        try:
+            return load(cubin)
+        except Exception as exc:  # noqa: BLE001
+            errors.append(f"{compile_.__name__}: cubin did not load: {exc}")
+    return None
+
+
+@functools.cache
+def load_module(source: str, arch: str, defines: tuple[tuple[str, Any], ...] = (), extra: tuple[str, ...] = ()):
+    """A ``cupy.RawModule`` for one source, compiled for ``arch`` (cached per process)."""
+    import cupy
+
+    def load(cubin: bytes):
         path = _module_dir() / f"{Path(source).stem}-{arch}-{abs(hash((defines, extra)))}.cubin"
         path.write_bytes(cubin)
         module = cupy.RawModule(path=str(path))
-        try:
-            module.get_function(kernel_names(source)[0])  # loads the cubin now, so a refusal falls through
-        except Exception as exc:  # noqa: BLE001
-            errors.append(f"{compile_.__name__}: cubin did not load: {exc}")
-            continue
+        module.get_function(kernel_names(source)[0])  # loads the cubin now, so a refusal falls through
+        return module
+
+    errors: list[str] = []
+    module = compile_and_load(source, arch, defines, extra, load, errors)
+    if module is not None:
         return module
     # Last resort: CuPy's own NVRTC for the plain architecture (no arch-specific features).
     options = (f"-I{build.SOURCES}", "-std=c++17", *build._defines(dict(defines)), *extra)
@@ -130,27 +145,12 @@ def load_module(source: str, arch: str, defines: tuple[tuple[str, Any], ...] = (
     raise RuntimeError(f"could not build {source} for {arch}: " + " | ".join(errors))
 
 
-def time_launches(launch: Callable[[], None], repeats: int = 10, warmup: int = 2, per_event: int = 1) -> list[float]:
-    """Seconds per call of ``launch`` (which enqueues GPU work), timed with CUDA events.
+def time_launches(launch: Callable[[], None], repeats: int = 10, warmup: int = 2, per_event: int = 1,
+                  runtime=None) -> list[float]:
+    """Seconds per call of ``launch`` (which enqueues GPU work), timed with CUDA events (CuPy's by default)."""
+    from . import runtimes
 
-    Each sample brackets ``per_event`` back-to-back calls and divides, so the
-    launch gap between kernels stays small next to short kernels.
-    """
-    import cupy
-
-    for _ in range(warmup):
-        launch()
-    cupy.cuda.runtime.deviceSynchronize()
-    times = []
-    for _ in range(repeats):
-        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-        start.record()
-        for _ in range(per_event):
-            launch()
-        stop.record()
-        stop.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, stop) / 1e3 / per_event)
-    return times
+    return runtimes.time_launches(runtime or runtimes.make("cupy"), launch, repeats, warmup, per_event)
 
 
 def spread(values: list[float]) -> dict[str, float]:
@@ -168,15 +168,19 @@ def spread(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(s), "p20": q(0.2), "p80": q(0.8)}
 
 
-def gpu_provenance(dev: CudaDevice, clocks: ClockSummary | None = None) -> Provenance:
+def gpu_provenance(dev: CudaDevice, clocks: ClockSummary | None = None, runtime=None) -> Provenance:
+    """Provenance of a GPU measurement; ``runtime`` (CuPy when None) is named in it."""
     facts = nvml_device_facts(dev.index)
     fields: dict[str, Any] = {"device_count": int(facts.get("count", 1) or 1), "driver": facts.get("driver")}
     if clocks is not None:
         fields.update(clocks.provenance_fields())
     try:
-        import cupy
+        if runtime is None:
+            from .runtimes import make
 
-        version = cupy.cuda.runtime.driverGetVersion()
+            runtime = make("cupy")
+        fields["runtime"] = runtime.describe()
+        version = runtime.driver_version()
         fields["driver"] = fields["driver"] or f"cuda-driver-api {version}"
     except Exception:  # noqa: BLE001
         pass

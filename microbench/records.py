@@ -37,6 +37,7 @@ class Provenance(BaseModel):
     clocks_mhz: dict[str, float] = Field(default_factory=dict)  # sampled during the run: sm, mem
     throttle_reasons: list[str] = Field(default_factory=list)
     versions: dict[str, str] = Field(default_factory=dict)
+    runtime: str | None = None  # the library that ran the GPU work: "cupy 14.0.1", "pycuda 2026.1"
     git_commit: str | None = None
     host: str = ""
     timestamp: str = Field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat())
@@ -117,12 +118,12 @@ def _git_commit() -> str | None:
 
 def library_versions() -> dict[str, str]:
     versions = {"python": platform.python_version()}
-    for name in ("torch", "triton", "jax", "numpy", "cupy"):
+    for name in ("torch", "triton", "jax", "numpy", "cupy", "pycuda"):
         try:
             module = __import__(name)
         except Exception:  # noqa: BLE001 - a broken optional install is not our failure
             continue
-        versions[name] = str(getattr(module, "__version__", "?"))
+        versions[name] = str(getattr(module, "__version__", None) or getattr(module, "VERSION_TEXT", "?"))
     try:
         import torch
 

@@ -65,7 +65,7 @@ def _child(name: str, ctx_fields: dict, conn) -> None:
 def _run_isolated(name: str, ctx: SuiteContext, timeout_s: float) -> tuple[str, str, list[Record]]:
     spawn = mp.get_context("spawn")
     parent, child = spawn.Pipe(duplex=False)
-    fields = {"device_index": ctx.device_index, "quick": ctx.quick}
+    fields = {"device_index": ctx.device_index, "quick": ctx.quick, "runtime": ctx.runtime}
     proc = spawn.Process(target=_child, args=(name, fields, child), daemon=True)
     proc.start()
     child.close()
@@ -140,12 +140,19 @@ def run(
     progress: Callable[[str], None] | None = None,
     on_outcome: Callable[[SuiteOutcome], None] | None = None,
     isolate: bool | str = True,
+    runtime: str = "auto",
 ) -> list[SuiteOutcome]:
+    """Run the suites in order; ``runtime`` ("auto", "cupy", "pycuda") is the GPU suites' library."""
+    from .runtimes import CHOICES
+
     names = list(suites) if suites else list(ORDER)
     for n in names:
         get(n)  # unknown names fail before anything runs
+    runtime = (runtime or "auto").strip().lower()
+    if runtime not in CHOICES:
+        raise ValueError(f"runtime must be one of {CHOICES}, got {runtime!r}")
     gpu_index = parse_device(device)
-    ctx = SuiteContext(device_index=gpu_index or 0, quick=quick, progress=progress or (lambda m: None))
+    ctx = SuiteContext(device_index=gpu_index or 0, quick=quick, runtime=runtime, progress=progress or (lambda m: None))
     outcomes = []
     for name in names:
         outcome = run_suite(name, out_dir, ctx, gpu_index, isolate=isolate)

@@ -131,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="records/microbench", help="record store to append to")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--runtime", default="auto", choices=("auto", "cupy", "pycuda"),
+                        help="library the GPU suites run on (auto: CuPy if it can use the GPU, else PyCUDA)")
     parser.add_argument("--require-gpu", action="store_true",
                         help="fail if a GPU suite could not run (for the run on the GPU machine)")
     parser.add_argument("suites", nargs="*")
@@ -141,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{time.perf_counter() - t0:6.1f}s] {o.suite}: {o.status} ({len(o.records)} records, {o.seconds:.1f} s)"
               + (f" -- {o.reason}" if o.reason else ""), flush=True)
 
-    outcomes = run(args.suites or None, args.out, args.device, quick=args.quick,
+    outcomes = run(args.suites or None, args.out, args.device, quick=args.quick, runtime=args.runtime,
                    progress=lambda m: print(f"[{time.perf_counter() - t0:6.1f}s]   {m}", flush=True), on_outcome=show)
     results = checks([r for o in outcomes for r in o.records])
     failed = [o for o in outcomes if o.status == "failed"]

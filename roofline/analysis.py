@@ -19,6 +19,7 @@ from roofline import ceilings as _ceilings
 from roofline import devices
 from roofline import model as _model
 from roofline import plot as _plot
+from roofline import selection as _selection
 from roofline.report import ReportData, Step
 
 
@@ -28,16 +29,21 @@ class Fit:
     model: _model.PerfModel
     evaluations: dict[str, _model.Evaluation]  # "device|op" -> held-out evaluation (measured devices only)
     modes: dict[str, str]  # "device|op" -> "fitted" / "analytic", every device the templates target too
+    selection: _selection.Selection | None = None  # which kernel timings the model was fit and judged on
 
     def save(self, out: str | Path) -> dict[str, Path]:
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
         paths = {"model": out / "model.json", "evaluation": out / "evaluation.json", "ceilings": out / "ceilings.json"}
         self.model.save(paths["model"])
+        chosen = self.selection or _selection.Selection()
         paths["evaluation"].write_text(json.dumps(
             {"targets": {"mape": 0.10, "spearman": 0.9, "regret": 0.05},
              "evaluations": {k: e.as_dict() for k, e in self.evaluations.items()},
-             "modes": self.modes}, indent=2))
+             "modes": self.modes,
+             "selection": {"rules": _selection.REASONS, "event_min_seconds": _selection.EVENT_MIN_SECONDS,
+                           "counts": chosen.counts(), "excluded": [e.row() for e in chosen.excluded]}},
+            indent=2, default=str))
         paths["ceilings"].write_text(json.dumps([row for dc in self.ceilings.values() for row in dc.rows()], indent=2))
         return paths
 
@@ -51,7 +57,7 @@ def fit(records: list[Record], ops: tuple[str, ...] = ("gemm",), folds: int = 4,
             continue  # a regime's evaluation ("h200|gemm|filled"); its mode is the op's
         device, op = key.split("|", 1)
         modes[key] = perf.mode(device, op)
-    return Fit(table, perf, evaluations, dict(sorted(modes.items())))
+    return Fit(table, perf, evaluations, dict(sorted(modes.items())), _selection.select(records))
 
 
 def plot_devices(records: list[Record], table: dict[str, _ceilings.DeviceCeilings]) -> list[str]:

@@ -3,25 +3,36 @@
 Every prediction is a sum of physically meaningful terms, each a time in seconds
 computed from the counted work (``roofline.work``), the static ISA facts of the
 compiled kernel (registers, spills, tensor-core instructions) and the device's
-rates (``roofline.machine``):
+rates (``roofline.machine``). For a tiled GEMM on a persistent grid (one program
+per SM, tiles strided by the SM count):
 
-* ``roof``: the roofline bound, max of the terms below (what a perfect kernel takes);
-* ``compute``: FLOPs of the tiles the busiest SM runs (tile and wave
-  quantization: a partial tile costs a full one, the last wave is as long as a
-  full one) at the per-SM tensor-core rate; the non-tensor rate when the
-  compiled kernel has no tensor-core instructions;
-* ``hbm``, ``l2``: bytes at that level over its bandwidth;
-* ``smem``: the operand bytes the busiest SM reads from shared memory / LDS;
-* ``latency``: one exposed memory latency per K-step, hidden by the pipeline
-  depth (stages - 1) and the resident CTAs (occupancy);
+* ``roof``: the floor no schedule beats: max of the tensor-core time of the
+  tiles the busiest SM runs (tile and wave quantization: a partial tile costs a
+  full one, the last wave is as long as a full one) and the compulsory HBM bytes
+  over the HBM bandwidth;
+* ``hbm``: the same bytes again, for the part of the traffic the K loop does not
+  overlap with the math (skinny M is B-bandwidth-bound);
+* ``smem``: the operand bytes the tensor cores of the busiest SM read from shared
+  memory: each 64-row wgmma of a warpgroup re-reads the whole B slice, so a
+  256x128 tile reads more per FLOP than a 128x256 one;
+* ``pipe``: the busiest SM's K loop, each step as long as the slowest of its math,
+  its loads at the SM's share of L2 bandwidth, and one memory latency hidden by
+  the pipeline depth (stages - 1) and the resident CTAs;
 * ``tiles``: a fixed prologue/epilogue cost per tile on the busiest SM;
+* ``splitk``: split-K's second pass: the reduction launch and its read of the
+  fp32 partial planes and write of the output;
 * ``spill``: spilled bytes re-read every K-step;
 * ``launch``: a constant.
 
+``compute``, ``l2`` and ``latency`` are reported with the terms (the roofline
+placement and the plots read them) but not fit: ``roof`` and ``pipe`` carry them.
+
 The fitted model is ``time = sum(c_i * term_i)`` with non-negative coefficients,
-fit per (device, op) by non-negative least squares on relative error (each row
-divided by its measured time). Without measurements the *analytic* coefficients
-apply (``roof`` + ``latency`` + ``launch``, others 0) and the prediction says so.
+fit per (device, op) and per GEMM shape class by non-negative least squares on
+relative error (each row divided by its measured time), on the records
+``roofline.selection`` keeps (our kernels, device time). Without measurements the
+*analytic* coefficients apply (``roof`` + ``splitk`` + ``launch``, others 0) and the
+prediction says so.
 """
 
 from __future__ import annotations
@@ -29,7 +40,7 @@ from __future__ import annotations
 import json
 import math
 import random
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -42,11 +53,15 @@ from roofline import ceilings as _ceilings
 from roofline import work as _work
 from roofline.machine import Machine, from_ceilings
 
-TERMS = ("launch", "roof", "compute", "hbm", "l2", "smem", "latency", "tiles", "spill")
-ANALYTIC = {"launch": 1.0, "roof": 1.0, "latency": 1.0}  # everything else 0
+TERMS = ("launch", "roof", "hbm", "smem", "pipe", "tiles", "splitk", "spill")  # fitted
+DIAGNOSTICS = ("compute", "l2", "latency")  # reported, not fitted
+ANALYTIC = {"launch": 1.0, "roof": 1.0, "splitk": 1.0}  # everything else 0
 LAUNCH_S = 4e-6  # host launch + grid setup, order of magnitude
+REDUCE_LAUNCH_S = 2e-6  # one more kernel boundary in a stream or graph, order of magnitude
 MEMORY_LATENCY_S = 0.6e-6  # one HBM round trip, ~700 cycles at ~1.1-2 GHz, order of magnitude
 TILE_OVERHEAD_S = 0.5e-6  # prologue (first loads) + epilogue (store) per tile
+# config keys that name the problem, not the kernel's tuning
+PROBLEM_KEYS = ("dtype", "layout", "causal", "direction", "triangle")
 
 
 @dataclass(frozen=True)
@@ -117,19 +132,32 @@ def gemm_terms(shape: dict, config: dict, machine: Machine, dtype: str, static: 
     peak = machine.peak("float32" if no_tensor_cores else dtype)
     tile_flops = 2.0 * bm * bn * k_iters * bk
     w = _work.gemm(shape, config, dtype)
+    bw = machine.bandwidth
+    hbm_bw = bw.get("hbm", 1.0)
+    # wgmma is 64 rows deep: a BLOCK_M tile issues BLOCK_M/64 instructions per K slice, each
+    # reading its 64 rows of A and the whole BLOCK_K x BLOCK_N slice of B from shared memory
+    operand_elems = bm * bk + max(1, math.ceil(bm / 64)) * bk * bn
+    step_math = 2.0 * bm * bn * bk / (peak / units)
+    step_load = (bm * bk + bk * bn) * size / (bw["l2"] / units) if "l2" in bw else 0.0
+    step_latency = MEMORY_LATENCY_S / max(1, stages - 1)
+    out_size = _work.dtype_bytes(shape.get("out_dtype") or dtype)
     t = {
         "compute": tiles_per_unit * tile_flops / (peak / units),
-        "hbm": w.bytes["hbm"] / machine.bandwidth["hbm"] if "hbm" in machine.bandwidth else 0.0,
-        "l2": w.bytes["l2"] / machine.bandwidth["l2"] if "l2" in machine.bandwidth else 0.0,
-        "smem": (tiles_per_unit * k_iters * (bm * bk + bk * bn) * size / (machine.bandwidth["smem"] / units)
-                 if "smem" in machine.bandwidth else 0.0),
-        "latency": math.ceil(tiles_per_unit / occ) * k_iters * MEMORY_LATENCY_S / max(1, stages - 1),
+        "hbm": w.bytes["hbm"] / hbm_bw if "hbm" in bw else 0.0,
+        "l2": w.bytes["l2"] / bw["l2"] if "l2" in bw else 0.0,
+        "smem": tiles_per_unit * k_iters * operand_elems * size / (bw["smem"] / units) if "smem" in bw else 0.0,
+        "latency": math.ceil(tiles_per_unit / occ) * k_iters * step_latency,
+        "pipe": k_iters * max(tiles_per_unit * step_math, tiles_per_unit * step_load,
+                              math.ceil(tiles_per_unit / occ) * step_latency),
         "tiles": math.ceil(tiles_per_unit / occ) * TILE_OVERHEAD_S,
+        "splitk": (REDUCE_LAUNCH_S + batch * (split * m * n * 4 + m * n * out_size) / hbm_bw) if split > 1 else 0.0,
         "spill": (tiles_per_unit * k_iters * (static.spill_bytes if static else 0) * 32 * _cfg(config, "num_warps", 4)
-                  / (machine.bandwidth.get("l2") or machine.bandwidth.get("hbm", 1.0)) * units),
+                  / (bw.get("l2") or hbm_bw) * units),
         "launch": LAUNCH_S,
     }
-    t["roof"] = max(t["compute"], t["hbm"], t["l2"], t["smem"])
+    # the on-chip levels are not floors of their own here: operand panels shared by many tiles
+    # hit in L2, and shared-memory reads overlap the math; they enter through smem and pipe
+    t["roof"] = max(t["compute"], t["hbm"])
     return t
 
 
@@ -137,7 +165,7 @@ def generic_terms(op: str, shape: dict, config: dict, machine: Machine, dtype: s
     w = _work.count(op, shape, config, extra)
     if w is None:
         raise ValueError(f"no work counter for op {op!r} (and no counted flops/bytes in the record)")
-    t = dict.fromkeys(TERMS, 0.0)
+    t = dict.fromkeys((*TERMS, *DIAGNOSTICS), 0.0)
     t["compute"] = w.flops / machine.peak(dtype)
     for level in ("hbm", "l2", "smem"):
         if level in w.bytes and level in machine.bandwidth:
@@ -154,7 +182,7 @@ def terms(op: str, shape: dict, config: dict | None, machine: Machine, dtype: st
         t = gemm_terms(shape, config, machine, dtype, static)
     else:
         t = generic_terms(op, shape, config or {}, machine, dtype, extra)
-    out = {name: float(t.get(name, 0.0)) for name in TERMS}
+    out = {name: float(t.get(name, 0.0)) for name in (*TERMS, *DIAGNOSTICS)}
     out["underfilled"] = float(_underfilled(op, shape, machine))
     return out
 
@@ -210,7 +238,10 @@ class Sample:
 
     @property
     def group(self) -> str:
+        """The problem: the shape and the config keys that define the problem rather than the kernel
+        (an attention's direction and causality are different problems, not configs to rank)."""
         shape = {k: v for k, v in self.shape.items() if k != "dtype"}
+        shape.update({k: v for k, v in self.config.items() if k in PROBLEM_KEYS and k != "dtype"})
         return f"{self.device}|{self.op}|{_config_key(shape)}|{self.dtype}"
 
 
@@ -285,9 +316,10 @@ class PerfModel:
         return cls(d.get("coefficients", {}), d.get("fitted_on", {}))
 
 
-def fit(data: list[Sample], min_samples: int = 12, prior_weight: float = 0.05) -> PerfModel:
+def fit(data: list[Sample], min_samples: int = 8, prior_weight: float = 0.05) -> PerfModel:
     """Non-negative least squares on relative error, one coefficient set per (device, op), and one
-    per regime (grid filled or not) where that regime has enough samples.
+    per regime (grid filled or not) where that regime has enough samples (``min_samples``: an op
+    without tile configs has three live terms, launch, roof and hbm, so 8 timings pin them).
 
     The terms overlap (on most shapes the roof *is* one of the level terms), so
     a weak ridge pulls the coefficients toward the analytic ones; it settles
@@ -341,9 +373,12 @@ class Evaluation:
     groups: int
     split: str
     noise: float = float("nan")  # median (p80 - p20) / median of the held-out timings: the floor any model meets
+    method: str = ""  # the timing method of the records fit and judged on
+    excluded: dict[str, int] = field(default_factory=dict)  # reason (roofline.selection.REASONS) -> records left out
 
     def meets(self, mape: float = 0.10, spearman: float = 0.9, regret: float = 0.05) -> bool:
-        return self.mape <= mape and self.spearman >= spearman and self.regret <= regret
+        # no regret where no held-out problem has two configs to choose between
+        return self.mape <= mape and self.spearman >= spearman and (self.regret <= regret or self.regret != self.regret)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -389,8 +424,10 @@ def metrics(test: list[Sample], predicted: list[float], mode: str, n_train: int 
             if r == r:
                 rhos.append(r)
         if len(idx) >= 2:
-            pick = idx[int(np.argmin(pred[idx]))]
-            regrets.append(meas[pick] / meas[idx].min() - 1.0)
+            # configs the model cannot tell apart are a coin toss: the expected regret over the tie
+            best = pred[idx].min()
+            picks = [i for i in idx if pred[i] <= best * (1 + 1e-9)]
+            regrets.append(float(np.mean(meas[picks])) / meas[idx].min() - 1.0)
     return Evaluation(
         mode=mode,
         n_train=n_train,
@@ -412,12 +449,9 @@ def _noise(test: list[Sample]) -> float:
     return float(np.median(spreads)) if spreads else float("nan")
 
 
-def cross_validate(rows: list[Sample], folds: int = 4, seed: int = 0, min_samples: int = 12) -> Evaluation:
-    """Every shape held out once: fit on the other folds of shapes, predict the held-out fold, pool.
-
-    With fewer than ``folds`` shapes, each shape is its own fold (leave one shape out);
-    with a single shape, random samples are held out instead.
-    """
+def _cross_predict(rows: list[Sample], folds: int, seed: int, min_samples: int):
+    """Every shape held out once: the held-out samples, their predictions, the modes used, the
+    mean training-set size and how the folds were made."""
     rng = random.Random(seed)
     groups = sorted({s.group for s in rows})
     rng.shuffle(groups)
@@ -442,24 +476,58 @@ def cross_validate(rows: list[Sample], folds: int = 4, seed: int = 0, min_sample
         test.extend(held)
         pred.extend(model.predict_terms(s.device, s.op, s.terms).seconds for s in held)
         modes.update(model.mode(s.device, s.op) for s in held)
-    return metrics(test, pred, "fitted" if "fitted" in modes else "analytic", round(trained / max(k, 1)), how)
+    return test, pred, "fitted" if "fitted" in modes else "analytic", round(trained / max(k, 1)), how
+
+
+def cross_validate(rows: list[Sample], folds: int = 4, seed: int = 0, min_samples: int = 8) -> Evaluation:
+    """Every shape held out once: fit on the other folds of shapes, predict the held-out fold, pool.
+
+    With fewer than ``folds`` shapes, each shape is its own fold (leave one shape out);
+    with a single shape, random samples are held out instead.
+    """
+    test, pred, mode, trained, how = _cross_predict(rows, folds, seed, min_samples)
+    return metrics(test, pred, mode, trained, how)
 
 
 def fit_and_evaluate(records: Iterable[Record], folds: int = 4, seed: int = 0,
-                     min_samples: int = 12) -> tuple[PerfModel, dict[str, Evaluation]]:
+                     min_samples: int = 8) -> tuple[PerfModel, dict[str, Evaluation]]:
     """Judge the model per (device, op) on held-out shapes (cross-validated), then fit on everything.
 
-    Returns the model fit on all samples and the held-out evaluation per "device|op".
+    Only the timings ``roofline.selection.select`` keeps enter (our kernels, device time, one
+    timing method per (device, op)). Returns the model fit on all of them and the held-out
+    evaluation per "device|op" and per "device|op|shape class" (the GEMM regimes), each with
+    the counts of records used and excluded and why.
     """
-    data = samples(records)
+    from roofline import selection as _selection
+
+    records = list(records)
+    chosen = _selection.select(records)
+    machines = machines_for(records)
+    data = samples(chosen.used + [r for r in records if r.kind == "static"], machines)
+    placed = {id(s.record) for s in data}
+    chosen.excluded += [_selection.Excluded(r, "no-terms") for r in chosen.used if id(r) not in placed]
     by_key: dict[str, list[Sample]] = defaultdict(list)
     for s in data:
         by_key[f"{s.device}|{s.op}"].append(s)
+    excluded: dict[str, Counter] = defaultdict(Counter)
+    for e in chosen.excluded:
+        key = f"{_selection.device_key(e.record)}|{e.record.op}"
+        excluded[key][e.reason] += 1
+        machine = machines.get(_selection.device_key(e.record))
+        if machine is not None and e.record.op == "gemm":
+            part = "underfilled" if _underfilled(e.record.op, e.record.shape, machine) else "filled"
+            excluded[f"{key}|{part}"][e.reason] += 1
     evaluations = {}
     for key, rows in by_key.items():
-        evaluations[key] = cross_validate(rows, folds, seed, min_samples)
-        for part in ("filled", "underfilled"):
-            subset = [s for s in rows if regime(s.terms) == part]
-            if subset and len(subset) < len(rows):
-                evaluations[f"{key}|{part}"] = cross_validate(subset, folds, seed, min_samples)
+        test, pred, mode, trained, how = _cross_predict(rows, folds, seed, min_samples)
+        parts = [("", list(range(len(test))))]
+        for part in ("filled", "underfilled"):  # the shape classes of a GEMM, judged on the same predictions
+            idx = [i for i, s in enumerate(test) if s.op == "gemm" and regime(s.terms) == part]
+            if idx:
+                parts.append((f"|{part}", idx))
+        for suffix, idx in parts:
+            e = metrics([test[i] for i in idx], [pred[i] for i in idx], mode, trained, how)
+            e.method = chosen.methods.get(key, "")
+            e.excluded = dict(excluded.get(key + suffix, {}))
+            evaluations[key + suffix] = e
     return fit(data, min_samples), evaluations

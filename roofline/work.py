@@ -76,10 +76,12 @@ def attention(shape: dict[str, Any], config: dict[str, Any] | None = None, dtype
     sq = int(shape.get("seq_q", shape.get("S", shape.get("seq", 1))))
     sk = int(shape.get("seq_k", sq))
     d = int(shape.get("head_dim", shape.get("D", 64)))
-    causal = bool(shape.get("causal", False))
+    # causality and direction name the problem; records keep them in the shape or in the config
+    problem = {**(config or {}), **shape}
+    causal = bool(problem.get("causal", False))
     size = dtype_bytes(dtype or shape.get("dtype"))
     pairs = sq * sk / (2 if causal else 1)
-    backward = str(shape.get("direction", "fwd")) == "bwd"
+    backward = str(problem.get("direction", "fwd")) == "bwd"
     flops = (10.0 if backward else 4.0) * b * h * pairs * d  # fwd: QK^T and PV; bwd: 5 products
     tensors = (8 if backward else 4) * b * h * max(sq, sk) * d
     return Work(flops, {"hbm": size * tensors})

@@ -8,11 +8,11 @@
 # every stage so that a run cut short still returns what it finished.
 # Knobs: TEST_BUDGET_S (150), TUNE_BUDGET_S (70), CHECK_BUDGET_S (230), MICROBENCH=--microbench.
 set -uo pipefail
-out=${1:?usage: $0 OUTDIR}
+dest=${1:?usage: $0 OUTDIR}
 work=$(mktemp -d)
-mkdir -p "$out"
+mkdir -p "$dest"
 export PYTHONUNBUFFERED=1 TRITON_DEFAULT_FP_FUSION=1
-save() { cp "$work/log.txt" "$out/log.txt"; tar czf "$out/results.tgz" -C "$work" .; }
+save() { cp "$work/log.txt" "$dest/log.txt"; tar czf "$dest/results.tgz" -C "$work" .; }
 log() { tee -a "$work/log.txt"; }
 
 {

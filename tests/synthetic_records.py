@@ -13,7 +13,7 @@ from roofline import model
 from roofline.machine import published
 from roofline.templates import export
 
-LAW = {"launch": 1.0, "roof": 1.15, "latency": 0.7, "tiles": 0.4, "smem": 0.2}
+LAW = {"launch": 1.0, "roof": 1.15, "pipe": 0.7, "tiles": 0.4, "smem": 0.2}
 SHAPES = [
     {"M": 4096, "N": 4096, "K": 4096},
     {"M": 8192, "N": 8192, "K": 2048},

@@ -10,7 +10,7 @@ import pytest
 from microbench.records import Provenance, Record
 from roofline import model
 from roofline.machine import published
-from tests.synthetic_records import LAW, gemm_records
+from tests.synthetic_records import LAW, SHAPES, gemm_records
 
 H200 = published("h200")
 CFG = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_stages": 3, "num_warps": 8}
@@ -98,3 +98,61 @@ def test_model_round_trips_through_json(tmp_path):
     t = model.terms("gemm", {"M": 1000, "N": 3000, "K": 700}, CFG, H200, "bfloat16")
     assert again.predict_terms("h200", "gemm", t).seconds == fitted.predict_terms("h200", "gemm", t).seconds
     assert math.isfinite(again.predict_terms("h200", "gemm", t).seconds)
+
+
+def _timing(name: str, seconds: float, method: str | None, config: dict | None = None, role: str | None = None,
+            backend: str | None = "nvidia", status: str = "ok") -> Record:
+    extra = {"status": status} | ({"role": role} if role else {})
+    return Record(kind="kernel", op="gemm", name=name, backend=backend, metric="time", value=seconds, unit="s",
+                  shape={"M": 16, "N": 4096, "K": 4096, "dtype": "bfloat16"}, config=CFG if config is None else config,
+                  method=method, median=seconds, extra=extra, provenance=Provenance(device="NVIDIA H200"))
+
+
+def test_selection_keeps_only_our_device_time_and_says_why_the_rest_is_out():
+    from roofline import selection
+
+    kept = _timing("ceiling.nvidia", 20e-6, "cuda-graph")
+    polluted = _timing("ceiling.nvidia", 60e-6, "triton.testing.do_bench")  # eager launches: host time inside
+    long_events = _timing("ceiling.nvidia", 900e-6, "cuda-events")  # device time, but another method than the graph
+    cublas = _timing("torch.matmul", 15e-6, "cuda-graph", config={}, backend="cublas")
+    sdpa_like = _timing("library", 15e-6, "cuda-graph", role="baseline", backend=None)
+    failed = _timing("ceiling.nvidia", 20e-6, "cuda-graph", status="runtime-failed")
+    untimed = _timing("ceiling.nvidia", 20e-6, None)
+    dispatched = _timing("ceiling:nvidia", 20e-6, "cuda-graph", config={"dtype": "bfloat16"}, role="ours")
+    chosen = selection.select([kept, polluted, long_events, cublas, sdpa_like, failed, untimed, dispatched])
+    assert chosen.used == [kept] and chosen.methods == {"h200|gemm": "cuda-graph"}
+    why = {id(e.record): e.reason for e in chosen.excluded}
+    assert why == {id(polluted): "host-overhead", id(long_events): "other-method", id(cublas): "baseline",
+                   id(sdpa_like): "baseline", id(failed): "failed", id(untimed): "no-method", id(dispatched): "no-config"}
+    assert chosen.counts()["h200|gemm"] == {"method": "cuda-graph", "used": 1, "excluded": {
+        "host-overhead": 1, "other-method": 1, "baseline": 2, "failed": 1, "no-method": 1, "no-config": 1}}
+    # without graph-timed records, event timings of long kernels are device time and are used
+    alone = selection.select([polluted, long_events])
+    assert alone.used == [long_events] and alone.methods == {"h200|gemm": "cuda-events"}
+
+
+def test_polluted_and_baseline_records_change_nothing_in_the_fit():
+    clean = [r.model_copy(update={"method": "cuda-graph"})
+             for r in gemm_records(shapes=SHAPES[:4], per_shape=12, noise=0.01, seed=random.randrange(10_000))]
+    # the same configs timed around eager launches (tens of microseconds of host time added), and cuBLAS
+    polluted = [r.model_copy(update={"method": "triton.testing.do_bench", "median": r.median + 50e-6})
+                for r in clean if r.median < 150e-6]
+    baseline = [r.model_copy(update={"name": "torch.matmul", "backend": "cublas", "config": {}}) for r in clean[:3]]
+    assert polluted  # the synthetic shapes include kernels short enough to be polluted
+    _, alone = model.fit_and_evaluate(clean)
+    fitted, mixed = model.fit_and_evaluate(clean + polluted + baseline)
+    e, ref = mixed["h200|gemm"], alone["h200|gemm"]
+    assert e.n_test == len(clean) and e.mape == pytest.approx(ref.mape) and e.method == "cuda-graph"
+    assert e.excluded == {"host-overhead": len(polluted), "baseline": 3}
+
+
+def test_tile_orientation_and_split_k_enter_the_terms():
+    shape = {"M": 8192, "N": 8192, "K": 8192}
+    wide = model.terms("gemm", shape, CFG, H200, "bfloat16")
+    tall = model.terms("gemm", shape, {**CFG, "BLOCK_M": 256, "BLOCK_N": 128}, H200, "bfloat16")
+    assert wide["compute"] == tall["compute"] and tall["smem"] > wide["smem"]  # four 64-row wgmmas re-read B
+    skinny = {"M": 16, "N": 4096, "K": 4096}
+    one = model.terms("gemm", skinny, {**CFG, "BLOCK_M": 64, "BLOCK_N": 128, "SPLIT_K": 1}, H200, "bfloat16")
+    four = model.terms("gemm", skinny, {**CFG, "BLOCK_M": 64, "BLOCK_N": 128, "SPLIT_K": 4}, H200, "bfloat16")
+    assert one["splitk"] == 0 and four["splitk"] >= model.REDUCE_LAUNCH_S
+    assert four["pipe"] < one["pipe"]  # four times the SMs share the K loop

@@ -6,6 +6,8 @@ One failing implementation or case never stops the others: its failure is kept
 
 from __future__ import annotations
 
+import contextlib
+
 import functools
 import math
 import time
@@ -35,6 +37,7 @@ class ImplResult:
     stats: Stats | None = None
     check: Check | None = None
     error: str | None = None
+    peak_bytes: int | None = None  # device memory above the inputs at the peak of one call (GPU only)
 
     @property
     def status(self) -> str:
@@ -102,6 +105,28 @@ def _detached(out: Any) -> Any:
     return out.detach() if hasattr(out, "detach") else out
 
 
+@contextlib.contextmanager
+def _peak_memory(device: str):
+    """Yields a dict that gets "bytes": the peak device memory allocated inside the block
+    above what was allocated when it started (the call's working set and outputs)."""
+    found: dict[str, int] = {}
+    if not on_gpu(device):
+        yield found
+        return
+    import torch
+
+    try:
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
+    except (AttributeError, RuntimeError):  # an allocator without statistics: no peak to report
+        yield found
+        return
+    yield found
+    torch.cuda.synchronize(device)
+    found["bytes"] = int(torch.cuda.max_memory_allocated(device) - base)
+
+
 def check_case(case: Case, device: str, *, seed: int = 0) -> tuple[CaseResult, Any]:
     """Run every implementation once on fresh random inputs and compare with the oracle.
 
@@ -118,8 +143,10 @@ def check_case(case: Case, device: str, *, seed: int = 0) -> tuple[CaseResult, A
     outs: dict[str, Any] = {}
     for impl in runnable:
         try:
-            outs[impl.name] = _detached(case.select(impl.make(inputs)()))
-            _sync(device)
+            with _peak_memory(device) as peak:
+                outs[impl.name] = _detached(case.select(impl.make(inputs)()))
+                _sync(device)
+            result.impls[impl.name].peak_bytes = peak.get("bytes")
         except Exception as exc:  # noqa: BLE001 - one implementation's failure is its own
             result.impls[impl.name].error = _failure(exc)
     framework = next((outs[b.name] for b in case.baselines if b.name in outs), None)
@@ -303,6 +330,8 @@ def records(result: CaseResult, *, measured: dict[str, Ceiling] | None = None) -
         }
         if s.notes:
             extra["notes"] = list(s.notes)
+        if r.peak_bytes is not None:
+            extra["peak_memory_bytes"] = r.peak_bytes
         for label, ceiling in (("datasheet", sheet), ("measured", measured_ceiling)):
             if ceiling is not None:
                 extra[f"roofline_fraction_{label}"] = ceiling.fraction(case.flops, case.bytes, s.median)

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from .. import bankconf
 from ..records import Record
-from .base import Suite, SuiteContext
+from .base import Suite, SuiteContext, gpu_runtime, runtime_reason
 
 SMEM_BYTES = 40960  # the kernels' shared buffer (bank_conflicts.cu)
 SHIFT = 128  # bytes each unrolled ldmatrix step moves (keeps every lane's bank)
@@ -89,37 +91,34 @@ def cases(quick: bool = False) -> list[Case]:
 
 
 def _check(ctx: SuiteContext) -> str | None:
-    from ..gpu import cupy_unavailable_reason
-
-    return cupy_unavailable_reason()
+    return runtime_reason(ctx)
 
 
 def _run(ctx: SuiteContext) -> list[Record]:
-    import cupy
-
     from ..clocks import ClockSampler
-    from ..gpu import cuda_device, gpu_provenance, load_module, spread
+    from ..gpu import gpu_provenance, spread
 
-    dev = cuda_device(ctx.device_index)
-    module = load_module("bank_conflicts.cu", dev.arch)
+    rt = gpu_runtime(ctx)
+    dev = rt.device(ctx.device_index)
+    module = rt.load_module("bank_conflicts.cu", dev.arch)
     iters = 16 if ctx.quick else 256
     blocks = dev.sm_count
-    cycles = cupy.zeros(blocks, dtype=cupy.uint64)
-    sink = cupy.zeros(WARPS * 32, dtype=cupy.uint32)
+    cycles = rt.zeros(blocks, np.uint64)
+    sink = rt.zeros(WARPS * 32, np.uint32)
     all_cases = cases(quick=ctx.quick)
     measured: list[tuple[Case, list[int]]] = []
     with ClockSampler(dev.index) as sampler:
         for i, case in enumerate(all_cases):
             if i % 64 == 0:
                 ctx.progress(f"bank conflicts {i}/{len(all_cases)}")
-            fn = module.get_function(case.kernel)
-            offsets = cupy.asarray(case.offsets, dtype=cupy.uint32)
-            args = (offsets, cupy.int32(iters), cupy.uint32(SHIFT), cycles, sink)
-            fn((blocks,), (WARPS * 32,), args)  # warm
-            fn((blocks,), (WARPS * 32,), args)
-            cupy.cuda.runtime.deviceSynchronize()
-            measured.append((case, [int(c) for c in cycles.get()]))
-    provenance = gpu_provenance(dev, sampler.summary())
+            fn = rt.function(module, case.kernel)
+            offsets = rt.from_numpy(np.asarray(case.offsets, dtype=np.uint32))
+            args = (offsets, np.int32(iters), np.uint32(SHIFT), cycles, sink)
+            rt.launch(fn, blocks, WARPS * 32, args)  # warm
+            rt.launch(fn, blocks, WARPS * 32, args)
+            rt.synchronize()
+            measured.append((case, [int(c) for c in rt.to_numpy(cycles)]))
+    provenance = gpu_provenance(dev, sampler.summary(), rt)
     accesses = iters * UNROLL * WARPS
     records = []
     for case, per_block in measured:

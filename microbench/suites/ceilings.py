@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..records import Record
-from .base import Suite, SuiteContext
+from .base import Suite, SuiteContext, gpu_runtime, runtime_reason
 
 LINE = 64  # bytes between chain nodes
 LADDER_BYTES = (16 << 10, 64 << 10, 192 << 10, 1 << 20, 4 << 20, 16 << 20, 32 << 20, 64 << 20, 256 << 20)
@@ -27,12 +27,10 @@ def cyclic_chain(n_nodes: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def _check(ctx: SuiteContext) -> str | None:
-    from ..gpu import cupy_unavailable_reason
-
-    return cupy_unavailable_reason()
+    return runtime_reason(ctx)
 
 
-def _throughput_record(dev, op, name, metric, amount, unit_per_s, times, config, sampler_summary, extra=None):
+def _throughput_record(rt, dev, op, name, metric, amount, unit_per_s, times, config, sampler_summary, extra=None):
     from ..gpu import gpu_provenance, spread
 
     rates = [amount / t for t in times]
@@ -41,18 +39,17 @@ def _throughput_record(dev, op, name, metric, amount, unit_per_s, times, config,
         kind="microbench", op=op, name=name, metric=metric, value=s["median"], unit=unit_per_s, backend="cuda",
         config=config, method="cuda-events", repetitions=len(times), **s,
         extra={"seconds": times, "amount": amount, "nvml": sampler_summary.as_dict(), **(extra or {})},
-        provenance=gpu_provenance(dev, sampler_summary),
+        provenance=gpu_provenance(dev, sampler_summary, rt),
     )
 
 
 def _run(ctx: SuiteContext) -> list[Record]:
-    import cupy
-
     from ..clocks import ClockSampler
-    from ..gpu import cuda_device, gpu_provenance, load_module, time_launches
+    from ..gpu import gpu_provenance, time_launches
 
-    dev = cuda_device(ctx.device_index)
-    mod = load_module("ceilings.cu", dev.arch)
+    rt = gpu_runtime(ctx)
+    dev = rt.device(ctx.device_index)
+    mod = rt.load_module("ceilings.cu", dev.arch)
     repeats = 5 if ctx.quick else 10
     records: list[Record] = []
 
@@ -64,120 +61,120 @@ def _run(ctx: SuiteContext) -> list[Record]:
             ctx.progress(f"ceilings: {label} failed: {exc}")
             records.append(Record(
                 kind="microbench", op="suite-error", name=f"ceilings/{label}", metric="failed", value=1.0,
-                unit="bool", extra={"error": f"{exc.__class__.__name__}: {exc}"}, provenance=gpu_provenance(dev),
+                unit="bool", extra={"error": f"{exc.__class__.__name__}: {exc}"}, provenance=gpu_provenance(dev, runtime=rt),
             ))
 
     # ---- HBM: 1 GiB per array (far beyond the L2), grid-stride float4 kernels.
     def hbm():
         nbytes = (256 if ctx.quick else 1024) << 20
         n = nbytes // 16
-        a = cupy.ones(n * 4, dtype=cupy.float32)
-        b = cupy.empty_like(a)
-        sink = cupy.zeros(dev.sm_count * 8, dtype=cupy.float32)
+        a = rt.ones(n * 4, np.float32)
+        b = rt.empty(n * 4, np.float32)
+        sink = rt.zeros(dev.sm_count * 8, np.float32)
         grid, threads = dev.sm_count * 8, 256
-        read, write, copy = (mod.get_function(k) for k in ("read_f4", "write_f4", "copy_f4"))
+        read, write, copy = (rt.function(mod, k) for k in ("read_f4", "write_f4", "copy_f4"))
         cases = {
-            "read": (lambda: read((grid,), (threads,), (a, cupy.uint64(n), cupy.int32(1), sink)), nbytes),
-            "write": (lambda: write((grid,), (threads,), (b, cupy.uint64(n), cupy.float32(2.0))), nbytes),
-            "copy": (lambda: copy((grid,), (threads,), (a, b, cupy.uint64(n))), 2 * nbytes),
+            "read": (lambda: rt.launch(read, grid, threads, (a, np.uint64(n), np.int32(1), sink)), nbytes),
+            "write": (lambda: rt.launch(write, grid, threads, (b, np.uint64(n), np.float32(2.0))), nbytes),
+            "copy": (lambda: rt.launch(copy, grid, threads, (a, b, np.uint64(n))), 2 * nbytes),
         }
         for name, (launch, moved) in cases.items():
             ctx.progress(f"ceilings: HBM {name} {nbytes >> 20} MiB")
             with ClockSampler(dev.index) as s:
-                times = time_launches(launch, repeats, per_event=4)
-            records.append(_throughput_record(dev, "hbm-bandwidth", name, "bandwidth", moved, "B/s", times,
+                times = time_launches(launch, repeats, per_event=4, runtime=rt)
+            records.append(_throughput_record(rt, dev, "hbm-bandwidth", name, "bandwidth", moved, "B/s", times,
                                               {"bytes": nbytes, "grid": grid, "threads": threads}, s.summary()))
 
     # ---- L2: an 8 MiB buffer (well inside the L2) read with ld.global.cg, many passes per launch.
     def l2():
         nbytes = min(8 << 20, dev.l2_bytes // 4)
         n, reps = nbytes // 16, 256
-        a = cupy.ones(n * 4, dtype=cupy.float32)
+        a = rt.ones(n * 4, np.float32)
         grid, threads = dev.sm_count * 8, 256
-        sink = cupy.zeros(grid, dtype=cupy.float32)
-        read = mod.get_function("read_f4")
-        launch = lambda: read((grid,), (threads,), (a, cupy.uint64(n), cupy.int32(reps), sink))  # noqa: E731
+        sink = rt.zeros(grid, np.float32)
+        read = rt.function(mod, "read_f4")
+        launch = lambda: rt.launch(read, grid, threads, (a, np.uint64(n), np.int32(reps), sink))  # noqa: E731
         ctx.progress(f"ceilings: L2 read {nbytes >> 20} MiB x {reps}")
         with ClockSampler(dev.index) as s:
-            times = time_launches(launch, repeats, per_event=4)
-        records.append(_throughput_record(dev, "l2-bandwidth", "read-cg", "bandwidth", nbytes * reps, "B/s", times,
+            times = time_launches(launch, repeats, per_event=4, runtime=rt)
+        records.append(_throughput_record(rt, dev, "l2-bandwidth", "read-cg", "bandwidth", nbytes * reps, "B/s", times,
                                           {"bytes": nbytes, "passes": reps, "grid": grid, "threads": threads}, s.summary()))
 
     # ---- Shared memory: conflict-free LDS.128 from 1024 threads, one block per SM.
     def smem():
         iters, threads, grid = 64 if ctx.quick else 256, 1024, dev.sm_count
-        cycles = cupy.zeros(grid, dtype=cupy.uint64)
-        sink = cupy.zeros(grid, dtype=cupy.float32)
-        fn = mod.get_function("smem_read")
-        launch = lambda: fn((grid,), (threads,), (cupy.int32(iters), cycles, sink))  # noqa: E731
+        cycles = rt.zeros(grid, np.uint64)
+        sink = rt.zeros(grid, np.float32)
+        fn = rt.function(mod, "smem_read")
+        launch = lambda: rt.launch(fn, grid, threads, (np.int32(iters), cycles, sink))  # noqa: E731
         per_block = threads * iters * 16 * 16
         ctx.progress("ceilings: shared-memory read bandwidth")
         with ClockSampler(dev.index) as s:
-            times = time_launches(launch, repeats)
-        c = cycles.get().astype(np.float64)
+            times = time_launches(launch, repeats, runtime=rt)
+        c = rt.to_numpy(cycles).astype(np.float64)
         records.append(_throughput_record(
-            dev, "smem-bandwidth", "lds128-conflict-free", "bandwidth", per_block * grid, "B/s", times,
+            rt, dev, "smem-bandwidth", "lds128-conflict-free", "bandwidth", per_block * grid, "B/s", times,
             {"grid": grid, "threads": threads, "iters": iters}, s.summary(),
             extra={"bytes_per_clock_per_sm_median": float(np.median(per_block / c))}))
 
     # ---- FP32 FMA peak.
     def fma():
         iters, grid, threads = (1000 if ctx.quick else 4000), dev.sm_count * 4, 256
-        out = cupy.zeros(grid, dtype=cupy.float32)
-        clk = cupy.zeros(2, dtype=cupy.uint64)
-        fn = mod.get_function("fma_f32")
+        out = rt.zeros(grid, np.float32)
+        clk = rt.zeros(2, np.uint64)
+        fn = rt.function(mod, "fma_f32")
         flops = 2.0 * 8 * 64 * iters * grid * threads
         ctx.progress("ceilings: FP32 FMA peak")
         with ClockSampler(dev.index) as s:
-            times = time_launches(lambda: fn((grid,), (threads,), (cupy.int32(iters), out, clk)), repeats)
-        c, n = clk.get()
-        records.append(_throughput_record(dev, "fp32-fma", "ffma-8-chains", "flops", flops, "FLOP/s", times,
+            times = time_launches(lambda: rt.launch(fn, grid, threads, (np.int32(iters), out, clk)), repeats, runtime=rt)
+        c, n = rt.to_numpy(clk)
+        records.append(_throughput_record(rt, dev, "fp32-fma", "ffma-8-chains", "flops", flops, "FLOP/s", times,
                                           {"grid": grid, "threads": threads, "iters": iters}, s.summary(),
                                           extra={"sm_mhz_in_kernel": 1e3 * float(c) / float(n)}))
 
     # ---- Tensor cores through mma.sync (HMMA m16n8k16 bf16 -> f32).
     def mma():
         iters, grid, threads = (500 if ctx.quick else 2000), dev.sm_count * 4, 256
-        out = cupy.zeros(grid, dtype=cupy.float32)
-        clk = cupy.zeros(2, dtype=cupy.uint64)
-        fn = mod.get_function("mma_bf16")
+        out = rt.zeros(grid, np.float32)
+        clk = rt.zeros(2, np.uint64)
+        fn = rt.function(mod, "mma_bf16")
         flops = 2.0 * 16 * 8 * 16 * 4 * 16 * iters * grid * (threads // 32)
         ctx.progress("ceilings: tensor cores, mma.sync bf16")
         with ClockSampler(dev.index) as s:
-            times = time_launches(lambda: fn((grid,), (threads,), (cupy.int32(iters), out, clk)), repeats)
-        c, n = clk.get()
-        records.append(_throughput_record(dev, "tensor-core", "mma-sync-m16n8k16-bf16-f32", "flops", flops, "FLOP/s",
+            times = time_launches(lambda: rt.launch(fn, grid, threads, (np.int32(iters), out, clk)), repeats, runtime=rt)
+        c, n = rt.to_numpy(clk)
+        records.append(_throughput_record(rt, dev, "tensor-core", "mma-sync-m16n8k16-bf16-f32", "flops", flops, "FLOP/s",
                                           times, {"grid": grid, "threads": threads, "iters": iters, "instruction": "mma.sync"},
                                           s.summary(), extra={"sm_mhz_in_kernel": 1e3 * float(c) / float(n)}))
 
     # ---- Latency ladder.
     def ladder():
-        fn = mod.get_function("pointer_chase")
+        fn = rt.function(mod, "pointer_chase")
         rng = np.random.default_rng()
-        out = cupy.zeros(4, dtype=cupy.uint64)
+        out = rt.zeros(4, np.uint64)
         sizes = LADDER_BYTES[:-2] if ctx.quick else LADDER_BYTES
         measured = []
         with ClockSampler(dev.index) as s:
             for size in sizes:
                 nodes = size // LINE
-                buf = cupy.zeros(size // 8, dtype=cupy.uint64)
-                base = buf.data.ptr
+                buf = rt.zeros(size // 8, np.uint64)
+                base = rt.pointer(buf)
                 chain = cyclic_chain(nodes, rng)
                 host = np.zeros(size // 8, dtype=np.uint64)
                 host[:: LINE // 8] = (base + chain * LINE).astype(np.uint64)
-                buf.set(host)
+                rt.copy_from_host(buf, host)
                 warm = nodes if nodes <= (1 << 19) else 0  # a lap brings a cache-sized set in
                 steps = 4096 if size > (64 << 20) else 16384
                 ctx.progress(f"ceilings: latency ladder {size >> 10} KiB")
                 samples = []
                 for _ in range(3):
-                    fn((1,), (1,), (buf, cupy.int32(warm), cupy.int32(steps), out))  # node 0 starts the cycle
-                    cupy.cuda.runtime.deviceSynchronize()
-                    cyc, ns, sm, _ = out.get().tolist()
+                    rt.launch(fn, 1, 1, (buf, np.int32(warm), np.int32(steps), out))  # node 0 starts the cycle
+                    rt.synchronize()
+                    cyc, ns, sm, _ = rt.to_numpy(out).tolist()
                     samples.append((cyc / steps, ns / steps, sm))
                 del buf
                 measured.append((size, warm, steps, samples))
-        ladder_prov = gpu_provenance(dev, s.summary())
+        ladder_prov = gpu_provenance(dev, s.summary(), rt)
         for size, warm, steps, samples in measured:
             cyc_med = float(np.median([x[0] for x in samples]))
             records.append(Record(
@@ -195,16 +192,16 @@ def _run(ctx: SuiteContext) -> list[Record]:
         if dev.major != 9:
             ctx.progress(f"ceilings: wgmma needs sm_90a, this is {dev.arch}; skipped")
             return
-        fn = load_module("wgmma.cu", dev.arch).get_function("wgmma_bf16")
+        fn = rt.function(rt.load_module("wgmma.cu", dev.arch), "wgmma_bf16")
         iters, grid, threads = (50 if ctx.quick else 200), dev.sm_count * 2, 128
-        out = cupy.zeros(grid, dtype=cupy.float32)
-        clk = cupy.zeros(2, dtype=cupy.uint64)
+        out = rt.zeros(grid, np.float32)
+        clk = rt.zeros(2, np.uint64)
         flops = 2.0 * 64 * 256 * 16 * 16 * iters * grid
         ctx.progress("ceilings: tensor cores, wgmma m64n256k16 bf16")
         with ClockSampler(dev.index) as s:
-            times = time_launches(lambda: fn((grid,), (threads,), (cupy.int32(iters), out, clk)), repeats)
-        c, n = clk.get()
-        records.append(_throughput_record(dev, "tensor-core", "wgmma-m64n256k16-bf16-f32", "flops", flops, "FLOP/s",
+            times = time_launches(lambda: rt.launch(fn, grid, threads, (np.int32(iters), out, clk)), repeats, runtime=rt)
+        c, n = rt.to_numpy(clk)
+        records.append(_throughput_record(rt, dev, "tensor-core", "wgmma-m64n256k16-bf16-f32", "flops", flops, "FLOP/s",
                                           times, {"grid": grid, "threads": threads, "iters": iters, "instruction": "wgmma"},
                                           s.summary(), extra={"sm_mhz_in_kernel": 1e3 * float(c) / float(n)}))
 
@@ -212,7 +209,7 @@ def _run(ctx: SuiteContext) -> list[Record]:
     steps = (("hbm", hbm), ("l2", l2), ("smem", smem), ("fma", fma), ("mma", mma), ("latency", ladder), ("wgmma", wgmma))
     for label, step in steps:
         guarded(label, step)
-        cupy.get_default_memory_pool().free_all_blocks()
+        rt.release_cached()
     return records
 
 

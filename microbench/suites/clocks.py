@@ -11,40 +11,39 @@ changes a device setting.
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..records import Record
-from .base import Suite, SuiteContext
+from .base import Suite, SuiteContext, gpu_runtime, runtime_reason
 
 
 def _check(ctx: SuiteContext) -> str | None:
-    from ..gpu import cupy_unavailable_reason
-
-    return cupy_unavailable_reason()
+    return runtime_reason(ctx)
 
 
 def _run(ctx: SuiteContext) -> list[Record]:
-    import cupy
-
     from ..clocks import ClockSampler
-    from ..gpu import cuda_device, gpu_provenance, load_module, spread, time_launches
+    from ..gpu import gpu_provenance, spread, time_launches
 
-    dev = cuda_device(ctx.device_index)
+    rt = gpu_runtime(ctx)
+    dev = rt.device(ctx.device_index)
     records: list[Record] = []
 
     # Idle-ish: a spinning warp per SM.
-    fn = load_module("clocks.cu", dev.arch).get_function("sm_frequency")
+    fn = rt.function(rt.load_module("clocks.cu", dev.arch), "sm_frequency")
     window_ns = 2_000_000 if ctx.quick else 5_000_000
     repeats = 3 if ctx.quick else 7
     blocks = dev.sm_count
-    cycles = cupy.zeros(blocks, dtype=cupy.uint64)
-    nanos = cupy.zeros(blocks, dtype=cupy.uint64)
-    sms = cupy.zeros(blocks, dtype=cupy.uint32)
+    cycles = rt.zeros(blocks, np.uint64)
+    nanos = rt.zeros(blocks, np.uint64)
+    sms = rt.zeros(blocks, np.uint32)
     ctx.progress("clocks: clock64 vs globaltimer, one warp per SM")
     per_block_mhz: list[float] = []
     with ClockSampler(dev.index, interval_s=0.002) as sampler:
         for _ in range(repeats):
-            fn((blocks,), (32,), (cupy.uint64(window_ns), cycles, nanos, sms))
-            cupy.cuda.runtime.deviceSynchronize()
-            c, n = cycles.get(), nanos.get()
+            rt.launch(fn, blocks, 32, (np.uint64(window_ns), cycles, nanos, sms))
+            rt.synchronize()
+            c, n = rt.to_numpy(cycles), rt.to_numpy(nanos)
             per_block_mhz += [1e3 * float(ci) / float(ni) for ci, ni in zip(c, n) if ni > 0]
     idle = sampler.summary()
     s = spread(per_block_mhz)
@@ -54,20 +53,21 @@ def _run(ctx: SuiteContext) -> list[Record]:
         method="clock64/globaltimer", repetitions=len(per_block_mhz), **s,
         extra={"nvml": idle.as_dict(), "min_mhz": min(per_block_mhz), "max_mhz": max(per_block_mhz),
                "ratio_to_nvml_median": s["median"] / idle.sm_mhz["median"] if idle.sm_mhz else None},
-        provenance=gpu_provenance(dev, idle),
+        provenance=gpu_provenance(dev, idle, rt),
     ))
 
     # Under load: the FMA kernel, long enough for power limits to act.
-    fma = load_module("ceilings.cu", dev.arch).get_function("fma_f32")
+    fma = rt.function(rt.load_module("ceilings.cu", dev.arch), "fma_f32")
     iters = 2000 if ctx.quick else 8000
     grid, threads = dev.sm_count * 4, 256
-    out = cupy.zeros(grid, dtype=cupy.float32)
-    clk = cupy.zeros(2, dtype=cupy.uint64)
+    out = rt.zeros(grid, np.float32)
+    clk = rt.zeros(2, np.uint64)
     ctx.progress("clocks: under FP32 FMA load")
     load_mhz: list[float] = []
     with ClockSampler(dev.index, interval_s=0.002) as sampler:
-        times = time_launches(lambda: fma((grid,), (threads,), (cupy.int32(iters), out, clk)), repeats=repeats, warmup=1)
-        c, n = clk.get()
+        times = time_launches(lambda: rt.launch(fma, grid, threads, (np.int32(iters), out, clk)), repeats=repeats,
+                              warmup=1, runtime=rt)
+        c, n = rt.to_numpy(clk)
         load_mhz.append(1e3 * float(c) / float(n))
     loaded = sampler.summary()
     records.append(Record(
@@ -77,7 +77,7 @@ def _run(ctx: SuiteContext) -> list[Record]:
         extra={"nvml": loaded.as_dict(), "kernel_seconds": times,
                "ratio_to_nvml_median": load_mhz[-1] / loaded.sm_mhz["median"] if loaded.sm_mhz else None,
                "ratio_to_nvml_max": load_mhz[-1] / loaded.max_sm_mhz if loaded.max_sm_mhz else None},
-        provenance=gpu_provenance(dev, loaded),
+        provenance=gpu_provenance(dev, loaded, rt),
     ))
     for label, summary in (("idle", idle), ("under-fma-load", loaded)):
         records.append(Record(
@@ -85,7 +85,7 @@ def _run(ctx: SuiteContext) -> list[Record]:
             value=1.0 if summary.throttled else 0.0, unit="bool", backend="nvml",
             method="nvml-sampler", repetitions=summary.samples,
             extra={"reasons": summary.reasons, "nvml": summary.as_dict()},
-            provenance=gpu_provenance(dev, summary),
+            provenance=gpu_provenance(dev, summary, rt),
         ))
     return records
 

@@ -13,9 +13,11 @@ from __future__ import annotations
 import random
 from collections import defaultdict
 
+import numpy as np
+
 from .. import occupancy as occ
 from ..records import Record
-from .base import Suite, SuiteContext
+from .base import Suite, SuiteContext, gpu_runtime, runtime_reason
 
 # Register pressure of the kernel variants (NACC live accumulators, sources/occupancy.cu).
 VARIANTS = {"nacc4": 4, "nacc40": 40, "nacc72": 72, "nacc120": 120, "nacc200": 200}
@@ -65,38 +67,34 @@ def random_configs(n: int, max_dynamic: int, seed: int | None = None) -> list[tu
 
 
 def _check(ctx: SuiteContext) -> str | None:
-    from ..gpu import cupy_unavailable_reason
-
-    return cupy_unavailable_reason()
+    return runtime_reason(ctx)
 
 
 def _run(ctx: SuiteContext) -> list[Record]:
-    import cupy
-    from cupy.cuda import driver
-
     from ..clocks import ClockSampler
-    from ..gpu import cuda_device, gpu_provenance, load_module
+    from ..gpu import gpu_provenance
 
-    dev = cuda_device(ctx.device_index)
+    rt = gpu_runtime(ctx)
+    dev = rt.device(ctx.device_index)
     arch = occ.normalize_arch(dev.occupancy_arch)
     if arch not in occ.NVIDIA:
         from .base import Unavailable
 
         raise Unavailable(f"the calculator has no table for {arch}")
     kernels = {}
+    facts = {}  # registers, static and max dynamic shared memory of each variant, after the opt-in
     for name, nacc in VARIANTS.items():
         ctx.progress(f"occupancy: building variant {name}")
-        fn = load_module("occupancy.cu", dev.arch, (("NACC", nacc),)).get_function("resident")
-        fn.max_dynamic_shared_size_bytes = dev.shared_per_block_optin - fn.shared_size_bytes
-        kernels[name] = fn
+        fn = rt.function(rt.load_module("occupancy.cu", dev.arch, (("NACC", nacc),)), "resident")
+        rt.set_max_dynamic_shared(fn, dev.shared_per_block_optin - rt.kernel_facts(fn).static_shared)
+        kernels[name], facts[name] = fn, rt.kernel_facts(fn)
 
     def model(name: str, threads: int, dyn: int, static_less_reserve: bool = False) -> occ.Occupancy:
-        fn = kernels[name]
-        static = fn.shared_size_bytes
+        f = facts[name]
+        static = f.static_shared
         if static_less_reserve:  # if the attribute already counts the driver's 1 KB reserve
             static = max(0, static - occ.NVIDIA[arch].reserved_shared_per_block)
-        return occ.nvidia_occupancy(arch, threads, fn.num_regs, static, dyn,
-                                    max_dynamic_shared=fn.max_dynamic_shared_size_bytes)
+        return occ.nvidia_occupancy(arch, threads, f.registers, static, dyn, max_dynamic_shared=f.max_dynamic_shared)
 
     # 1. API agreement
     n_configs = 1000 if ctx.quick else 2000
@@ -107,10 +105,10 @@ def _run(ctx: SuiteContext) -> list[Record]:
     agree_less_reserve = 0  # the same calculator, reading the static size net of the 1 KB reserve
     by_limiter: dict[str, int] = defaultdict(int)
     for name, threads, dyn in random_configs(n_configs, max_dyn):
-        fn = kernels[name]
-        dyn = min(dyn, fn.max_dynamic_shared_size_bytes)  # beyond it a launch is invalid, not just unoccupied
+        fn, f = kernels[name], facts[name]
+        dyn = min(dyn, f.max_dynamic_shared)  # beyond it a launch is invalid, not just unoccupied
         try:
-            api = driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.kernel.ptr, threads, dyn)
+            api = rt.occupancy(fn, threads, dyn)
         except Exception as exc:  # noqa: BLE001 - recorded as a disagreement with the reason
             api = f"error: {exc}"
         m = model(name, threads, dyn)
@@ -119,15 +117,15 @@ def _run(ctx: SuiteContext) -> list[Record]:
         if api == m.blocks:
             agree += 1
         elif len(mismatches) < 50:
-            mismatches.append({"variant": name, "regs": fn.num_regs, "static_smem": fn.shared_size_bytes,
+            mismatches.append({"variant": name, "regs": f.registers, "static_smem": f.static_shared,
                                "threads": threads, "dynamic_smem": dyn, "api": api, "model": m.blocks,
                                "limits": m.as_dict()["limits"]})
     records = []
-    provenance = gpu_provenance(dev)
+    provenance = gpu_provenance(dev, runtime=rt)
     records.append(Record(
         kind="microbench", op="occupancy", name="api-agreement", metric="fraction-agreeing",
         value=agree / n_configs, unit="fraction", backend="cuda",
-        config={"arch": arch, "configs": n_configs, "variants": {k: kernels[k].num_regs for k in kernels}},
+        config={"arch": arch, "configs": n_configs, "variants": {k: facts[k].registers for k in kernels}},
         method="cuOccupancyMaxActiveBlocksPerMultiprocessor", repetitions=n_configs,
         extra={"mismatches": mismatches, "limiters_covered": dict(by_limiter),
                "fraction_agreeing_static_less_reserve": agree_less_reserve / n_configs},
@@ -138,26 +136,26 @@ def _run(ctx: SuiteContext) -> list[Record]:
     spin_ns = 200_000 if ctx.quick else 400_000
     with ClockSampler(dev.index) as sampler:
         for name, threads, dyn in DEVICE_CONFIGS:
-            fn = kernels[name]
+            fn, f = kernels[name], facts[name]
             m = model(name, threads, dyn)
-            api = driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.kernel.ptr, threads, dyn)
+            api = rt.occupancy(fn, threads, dyn)
             ctx.progress(f"occupancy: counting resident blocks, {name} threads={threads} smem={dyn} (model {m.blocks})")
             if m.blocks == 0:
                 continue
             grid = dev.sm_count * (m.blocks + 1)
-            start = cupy.zeros(grid, dtype=cupy.uint64)
-            end = cupy.zeros(grid, dtype=cupy.uint64)
-            sm = cupy.zeros(grid, dtype=cupy.uint32)
-            sink = cupy.zeros(grid, dtype=cupy.float32)
-            fn((grid,), (threads,), (cupy.uint64(spin_ns), cupy.uint32(dyn), start, end, sm, sink), shared_mem=dyn)
-            cupy.cuda.runtime.deviceSynchronize()
-            peaks = max_overlap(start.get().tolist(), end.get().tolist(), sm.get().tolist())
+            start = rt.zeros(grid, np.uint64)
+            end = rt.zeros(grid, np.uint64)
+            sm = rt.zeros(grid, np.uint32)
+            sink = rt.zeros(grid, np.float32)
+            rt.launch(fn, grid, threads, (np.uint64(spin_ns), np.uint32(dyn), start, end, sm, sink), shared_bytes=dyn)
+            rt.synchronize()
+            peaks = max_overlap(rt.to_numpy(start).tolist(), rt.to_numpy(end).tolist(), rt.to_numpy(sm).tolist())
             values = sorted(peaks.values())
             records.append(Record(
                 kind="microbench", op="occupancy", name=f"resident-{name}-t{threads}-s{dyn}", metric="resident-blocks",
                 value=float(values[len(values) // 2]), unit="blocks", backend="cuda",
                 shape={"threads": threads, "dynamic_smem": dyn},
-                config={"arch": arch, "variant": name, "registers": fn.num_regs, "static_smem": fn.shared_size_bytes,
+                config={"arch": arch, "variant": name, "registers": f.registers, "static_smem": f.static_shared,
                         "grid": grid, "spin_ns": spin_ns},
                 method="smid+globaltimer", repetitions=len(values),
                 median=float(values[len(values) // 2]), p20=float(values[len(values) // 5]),
@@ -166,7 +164,7 @@ def _run(ctx: SuiteContext) -> list[Record]:
                        "min_per_sm": values[0], "max_per_sm": values[-1], "sms_seen": len(values)},
                 provenance=provenance,
             ))
-    counted = gpu_provenance(dev, sampler.summary())
+    counted = gpu_provenance(dev, sampler.summary(), rt)
     for r in records[1:]:
         r.provenance = counted
     return records

@@ -29,19 +29,28 @@ def fit(
         return
     console = Console()
     console.print(f"{len(records)} records from {'the package and ' if embedded else ''}{len(store)} store(s)")
-    table = Table(title="Performance model on held-out records (targets: MAPE <= 10%, Spearman >= 0.9, regret <= 5%)")
-    for col in ("device | op", "mode", "train", "held out", "MAPE", "Spearman", "top-1 regret", "meets targets"):
+    from roofline import selection as _selection
+
+    table = Table(title="Performance model on held-out shapes (targets: MAPE <= 10%, Spearman >= 0.9, regret <= 5%)")
+    for col in ("device | op | shape class", "mode", "timing", "records used", "excluded", "MAPE",
+                "Spearman within shape", "Spearman global", "top-1 regret (worst)", "meets targets"):
         table.add_column(col)
     for key, e in result.evaluations.items():
-        table.add_row(key, e.mode, str(e.n_train), str(e.n_test), f"{100 * e.mape:.1f}%", f"{e.spearman:.3f}",
-                      f"{100 * e.regret:.1f}%", "yes" if e.meets() else "no")
+        excluded = ", ".join(f"{n} {why}" for why, n in sorted(e.excluded.items())) or "0"
+        table.add_row(key, e.mode, e.method, str(e.n_test), excluded, f"{100 * e.mape:.1f}%", f"{e.spearman:.3f}",
+                      f"{e.spearman_global:.3f}", (f"{100 * e.regret:.1f}% ({100 * e.regret_max:.1f}%)" if e.regret == e.regret
+                       else "n/a: one config per problem"),
+                      "yes" if e.meets() else "no")
     for key, mode in result.modes.items():
         if key not in result.evaluations:
-            table.add_row(key, mode, "0", "0", "-", "-", "-", "no measurements: analytic terms only")
+            table.add_row(key, mode, "-", "0", "-", "-", "-", "-", "-", "no measurements: analytic terms only")
     for key, e in result.evaluations.items():
-        console.print(f"{key}: {e.split}; median timing spread (p80-p20)/median of the held-out records: "
+        console.print(f"{key}: {e.split}; {e.groups} held-out shapes; median timing spread (p80-p20)/median: "
                       f"{100 * e.noise:.1f}%")
     console.print(table)
+    console.print("Kernel timings left out of the fit (the store keeps them):")
+    for why, text in _selection.REASONS.items():
+        console.print(f"  {why}: {text}")
     ceil = Table(title="Ceilings")
     for col in ("device", "kind", "name", "value", "source"):
         ceil.add_column(col)

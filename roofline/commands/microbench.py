@@ -16,6 +16,10 @@ def microbench(
     device: str = typer.Option("auto", "--device", help="'auto' / 'cuda' / 'cuda:N' for GPU suites, 'cpu' for none."),
     out: str = typer.Option("records/microbench", "--out", help="Record store (folder) to append to."),
     quick: bool = typer.Option(False, "--quick", help="Smaller sizes and fewer repeats (smoke runs)."),
+    runtime: str = typer.Option(
+        "auto", "--runtime", help="Library the GPU suites run on: 'cupy', 'pycuda', or 'auto' (CuPy if it can use "
+        "the GPU, else PyCUDA)."
+    ),
 ) -> None:
     """Measure the silicon: bank conflicts, occupancy, clocks, bandwidth/FLOP/latency ceilings, and the host CPU."""
     from microbench import summary
@@ -26,6 +30,9 @@ def microbench(
     unknown = [s for s in names if s not in ORDER]
     if unknown:
         raise typer.BadParameter(f"unknown suite(s) {unknown}; choose from {', '.join(ORDER)}", param_hint="SUITES")
+    runtime = runtime.strip().lower()
+    if runtime not in ("auto", "cupy", "pycuda"):
+        raise typer.BadParameter(f"{runtime!r}; choose from auto, cupy, pycuda", param_hint="--runtime")
     console = Console(stderr=True)
     colors = {"ok": "green", "unavailable": "yellow", "failed": "red"}
 
@@ -35,7 +42,8 @@ def microbench(
                       f"{len(outcome.records)} records, {outcome.seconds:.1f} s{note}")
 
     with console.status("starting") as status:
-        outcomes = run(names, out, device, quick=quick, progress=lambda m: status.update(m), on_outcome=report)
+        outcomes = run(names, out, device, quick=quick, runtime=runtime, progress=lambda m: status.update(m),
+                       on_outcome=report)
 
     table = Table(title=f"microbench ({out})")
     for col in ("suite", "status", "records", "seconds", "reason"):

@@ -1,0 +1,142 @@
+"""The GPU runtime the CUDA suites run on: CuPy or PyCUDA, behind one small interface.
+
+Each suite is written once against :class:`Runtime`: device facts, device
+buffers (allocate, fill, copy in and out), modules loaded from the cubins
+``microbench.build`` compiles, kernel launches, the max-dynamic-shared-memory
+opt-in, occupancy queries, synchronisation and CUDA-event timing.
+``select_runtime`` takes CuPy when it can use a GPU, else PyCUDA, and
+otherwise says why neither works.
+
+Buffers are whatever the runtime allocates (a ``cupy.ndarray``, a small
+wrapper around a PyCUDA ``DeviceAllocation``); the suites hand them back to
+the runtime and never reach into them. Kernel arguments are device buffers
+and NumPy scalars (``np.int32``, ``np.uint64``, ...), which both libraries
+pack by their dtype.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol, Sequence
+
+import numpy as np
+
+NAMES = ("cupy", "pycuda")
+CHOICES = ("auto", *NAMES)
+
+
+@dataclass(frozen=True)
+class KernelFacts:
+    """What the occupancy calculator needs to know about a loaded kernel."""
+
+    registers: int
+    static_shared: int
+    max_dynamic_shared: int
+
+
+class Runtime(Protocol):
+    name: str  # "cupy" or "pycuda"
+
+    def describe(self) -> str: ...  # "cupy 14.0.1": recorded in every record's provenance
+    def device(self, index: int = 0) -> Any: ...  # microbench.gpu.CudaDevice
+    def driver_version(self) -> int | None: ...
+
+    # device buffers (1-D, ``n`` elements of ``dtype``)
+    def zeros(self, n: int, dtype: Any) -> Any: ...
+    def ones(self, n: int, dtype: Any) -> Any: ...
+    def empty(self, n: int, dtype: Any) -> Any: ...
+    def from_numpy(self, host: np.ndarray) -> Any: ...
+    def to_numpy(self, buffer: Any) -> np.ndarray: ...
+    def copy_from_host(self, buffer: Any, host: np.ndarray) -> None: ...
+    def pointer(self, buffer: Any) -> int: ...
+    def release_cached(self) -> None: ...
+
+    # code
+    def load_module(self, source: str, arch: str, defines: tuple = (), extra: tuple = ()) -> Any: ...
+    def function(self, module: Any, name: str) -> Any: ...
+    def kernel_facts(self, fn: Any) -> KernelFacts: ...
+    def set_max_dynamic_shared(self, fn: Any, nbytes: int) -> None: ...
+    def occupancy(self, fn: Any, threads: int, dynamic_shared: int) -> int: ...
+    def launch(self, fn: Any, grid: int, block: int, args: Sequence[Any], shared_bytes: int = 0) -> None: ...
+
+    # ordering and timing
+    def synchronize(self) -> None: ...
+    def event(self) -> Any: ...  # has record() and synchronize()
+    def elapsed_s(self, start: Any, stop: Any) -> float: ...
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The runtime picked, or why none could be."""
+
+    name: str | None
+    reason: str | None = None
+
+    def runtime(self) -> Runtime:
+        if self.name is None:
+            raise RuntimeError(self.reason or "no GPU runtime")
+        return make(self.name)
+
+
+def _reasons() -> dict[str, Callable[[], str | None]]:
+    from ..gpu import cupy_unavailable_reason
+    from .pycuda_runtime import pycuda_unavailable_reason
+
+    return {"cupy": cupy_unavailable_reason, "pycuda": pycuda_unavailable_reason}
+
+
+def select_runtime(prefer: str | None = None) -> Choice:
+    """CuPy when it can use a GPU, else PyCUDA; ``prefer`` ("cupy"/"pycuda") asks for one only."""
+    prefer = (prefer or "auto").strip().lower()
+    if prefer not in CHOICES:
+        raise ValueError(f"runtime must be one of {CHOICES}, got {prefer!r}")
+    checks = _reasons()
+    names = NAMES if prefer == "auto" else (prefer,)
+    why_not = []
+    for name in names:
+        try:
+            reason = checks[name]()
+        except Exception as exc:  # noqa: BLE001 - a broken install is a reason, not a crash
+            reason = f"{exc.__class__.__name__}: {exc}"
+        if reason is None:
+            return Choice(name)
+        why_not.append(f"{name}: {reason}")
+    return Choice(None, "; ".join(why_not) if prefer == "auto" else why_not[0].split(": ", 1)[1])
+
+
+def make(name: str) -> Runtime:
+    """A runtime by name (no availability check; see ``select_runtime``)."""
+    if name == "cupy":
+        from .cupy_runtime import CupyRuntime
+
+        return CupyRuntime()
+    if name == "pycuda":
+        from .pycuda_runtime import PycudaRuntime
+
+        return PycudaRuntime()
+    raise ValueError(f"runtime must be one of {NAMES}, got {name!r}")
+
+
+def time_launches(rt: Runtime, launch: Callable[[], None], repeats: int = 10, warmup: int = 2,
+                  per_event: int = 1) -> list[float]:
+    """Seconds per call of ``launch`` (which enqueues GPU work), timed with CUDA events.
+
+    Each sample brackets ``per_event`` back-to-back calls and divides, so the
+    launch gap between kernels stays small next to short kernels.
+    """
+    for _ in range(warmup):
+        launch()
+    rt.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, stop = rt.event(), rt.event()
+        start.record()
+        for _ in range(per_event):
+            launch()
+        stop.record()
+        stop.synchronize()
+        times.append(rt.elapsed_s(start, stop) / per_event)
+    return times
+
+
+__all__ = ["CHOICES", "NAMES", "Choice", "KernelFacts", "Runtime", "make", "select_runtime", "time_launches"]
