@@ -42,6 +42,11 @@ GQA: query head ``h`` reads key/value head ``h // group``; dK and dV of a key/va
 summed over its group in fp32 outputs. A bias is handed over as (Bb, Hb, q_len, k_len) with Bb
 and Hb 1 or full; its gradient is reduced over broadcast batch/head inside the kernel (the
 first head that maps to a slot stores, the others add) and over broadcast q/k rows on the host.
+
+Checked only on the emulator: two behaviours the kernels rely on are assumptions about the
+hardware, not measured: ScalarE's ``log(0)`` giving ``-inf`` (the lse of rows that see nothing),
+and a DMA read of an HBM output ordered after the kernel's own earlier write to it (the
+read-modify-write of dK/dV across a GQA group and of a broadcast dbias).
 """
 
 from __future__ import annotations
@@ -595,11 +600,13 @@ def default_target(config: dict | None = None) -> str:
 
 
 def resolve_config(head_dim: int, target: str, config: dict | None = None) -> dict:
-    """The config a problem runs with: the target's entry for the smallest head-dim bucket
-    >= head_dim (the heuristic), overridden by ``config``'s keys."""
+    """The config a problem runs with: the shipped config ``config["name"]`` names, else the
+    target's entry for the smallest head-dim bucket >= head_dim (the heuristic), overridden by
+    ``config``'s tile keys."""
     _validate_config(config)
     table = configs(target)
-    base = next((c for c in table if c["head_dim"] >= head_dim), table[-1])
+    named = [c for c in table if config and c["name"] == config.get("name")]
+    base = named[0] if named else next((c for c in table if c["head_dim"] >= head_dim), table[-1])
     cfg = {key: base[key] for key in ("name", "fwd_block_k", "bwd_block_k", "q_in_flight")}
     if config:
         cfg.update({key: v for key, v in config.items() if key != "target"})
