@@ -17,6 +17,13 @@ SUITES: dict[str, list[tuple[int, int, int]]] = {
         (64, 14336, 4096),
         (128, 4096, 14336),
     ],
+    # Decode-style skinny M against the LLM weights above: the shape class where B
+    # streaming and tile count decide, used to tune and to fit the performance model.
+    "gemm-skinny": [
+        (16, 14336, 4096), (16, 4096, 14336), (32, 4096, 4096), (32, 12288, 4096),
+        (64, 4096, 4096), (64, 8192, 8192), (128, 8192, 8192), (128, 14336, 4096),
+        (256, 4096, 4096), (256, 4096, 14336), (48, 4096, 4096), (96, 12288, 4096),
+    ],
     # Interpreter-sized shapes for CI smoke runs: none a multiple of a block.
     "tiny": [(37, 45, 29), (64, 33, 48)],
 }
