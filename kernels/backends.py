@@ -38,12 +38,14 @@ OPS: dict[str, dict[str, str]] = {
         "nvidia": "kernels.nvidia.triangle_attention",
         "amd": "kernels.amd.triangle_attention",
         "tpu": "kernels.tpu.triangle_attention",
+        "trainium": "kernels.trainium.triangle_attention",
     },
     "triangle_multiplicative_update": {
         "reference": "kernels.triangle.reference",
         "nvidia": "kernels.nvidia.triangle_multiplication",
         "amd": "kernels.amd.triangle_multiplication",
         "tpu": "kernels.tpu.triangle_multiplication",
+        "trainium": "kernels.trainium.triangle_multiplication",
     },
 }
 

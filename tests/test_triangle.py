@@ -93,7 +93,8 @@ def framework_attention(q, k, v, bias, mask, dout):
 
 # The AMD backend runs the same source as NVIDIA with its own configs: one shape each.
 @pytest.mark.parametrize("backend,B,N,H,D", [("reference", 1, 7, 2, 16), ("reference", 2, 11, 2, 8),
-                                             ("nvidia", 1, 7, 2, 16), ("nvidia", 2, 11, 2, 8), ("amd", 2, 11, 2, 8)])
+                                             ("nvidia", 1, 7, 2, 16), ("nvidia", 2, 11, 2, 8), ("amd", 2, 11, 2, 8),
+                                             ("trainium", 2, 9, 2, 32)])
 def test_triangle_attention_fp32(backend, B, N, H, D, poisoned):
     q, k, v, bias, mask = attention_inputs(B, N, H, D, seed=N + D)
     dout = torch.randn(B, N, H, N, D)
@@ -110,7 +111,7 @@ def test_triangle_attention_fp32(backend, B, N, H, D, poisoned):
         assert (g[:, 1] == 0).all()
 
 
-@pytest.mark.parametrize("backend", TRITON_BACKENDS)
+@pytest.mark.parametrize("backend", [*TRITON_BACKENDS, "trainium"])
 def test_triangle_attention_bf16(backend, poisoned):
     B, N, H, D = 1, 11, 2, 32
     q, k, v, bias, mask = attention_inputs(B, N, H, D, torch.bfloat16, seed=3)
@@ -218,7 +219,7 @@ def trimul_exact(x, direction, mask, w, dout, compute):
     (backend, n, cz, c, direction)
     for backend, n, cz, c in (("reference", 37, 16, 8), ("nvidia", 7, 16, 16), ("nvidia", 11, 16, 8))
     for direction in ("outgoing", "incoming")
-] + [("amd", 11, 16, 8, "incoming")])
+] + [("amd", 11, 16, 8, "incoming"), ("trainium", 11, 16, 8, "outgoing"), ("trainium", 9, 16, 8, "incoming")])
 def test_trimul_fp32(backend, N, CZ, C, direction, poisoned):
     x, mask, w = trimul_inputs(1 if N != 11 else 2, N, CZ, C, seed=N + C)
     dout = torch.randn_like(x)
