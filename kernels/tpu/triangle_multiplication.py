@@ -85,14 +85,26 @@ def trimul(x, direction, mask, weights, eps):
     return out.astype(dt)
 
 
+# Both run under jit: in TPU interpret mode the Pallas calls talk to the host through
+# callbacks that run JAX ops themselves, which deadlocks when the caller dispatches op by op.
+@functools.partial(jax.jit, static_argnames=("direction", "eps"))
+def _trimul_fwd(x, mask, weights, direction, eps):
+    return trimul(x, direction, mask, weights, eps)
+
+
+@functools.partial(jax.jit, static_argnames=("direction", "eps"))
+def _trimul_bwd(x, mask, weights, dout, direction, eps):
+    _, vjp = jax.vjp(lambda x, w: trimul(x, direction, mask, w, eps), x, weights)
+    dx, dw = vjp(dout.astype(x.dtype))
+    return dx, tuple(dw)
+
+
 def trimul_fwd_jax(x, direction, mask, weights, eps):
-    return trimul(x, direction, mask, tuple(weights), eps)
+    return _trimul_fwd(x, mask, tuple(weights), direction=direction, eps=float(eps))
 
 
 def trimul_bwd_jax(x, direction, mask, weights, eps, dout):
-    _, vjp = jax.vjp(lambda x, w: trimul(x, direction, mask, w, eps), x, tuple(weights))
-    dx, dw = vjp(dout.astype(x.dtype))
-    return dx, tuple(dw)
+    return _trimul_bwd(x, mask, tuple(weights), dout, direction=direction, eps=float(eps))
 
 
 def _to_jax(t):
