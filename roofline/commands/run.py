@@ -34,9 +34,36 @@ def _write_json(path: Path, obj) -> None:
     tmp.replace(path)
 
 
+def detect_hardware() -> dict:
+    """What this machine is: CPU, memory, and the accelerators each framework sees."""
+    import os
+    import platform
+
+    from kernels.backends import gpu_name, gpu_vendor
+
+    hw = {"cpu": platform.processor() or platform.machine(), "cpu cores": os.cpu_count()}
+    try:
+        pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+        hw["memory"] = f"{pages * size / 2**30:.0f} GiB"
+    except (ValueError, OSError):
+        pass
+    hw["gpu"] = f"{gpu_vendor()}: {gpu_name()}" if gpu_vendor() else "none visible to PyTorch"
+    try:
+        import jax
+
+        hw["jax devices"] = ", ".join(sorted({d.device_kind for d in jax.devices()}))
+    except Exception:  # noqa: BLE001 - JAX is optional
+        pass
+    from kernels.trainium import nki_compat
+
+    hw["neuron"] = "emulated (no Neuron toolchain)" if nki_compat.EMULATED else "nki importable"
+    return hw
+
+
 def step_backends(out: Path, summary: dict) -> None:
     from kernels.backends import report
 
+    summary["hardware"] = detect_hardware()
     rows = report()
     _write_json(out / "backends.json", rows)
     summary["backends"] = {f"{r['op']}/{r['backend']}": r["mode"] for r in rows}
