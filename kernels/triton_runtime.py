@@ -27,14 +27,6 @@ from typing import Any
 _twins: dict[int, Any] = {}
 
 
-def triton_available() -> tuple[bool, str]:
-    try:
-        import triton  # noqa: F401
-    except ImportError as exc:  # pragma: no cover - the test extra installs triton
-        return False, f"triton is not installed ({exc})"
-    return True, ""
-
-
 _patch_depth = 0
 
 

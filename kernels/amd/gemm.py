@@ -50,7 +50,6 @@ from __future__ import annotations
 import functools
 import json
 from pathlib import Path
-from typing import Any
 
 import torch
 import triton

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 from pathlib import Path
 
 import torch

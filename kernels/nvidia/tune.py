@@ -61,7 +61,6 @@ def sweep(shapes: Iterable[tuple[int, int, int]], dtype: torch.dtype = torch.bfl
                 continue
             rows.append(dict(shape=[m, n, k], dtype=name, layout=b_layout, impl="ceiling.nvidia", config=cfg.as_dict(),
                              median_ms=ms, p20_ms=p20, p80_ms=p80, tflops=flops / ms / 1e9, rel_error=err))
-        del a, b, ref
     return rows
 
 

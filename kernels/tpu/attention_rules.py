@@ -30,8 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from kernels.errors import InputError
-from kernels.tpu.gemm_rules import dtype_name, itemsize, sublane_multiple
+from kernels.tpu.gemm_rules import ConfigError, dtype_name, itemsize, sublane_multiple
 from kernels.tpu.generations import LANES, MiB, generation
 
 RULES = {
@@ -47,13 +46,10 @@ REQUIRED = ("block_q", "block_k")
 OPTIONAL = ("block_q_bwd", "block_k_bwd")
 
 
-class AttentionConfigError(InputError):
-    """A config breaks one of :data:`RULES`; ``rule`` says which."""
+class AttentionConfigError(ConfigError):
+    """A config breaks one of the attention kernels' :data:`RULES`; ``rule`` says which."""
 
-    def __init__(self, rule: str, config: Any, detail: str):
-        self.rule = rule
-        self.config = config
-        super().__init__("config", f"{RULES[rule]} [rule {rule}]", f"{config!r}: {detail}")
+    rules = RULES
 
 
 @dataclass(frozen=True)

@@ -46,12 +46,14 @@ KERNEL_DTYPES = ("bfloat16", "float32")
 
 
 class ConfigError(InputError):
-    """A config breaks one of :data:`RULES`; ``rule`` says which."""
+    """A config breaks one of the kernel's rules (:data:`RULES` here); ``rule`` says which."""
+
+    rules: dict[str, str] = RULES
 
     def __init__(self, rule: str, config: Any, detail: str):
         self.rule = rule
         self.config = config
-        super().__init__("config", f"{RULES[rule]} [rule {rule}]", f"{config!r}: {detail}")
+        super().__init__("config", f"{self.rules[rule]} [rule {rule}]", f"{config!r}: {detail}")
 
 
 @dataclass(frozen=True)
