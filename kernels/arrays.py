@@ -61,3 +61,13 @@ def torch_dtype(name: str):
     import torch
 
     return getattr(torch, name)
+
+
+def require(name: str, x: Any) -> ArrayInfo:
+    """``describe(x)``, or the InputError every op gives a non-array argument."""
+    from kernels.errors import InputError
+
+    info = describe(x)
+    if info is None:
+        raise InputError(name, "a torch.Tensor or a jax.Array", type(x).__name__)
+    return info

@@ -82,6 +82,18 @@ def gpu_name() -> str | None:
     return torch.cuda.get_device_name()
 
 
+def default_for_device(device: str) -> str:
+    """Where an op runs when no backend is named: the device's vendor, else the reference."""
+    kind = device.split(":")[0]
+    if kind == "cuda":
+        return gpu_vendor() or "reference"
+    if kind == "gpu":  # JAX names CUDA and ROCm devices alike
+        return gpu_vendor() or "nvidia"
+    if kind == "tpu":
+        return "tpu"
+    return "reference"
+
+
 def _has_module(name: str) -> tuple[bool, str]:
     try:
         importlib.import_module(name)

@@ -31,7 +31,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from kernels.arrays import ArrayInfo, describe, device_kind
+from kernels.arrays import device_kind, require
 from kernels.errors import InputError
 
 KERNEL_DTYPES = ("float16", "bfloat16")
@@ -67,11 +67,6 @@ class AttentionProblem:
         return f // 2 if self.causal else f
 
 
-def _info(name: str, x: Any) -> ArrayInfo:
-    info = describe(x)
-    if info is None:
-        raise InputError(name, "a torch.Tensor or a jax.Array", type(x).__name__)
-    return info
 
 
 def _broadcastable(shape: tuple[int, ...], full: tuple[int, ...]) -> bool:
@@ -91,7 +86,7 @@ def check(
     mask: Any = None,
     backend: str | None = None,
 ) -> AttentionProblem:
-    qi, ki, vi = _info("q", q), _info("k", k), _info("v", v)
+    qi, ki, vi = require("q", q), require("k", k), require("v", v)
     for name, info in (("k", ki), ("v", vi)):
         if info.framework != qi.framework:
             raise InputError(name, f"a {qi.framework} array like q", f"a {info.framework} array")
@@ -126,7 +121,7 @@ def check(
     full = (batch, heads, q_len, k_len)
     bias_shape = None
     if bias is not None:
-        bi = _info("bias", bias)
+        bi = require("bias", bias)
         if bi.framework != qi.framework:
             raise InputError("bias", f"a {qi.framework} array like q", f"a {bi.framework} array")
         if not _broadcastable(bi.shape, full):
@@ -137,7 +132,7 @@ def check(
             raise InputError("bias", f"device {qi.device} like q", bi.device)
         bias_shape = bi.shape
     if mask is not None:
-        mi = _info("mask", mask)
+        mi = require("mask", mask)
         if mi.framework != qi.framework:
             raise InputError("mask", f"a {qi.framework} array like q", f"a {mi.framework} array")
         if mi.dtype != "bool":
@@ -171,11 +166,8 @@ def check(
 
 def default_backend(problem: AttentionProblem) -> str:
     """The device's vendor for GPU arrays (reference for float32), else the reference."""
-    from kernels.backends import gpu_vendor
+    from kernels.backends import default_for_device
 
-    if problem.dtype not in KERNEL_DTYPES:
-        return "reference"
-    kind = device_kind(problem.device)
-    if kind == "cuda":
-        return gpu_vendor() or "reference"
-    return "reference"
+    if problem.dtype not in KERNEL_DTYPES or device_kind(problem.device) != "cuda":
+        return "reference"  # JAX arrays reach the attention kernels only when a backend is named
+    return default_for_device(problem.device)

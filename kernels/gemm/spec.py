@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kernels.arrays import ArrayInfo, describe, device_kind
+from kernels.arrays import require
 from kernels.errors import InputError
 
 DTYPES = ("float16", "bfloat16", "float32")
@@ -52,11 +52,6 @@ class GemmProblem:
         return (self.m, self.n) if self.batch is None else (self.batch, self.m, self.n)
 
 
-def _info(name: str, x: Any) -> ArrayInfo:
-    info = describe(x)
-    if info is None:
-        raise InputError(name, "a torch.Tensor or a jax.Array", type(x).__name__)
-    return info
 
 
 def _dtype_name(dtype: Any) -> str | None:
@@ -73,7 +68,7 @@ def _dtype_name(dtype: Any) -> str | None:
 
 
 def check(a: Any, b: Any, bias: Any = None, activation: str | None = None, out_dtype: Any = None) -> GemmProblem:
-    ai, bi = _info("a", a), _info("b", b)
+    ai, bi = require("a", a), require("b", b)
     if bi.framework != ai.framework:
         raise InputError("b", f"a {ai.framework} array like a", f"a {bi.framework} array")
     if len(ai.shape) not in (2, 3):
@@ -102,7 +97,7 @@ def check(a: Any, b: Any, bias: Any = None, activation: str | None = None, out_d
             )
     bias_dtype = None
     if bias is not None:
-        ci = _info("bias", bias)
+        ci = require("bias", bias)
         if ci.framework != ai.framework:
             raise InputError("bias", f"a {ai.framework} array like a", f"a {ci.framework} array")
         if ci.shape != (n,):
@@ -133,14 +128,7 @@ def check(a: Any, b: Any, bias: Any = None, activation: str | None = None, out_d
 
 
 def default_backend(problem: GemmProblem) -> str:
-    """Where an op runs when no backend is named: the device's vendor, else the reference."""
-    from kernels.backends import gpu_vendor
+    """Where GEMM runs when no backend is named: the device's vendor, else the reference."""
+    from kernels.backends import default_for_device
 
-    kind = device_kind(problem.device)
-    if kind == "cuda":
-        return gpu_vendor() or "reference"
-    if kind == "gpu":  # JAX names CUDA and ROCm devices alike
-        return gpu_vendor() or "nvidia"
-    if kind == "tpu":
-        return "tpu"
-    return "reference"
+    return default_for_device(problem.device)

@@ -29,18 +29,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kernels.arrays import ArrayInfo, describe, device_kind
+from kernels.arrays import require
 from kernels.errors import InputError
 
 DTYPES = ("float16", "bfloat16", "float32")
 DIRECTIONS = ("outgoing", "incoming")
 
 
-def _info(name: str, x: Any) -> ArrayInfo:
-    info = describe(x)
-    if info is None:
-        raise InputError(name, "a torch.Tensor or a jax.Array", type(x).__name__)
-    return info
 
 
 @dataclass(frozen=True)
@@ -62,7 +57,7 @@ class AttentionProblem:
 
 
 def check_attention(q, k, v, bias, mask=None, scale=None) -> AttentionProblem:
-    qi, ki, vi, bi = _info("q", q), _info("k", k), _info("v", v), _info("bias", bias)
+    qi, ki, vi, bi = require("q", q), require("k", k), require("v", v), require("bias", bias)
     if len(qi.shape) != 5:
         raise InputError("q", "a 5-D (B, N, H, N, D) array", f"shape {qi.shape}")
     b, n, h, n2, d = qi.shape
@@ -86,7 +81,7 @@ def check_attention(q, k, v, bias, mask=None, scale=None) -> AttentionProblem:
     if bi.dtype not in DTYPES:
         raise InputError("bias", f"dtype in {DTYPES}", bi.dtype)
     if mask is not None:
-        mi = _info("mask", mask)
+        mi = require("mask", mask)
         if mi.framework != qi.framework or mi.device != qi.device:
             raise InputError("mask", f"a {qi.framework} array on {qi.device}", f"a {mi.framework} array on {mi.device}")
         if mi.shape != (b, n, 1, 1, n):
@@ -122,7 +117,7 @@ class TrimulProblem:
 
 
 def check_trimul(x, direction, mask, weights: dict[str, Any]) -> TrimulProblem:
-    xi = _info("x", x)
+    xi = require("x", x)
     if len(xi.shape) != 4:
         raise InputError("x", "a (B, N, N, c_z) array", f"shape {xi.shape}")
     b, n, n2, cz = xi.shape
@@ -133,7 +128,7 @@ def check_trimul(x, direction, mask, weights: dict[str, Any]) -> TrimulProblem:
     if direction not in DIRECTIONS:
         raise InputError("direction", f"one of {DIRECTIONS}", repr(direction))
     if mask is not None:
-        mi = _info("mask", mask)
+        mi = require("mask", mask)
         if mi.shape != (b, n, n):
             raise InputError("mask", f"shape {(b, n, n)}", f"shape {mi.shape}")
         if mi.framework != xi.framework or mi.device != xi.device:
@@ -141,7 +136,7 @@ def check_trimul(x, direction, mask, weights: dict[str, Any]) -> TrimulProblem:
     for required in ("p_in_weight", "g_in_weight", "p_out_weight", "g_out_weight"):
         if weights.get(required) is None:
             raise InputError(required, "a weight array (it has no default)", "None")
-    pin = _info("p_in_weight", weights["p_in_weight"])
+    pin = require("p_in_weight", weights["p_in_weight"])
     if len(pin.shape) != 2 or pin.shape[1] != cz or pin.shape[0] % 2:
         raise InputError("p_in_weight", f"shape (2c, {cz})", f"shape {pin.shape}")
     c = pin.shape[0] // 2
@@ -155,7 +150,7 @@ def check_trimul(x, direction, mask, weights: dict[str, Any]) -> TrimulProblem:
         w = weights.get(name)
         if w is None:
             continue
-        wi = _info(name, w)
+        wi = require(name, w)
         if wi.shape != shape:
             raise InputError(name, f"shape {shape}", f"shape {wi.shape}")
         if wi.framework != xi.framework or wi.device != xi.device:
@@ -167,13 +162,6 @@ def check_trimul(x, direction, mask, weights: dict[str, Any]) -> TrimulProblem:
 
 def default_backend(device: str) -> str:
     """The device's vendor, else the reference (CPU arrays)."""
-    from kernels.backends import gpu_vendor
+    from kernels.backends import default_for_device
 
-    kind = device_kind(device)
-    if kind == "cuda":
-        return gpu_vendor() or "reference"
-    if kind == "gpu":
-        return gpu_vendor() or "nvidia"
-    if kind == "tpu":
-        return "tpu"
-    return "reference"
+    return default_for_device(device)
