@@ -314,8 +314,9 @@ def write(template: Template, records: list[Record], out: str | Path) -> Path:
     mine = [r for r in _records_for(records, template.op, template.backend, template.dtype)
             if devices.match(r.provenance.device) in (devices.get(template.device), None)]
     # the caches replay device times only: the timings the model's selection admits
-    admitted, _ = cited(records, template.op, template.backend, template.dtype, devices.get(template.device))
-    complete = [r.model_copy(update={"config": template.complete(r.config)}) for r, _ in admitted]
+    admitted, left_out = cited(records, template.op, template.backend, template.dtype, devices.get(template.device))
+    failed = [r for r in mine if left_out.get(id(r)) == "failed"]  # written as Kernel Tuner's failure markers
+    complete = [r.model_copy(update={"config": template.complete(r.config)}) for r in [r for r, _ in admitted] + failed]
     with open(folder / template.records_file, "w") as fh:
         for r in mine:
             fh.write(r.model_dump_json() + "\n")
