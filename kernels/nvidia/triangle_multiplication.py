@@ -340,7 +340,7 @@ def config_for(device_name: str | None, dtype: str, table_path: Path = CONFIG_FI
     entry = table["default"]
     if device_name:
         for key, value in table.items():
-            if key not in ("default", "_doc") and key.lower() in device_name.lower():
+            if key != "default" and not key.startswith("_") and key.lower() in device_name.lower():
                 entry = value
                 break
     return {name: {k: v for k, v in {**cfg, **(cfg.get("float32", {}) if dtype == "float32" else {})}.items()
@@ -587,15 +587,16 @@ _TRITON_DTYPE = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 
 def compile_specs(dtype: str = "bfloat16", c_z: int = 128, c: int = 128, device: str = "H200", *,
-                  n: int = 768, direction: str = "outgoing",
+                  n: int = 768, direction: str = "outgoing", cfgs: dict | None = None,
                   table=CONFIG_FILE, prefix: str = "trimul", extra_keys=()) -> list:
     """A ``kernels.isa.CompileSpec`` per kernel at the shipped config (AlphaFold 3 widths by default),
     specialized as a launch on a (1, n, n, c_z) input specializes it (unit strides constant,
-    multiples of 16 marked), so that the profile describes the kernel that runs."""
+    multiples of 16 marked), so that the profile describes the kernel that runs. ``cfgs``
+    (a whole per-stage config, as the table holds) replaces the table's entry."""
     from kernels.isa import CompileSpec, as_launched
 
     t = _TRITON_DTYPE[dtype]
-    cfgs = config_for(device, dtype, table)
+    cfgs = cfgs or config_for(device, dtype, table)
     prec = "ieee" if dtype == "float32" else "tf32"
     czb, cb = triton.next_power_of_2(c_z), triton.next_power_of_2(c)
     kinds = {
