@@ -71,9 +71,9 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from kernels.tpu import gemm as tpu_gemm
-from kernels.tpu.gemm_rules import dtype_name, vmem_limit_bytes
 from kernels.tpu.generations import DEFAULT_TARGET, LANES, attached_tpu, generation
 from kernels.tpu.trimul_rules import RULES, TrimulConfigError, blocks, check_config
+from kernels.tpu.vmem import dtype_name, vmem_limit_bytes
 
 CONFIGS_PATH = Path(__file__).parent / "configs" / "trimul.json"
 

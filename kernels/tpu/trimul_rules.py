@@ -31,9 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from kernels.tpu.attention_rules import VmemEstimate
-from kernels.tpu.gemm_rules import ConfigError, itemsize
-from kernels.tpu.generations import LANES, SUBLANES, MiB, generation
+from kernels.tpu.gemm_rules import ConfigError
+from kernels.tpu.generations import LANES, SUBLANES, generation
+from kernels.tpu.vmem import VmemEstimate, itemsize, over_budget
 
 RULES = {
     "keys": "the key block_rows and optionally block_rows_bwd, each a positive integer",
@@ -109,7 +109,7 @@ def vmem_estimates(config: dict, dtype: Any, c_z: int, c: int) -> dict[str, Vmem
 def check_config(config: Any, dtype: Any, c_z: int, c: int, target: str) -> dict[str, VmemEstimate]:
     """Check ``config`` for kernel operands of ``dtype`` at widths (c_z, c) on ``target``;
     return the VMEM estimates or raise :class:`TrimulConfigError`."""
-    gen = generation(target)
+    generation(target)  # an unknown target is an InputError before anything else
     if not isinstance(config, dict) or not set(REQUIRED) <= set(config) or not set(config) <= set(REQUIRED + OPTIONAL):
         got = sorted(config) if isinstance(config, dict) else type(config).__name__
         raise TrimulConfigError("keys", config, f"keys {got}")
@@ -124,11 +124,7 @@ def check_config(config: Any, dtype: Any, c_z: int, c: int, target: str) -> dict
         raise TrimulConfigError("nesting", config, f"{max(bm, bmb)} is not a multiple of {min(bm, bmb)}")
     estimates = vmem_estimates(config, dtype, c_z, c)
     for est in estimates.values():
-        if est.total > gen.usable_vmem_bytes:
-            raise TrimulConfigError(
-                "vmem_budget",
-                config,
-                f"the {est.kernel} kernel holds {est.total / MiB:.1f} MiB ({est.as_dict()}) > "
-                f"{gen.usable_vmem_bytes / MiB:.0f} MiB usable of {gen.vmem_bytes / MiB:.0f} MiB VMEM on {target}",
-            )
+        why = over_budget(est, target)
+        if why:
+            raise TrimulConfigError("vmem_budget", config, why)
     return estimates
