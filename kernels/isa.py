@@ -227,6 +227,11 @@ INSPECTORS: dict[tuple[str, str], str] = {
     ("triangle_attention", "tpu-v5e"): "kernels.tpu.triangle_attention:inspect_tpu_triangle_attention",
     ("triangle_attention", "tpu-v5p"): "kernels.tpu.triangle_attention:inspect_tpu_triangle_attention",
     ("triangle_attention", "tpu-v6e"): "kernels.tpu.triangle_attention:inspect_tpu_triangle_attention",
+    ("triangle_multiplicative_update", "tpu-v5e"): "kernels.tpu.triangle_multiplication:inspect_tpu_trimul",
+    ("triangle_multiplicative_update", "tpu-v5p"): "kernels.tpu.triangle_multiplication:inspect_tpu_trimul",
+    ("triangle_multiplicative_update", "tpu-v6e"): "kernels.tpu.triangle_multiplication:inspect_tpu_trimul",
+    ("triangle_multiplicative_update", "trn1"): "kernels.trainium.inspection:inspect_trainium_trimul",
+    ("triangle_multiplicative_update", "trn2"): "kernels.trainium.inspection:inspect_trainium_trimul",
 }
 
 
