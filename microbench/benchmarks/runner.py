@@ -107,11 +107,16 @@ def _detached(out: Any) -> Any:
 
 @contextlib.contextmanager
 def _peak_memory(device: str):
-    """Yields a dict that gets "bytes": the peak device memory allocated inside the block
-    above what was allocated when it started (the call's working set and outputs)."""
+    """Yields a dict that gets "bytes": the peak memory allocated inside the block above what
+    was allocated when it started (the call's working set and outputs). On a GPU from the
+    caching allocator's statistics; on the CPU from the allocator events the profiler records
+    (:func:`cpu_peak_bytes`)."""
     found: dict[str, int] = {}
     if not on_gpu(device):
-        yield found
+        with cpu_peak_bytes() as cpu:
+            yield found
+        if "bytes" in cpu:
+            found["bytes"] = cpu["bytes"]
         return
     import torch
 
@@ -125,6 +130,35 @@ def _peak_memory(device: str):
     yield found
     torch.cuda.synchronize(device)
     found["bytes"] = int(torch.cuda.max_memory_allocated(device) - base)
+
+
+@contextlib.contextmanager
+def cpu_peak_bytes():
+    """Yields a dict that gets "bytes": the largest running total of the CPU allocations and
+    frees made inside the block (PyTorch's allocator only: memory a kernel interpreter
+    allocates through NumPy is not counted). Empty when this PyTorch's profiler does not
+    expose its memory events."""
+    from torch.profiler import ProfilerActivity, profile
+
+    found: dict[str, int] = {}
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        yield found
+    try:
+        events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
+                        if e.name() == "[memory]" and e.device_type() == _cpu_device_type())
+    except (AttributeError, RuntimeError):
+        return
+    total = peak = 0
+    for _, nbytes in events:
+        total += nbytes
+        peak = max(peak, total)
+    found["bytes"] = peak
+
+
+def _cpu_device_type():
+    import torch
+
+    return torch.autograd.DeviceType.CPU
 
 
 def check_case(case: Case, device: str, *, seed: int = 0) -> tuple[CaseResult, Any]:
