@@ -202,6 +202,8 @@ def compile_specs(dtype: str = "bfloat16", head_dim: int = 32, n: int = 384, dev
         for arg in fn.arg_names:
             if arg in constexprs:
                 sig[arg] = "constexpr"
+            elif arg in ("N", "H"):
+                sig[arg] = "i32"
             elif arg in ("Bias", "LSE", "Delta", "DBias"):
                 sig[arg] = "*fp32"
             elif arg == "Mask":

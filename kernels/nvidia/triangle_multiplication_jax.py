@@ -279,6 +279,8 @@ def compile_specs(dtype: str = "bfloat16", c_z: int = 128, c: int = 128, n: int 
         for arg in fn.arg_names:
             if arg in constexprs:
                 sig[arg] = "constexpr"
+            elif arg in ("M", "NN", "N"):
+                sig[arg] = "i32"
             elif arg in ("Mask", "Part"):
                 sig[arg] = "*fp32"
             elif arg[0].isupper():
