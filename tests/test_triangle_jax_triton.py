@@ -78,9 +78,12 @@ def test_trimul_gpu_path_interpreted(vendor, N, CZ, C, direction, dtype, jax_tri
     dout = torch.randn(x.shape, generator=torch.Generator().manual_seed(6))
     names = [n for n in ref.TRIMUL_WEIGHTS if w[n] is not None]
     jw = {n: _j(w[n].to(dtype)) for n in names}
+    # 16-wide column tiles: several column blocks per row tile in the row kernels' grids
+    config = triangle_multiplication_jax.select_config(str(dtype).removeprefix("torch."), vendor)
+    config = {name: {**c, "BLOCK_N": 16} if isinstance(c, dict) and "BLOCK_N" in c else c for name, c in config.items()}
 
     def f(x, ws):
-        return kernels.triangle_multiplicative_update(x, direction, _j(mask), **ws, backend=vendor)
+        return kernels.triangle_multiplicative_update(x, direction, _j(mask), **ws, backend=vendor, config=config)
 
     out, vjp = jax.vjp(f, _j(x.to(dtype)), jw)
     gx, gw = vjp(_j(dout.to(dtype)))

@@ -160,7 +160,7 @@ def _project_and_contract(p: _Problem, x, direction, weights, eps):
     lnw, lnb, wp, bp, wg, bg = weights[:6]
     ab = p.launch(ln_gate_proj_kernel_jax, "ln_gate_proj", x, p.mask_rows, lnw, lnb, wp, bp, wg, bg, p.M, p.NN,
                   np.float32(eps), out_shape=jax.ShapeDtypeStruct((p.B, p.C2, p.N, p.N), x.dtype),
-                  grid=lambda c: (triton.cdiv(p.M, c["BLOCK_M"]), triton.cdiv(p.C2, c["BLOCK_N"])),
+                  grid=lambda c: (triton.cdiv(p.M, c["BLOCK_M"]) * triton.cdiv(p.C2, c["BLOCK_N"]),),
                   CZ=p.CZ, C2=p.C2, NN_16=p.NN % 16 == 0, HAS_MASK=p.has_mask, CZ_BLOCK=p.czb)
     # outgoing: y = a b^T; incoming: y = a^T b (a = channels [0, c), b = [c, 2c) of ab)
     outgoing = direction == "outgoing"
@@ -188,7 +188,7 @@ def trimul_fwd(x, direction, mask, weights, eps, config=None, vendor: str = "nvi
     _, y = _project_and_contract(p, x, direction, weights, eps)
     return p.launch(ln_out_gate_kernel_jax, "ln_out_gate", x, y, lnw, lnb, lnw_o, lnb_o, wpo, bpo, wgo, bgo,
                     p.M, p.NN, np.float32(eps), out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
-                    grid=lambda c: (triton.cdiv(p.M, c["BLOCK_M"]), triton.cdiv(p.CZ, c["BLOCK_N"])),
+                    grid=lambda c: (triton.cdiv(p.M, c["BLOCK_M"]) * triton.cdiv(p.CZ, c["BLOCK_N"]),),
                     CZ=p.CZ, C=p.C, NN_16=p.NN % 16 == 0, CZ_BLOCK=p.czb, C_BLOCK=p.cb)
 
 
