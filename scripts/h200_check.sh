@@ -20,6 +20,7 @@ log() { tee -a "$work/log.txt"; }
   python3 -c "import torch, triton, jax; print('torch', torch.__version__, 'triton', triton.__version__, 'jax', jax.__version__, torch.cuda.get_device_name())"
 } 2>&1 | log
 timeout "${TEST_BUDGET_S:-150}" python3 -m pytest tests/test_gemm_nvidia.py tests/test_attention_gpu.py tests/test_triangle.py \
+  tests/test_attention_jax_triton.py tests/test_triangle_jax_triton.py \
   -m gpu -q -p no:cacheprovider -rs -o addopts="" --junitxml="$work/gpu-tests.xml" 2>&1 | tail -40 | log
 save
 python3 -m roofline.cli tune gemm --shapes gemm-llm --out "$work/tune" --budget-s "${TUNE_BUDGET_S:-70}" --rep-ms 25 --apply 2>&1 | log

@@ -538,8 +538,11 @@ def _tuned() -> dict:
     return json.loads(CONFIG_FILE.read_text())
 
 
-def device_key(device: torch.device) -> str:
-    """The key of the tuned table for ``device``: 'sm90' on Hopper, 'interpreter' on the CPU."""
+def device_key(device: torch.device | str) -> str:
+    """The key of the tuned table for ``device``: 'sm90' on Hopper, 'interpreter' on the CPU;
+    a string is already a key (JAX callers, see ``kernels.jax_bridge.device_key``)."""
+    if isinstance(device, str):
+        return device
     if device.type != "cuda":
         return "interpreter"
     major, minor = torch.cuda.get_device_capability(device)
@@ -576,17 +579,20 @@ def merge_config(base: dict, *overrides: dict | None) -> dict:
     return chosen
 
 
-def select_config(head_dim: int, device: torch.device, config: dict | None = None, narrow: bool = False) -> dict:
+def select_config(head_dim: int, device: torch.device | str, config: dict | None = None, narrow: bool = False,
+                  pointer_bias: bool = False) -> dict:
     """The tuned entry for (device, padded head dim) over the heuristic, then its ``"narrow"``
     overrides when more registers are live per tile (a bias or mask tile next to the scores,
-    or pointer loads instead of TMA), then ``config``."""
+    or pointer loads instead of TMA), then its ``"pointer_bias"`` overrides when both hold,
+    then ``config``."""
     pad = head_dim_pad(head_dim)
     base = heuristic(pad)
     tuned = dict(_tuned().get(device_key(device), {}).get(str(pad), {}))
     narrower = tuned.pop("narrow", None)
+    narrowest = tuned.pop("pointer_bias", None)
     if narrow:
         base = merge_config(base, heuristic_narrow(pad))
-    return merge_config(base, tuned, narrower if narrow else None, config)
+    return merge_config(base, tuned, narrower if narrow else None, narrowest if pointer_bias else None, config)
 
 
 def _empty(shape, like: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -804,7 +810,7 @@ def attention_fwd(q, k, v, bias, mask, causal, scale, config=None):
     head_dim = q.shape[-1]
     biased = bias is not None or mask is not None
     use_tma = _wants_tma(select_config(head_dim, q.device, config), q)
-    cfg = select_config(head_dim, q.device, config, narrow=biased or not use_tma)
+    cfg = select_config(head_dim, q.device, config, narrow=biased or not use_tma, pointer_bias=biased and not use_tma)
     if not use_tma:
         return forward(q, k, v, bias, mask, causal, scale, cfg, False)
     pad = head_dim_pad(head_dim)
@@ -816,7 +822,7 @@ def attention_bwd(do, q, k, v, o, lse, bias, mask, causal, scale, bias_grad, con
     head_dim = q.shape[-1]
     biased = bias is not None or mask is not None
     use_tma = _wants_tma(select_config(head_dim, q.device, config), q)
-    cfg = select_config(head_dim, q.device, config, narrow=biased or not use_tma)
+    cfg = select_config(head_dim, q.device, config, narrow=biased or not use_tma, pointer_bias=biased and not use_tma)
     if not use_tma:
         return backward(do, q, k, v, o, lse, bias, mask, causal, scale, bias_grad, cfg, False)
     pad = head_dim_pad(head_dim)
@@ -906,10 +912,10 @@ def compile_specs(dtype: str = "bfloat16") -> list:
     table = _tuned()["sm90"]
     specs = []
     for pad in table:
-        entry = {k: v for k, v in table[pad].items() if k != "narrow"}
+        entry = {k: v for k, v in table[pad].items() if k not in ("narrow", "pointer_bias")}
         specs += kernel_specs(int(pad), merge_config(heuristic(int(pad)), entry), dtype=dtype)
     for pad in table:
-        entry = dict(table[pad])
+        entry = {k: v for k, v in table[pad].items() if k != "pointer_bias"}
         narrower = entry.pop("narrow", None)
         cfg = merge_config(heuristic(int(pad)), heuristic_narrow(int(pad)), entry, narrower)
         specs += kernel_specs(int(pad), cfg, dtype=dtype, causal=False, bias=True, mask=True)
