@@ -155,8 +155,8 @@ def _attn_fwd(
     CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr,
     USE_TMA: tl.constexpr, PRE_LOAD_V: tl.constexpr, WARP_SPECIALIZE: tl.constexpr = False,
 ):
-    """Needs ``sm_scale >= 0`` (the row max is taken before scaling); ``forward`` flips the sign
-    of K for a negative scale."""
+    """Needs ``sm_scale > 0`` (the row max is taken before scaling); ``forward`` flips the sign
+    of K for a negative scale and zeroes Q for a zero one."""
     pid_m = tl.program_id(0)
     if CAUSAL:  # the last query blocks see the most keys: launch them first, shorten the tail
         pid_m = tl.num_programs(0) - 1 - pid_m
@@ -712,8 +712,12 @@ def _native(t: torch.Tensor, vendor: str) -> bool:
 def forward(q, k, v, bias, mask, causal: bool, scale: float, cfg: dict, use_tma: bool, vendor: str = "nvidia"):
     """Run the forward kernel: (o, lse) with o like q and lse (batch, heads, q_len) float32."""
     q, k, v = _unit_last(q), _unit_last(k), _unit_last(v)
-    if scale < 0:  # the kernel takes the row max before scaling: softmax(s q k^T) = softmax(|s| q (-k)^T)
+    # The kernel takes the row max before scaling, which needs scale > 0 (0 * -inf is NaN):
+    # softmax(s q k^T) = softmax(|s| q (-k)^T), and a zero scale gives the scores of a zero q.
+    if scale < 0:
         k, scale = -k, -scale
+    elif scale == 0:
+        q, scale = torch.zeros_like(q), 1.0
     batch, seqlen_q, heads, head_dim = q.shape
     seqlen_k, kv_heads = k.shape[1], k.shape[2]
     pad = head_dim_pad(head_dim)

@@ -76,11 +76,12 @@ def triangle_groups() -> list[Group]:
 def shipped(op: str, key: str, kernel: str, causal: bool = False) -> dict:
     """The config the kernels would use today, for the sweep to time first and compare with."""
     if op == "attention":
-        import torch
-
         from kernels.nvidia import attention as A
 
-        cfg = A.select_config(int(key), torch.device("cuda"), causal=causal)
+        tuned = dict(A._tuned().get("sm90", {}).get(key, {}))
+        tuned.pop("narrow", None)
+        causal_only = tuned.pop("causal", None)
+        cfg = A.merge_config(A.heuristic(int(key)), tuned, causal_only if causal else None)
         section = dict(cfg[kernel])
         if kernel == "fwd":
             knobs = A._fwd_knobs(cfg)
@@ -633,7 +634,10 @@ def apply_triangle(rows: list[dict], provenance: str, device_key: str = "H200", 
     entry = table.setdefault(device_key, {}).setdefault("d<=32", {})
     old_f32 = T.config_for(device_key, 32, "float32", path)
     for k, r in best.items():
-        entry[k] = {**r["config"], "float32": old_f32[k]}
+        f32 = dict(old_f32[k])
+        if "ROWS" in r["config"]:  # the float32 entry overrides key by key: say ROWS even where it was 1
+            f32.setdefault("ROWS", 1)
+        entry[k] = {**r["config"], "float32": f32}
     key = "_doc" if "_doc" in table else "_about"
     table[key] = provenance
     _write_json(path, table, indent=1)
