@@ -19,11 +19,13 @@ from kernels.nvidia import tune_space as space
 
 
 def _sample(op: str, per_kernel: int = 1) -> list[tuple]:
-    """A fixed sample of shipped candidates: per (key, kernel), the first and a seeded pick."""
+    """A fixed sample of shipped candidates: per (key, kernel), a seeded pick (and the first)."""
     rng = random.Random(0)
     picks = []
     for key, kernels in space.load(op)["candidates"].items():
         for kernel, cands in kernels.items():
+            if not cands:  # every grid point spilled: the sweep times the shipped config alone
+                continue
             chosen = {0, rng.randrange(len(cands))} if per_kernel > 1 else {rng.randrange(len(cands))}
             picks += [(op, key, kernel, cands[i]) for i in sorted(chosen)]
     return picks
@@ -49,7 +51,6 @@ def test_every_grid_point_is_a_candidate_or_dropped_with_a_reason(op):
         for kernel, knobs in kernels.items():
             kept = [{k: v for k, v in c.items() if k != "static"} for c in table["candidates"][key][kernel]]
             dropped = table["dropped"][key][kernel]
-            assert kept, f"{op} {key} {kernel}: no candidate survived"
             assert all(d["why"] for d in dropped)
             seen = kept + [d["config"] for d in dropped]
             for point in space.grid(knobs):
