@@ -41,6 +41,36 @@ class CompileSpec:
     divisible_by_16: tuple[str, ...] = ()
 
 
+def as_launched(spec: CompileSpec, values: dict[str, int]) -> CompileSpec:
+    """``spec`` specialized the way a real launch with these integer arguments is.
+
+    Triton's launcher turns an integer argument equal to 1 into a constant and marks
+    integers that are multiples of 16, and 16-byte-aligned pointers, as divisible by 16;
+    those facts decide whether loads are vectorized and pipelined (a unit stride known
+    at compile time is what lets a tile be read with 16-byte loads and cp.async). A
+    static profile that omits them describes a kernel no launch runs. ``values`` gives
+    the integer arguments of a representative problem; every pointer is taken as aligned
+    (PyTorch's allocations are).
+    """
+    import dataclasses
+
+    signature, constexprs = dict(spec.signature), dict(spec.constexprs)
+    aligned = set(spec.divisible_by_16)
+    for name, kind in spec.signature.items():
+        if kind.startswith("*"):
+            aligned.add(name)
+    for name, value in values.items():
+        if name not in signature:
+            raise KeyError(f"{spec.name}: no argument {name!r}")
+        if value == 1:
+            signature[name], constexprs[name] = "constexpr", 1
+            aligned.discard(name)
+        elif value % 16 == 0:
+            aligned.add(name)
+    return dataclasses.replace(spec, signature=signature, constexprs=constexprs,
+                               divisible_by_16=tuple(n for n in spec.fn.arg_names if n in aligned))
+
+
 @dataclass
 class StaticProfile:
     name: str
@@ -197,6 +227,11 @@ INSPECTORS: dict[tuple[str, str], str] = {
     ("triangle_attention", "tpu-v5e"): "kernels.tpu.triangle_attention:inspect_tpu_triangle_attention",
     ("triangle_attention", "tpu-v5p"): "kernels.tpu.triangle_attention:inspect_tpu_triangle_attention",
     ("triangle_attention", "tpu-v6e"): "kernels.tpu.triangle_attention:inspect_tpu_triangle_attention",
+    ("triangle_multiplicative_update", "tpu-v5e"): "kernels.tpu.triangle_multiplication:inspect_tpu_trimul",
+    ("triangle_multiplicative_update", "tpu-v5p"): "kernels.tpu.triangle_multiplication:inspect_tpu_trimul",
+    ("triangle_multiplicative_update", "tpu-v6e"): "kernels.tpu.triangle_multiplication:inspect_tpu_trimul",
+    ("triangle_multiplicative_update", "trn1"): "kernels.trainium.inspection:inspect_trainium_trimul",
+    ("triangle_multiplicative_update", "trn2"): "kernels.trainium.inspection:inspect_trainium_trimul",
 }
 
 

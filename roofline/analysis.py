@@ -53,7 +53,7 @@ def fit(records: list[Record], ops: tuple[str, ...] = ("gemm",), folds: int = 4,
     perf, evaluations = _model.fit_and_evaluate(records, folds, seed)
     modes = {}
     for key in {*evaluations, *(f"{d.key}|{op}" for d in devices.PUBLISHED.values() for op in ops)}:
-        if key.count("|") != 1:
+        if key.rsplit("|", 1)[-1] in ("filled", "underfilled"):
             continue  # a regime's evaluation ("h200|gemm|filled"); its mode is the op's
         device, op = key.split("|", 1)
         modes[key] = perf.mode(device, op)

@@ -22,17 +22,26 @@ per SM, tiles strided by the SM count):
 * ``splitk``: split-K's second pass: the reduction launch and its read of the
   fp32 partial planes and write of the output;
 * ``spill``: spilled bytes re-read every K-step;
-* ``launch``: a constant.
+* ``latency``: one memory latency per K-step of the busiest SM's tiles, hidden by
+  the pipeline depth; with one tile per SM (skinny M) nothing else hides it;
+* ``launch``: a constant per kernel launch.
 
-``compute``, ``l2`` and ``latency`` are reported with the terms (the roofline
-placement and the plots read them) but not fit: ``roof`` and ``pipe`` carry them.
+A flash attention is placed by its tile schedule (``roofline.attention_terms``):
+visited blocks (causal diagonals in full), list-scheduled programs per SM, the
+tensor-core time of the busiest SM, and ``exp``: its exponentials on the
+special-function units.
+
+``compute`` and ``l2`` are reported with the terms (the roofline placement and
+the plots read them) but not fit: ``roof`` and ``pipe`` carry them.
 
 The fitted model is ``time = sum(c_i * term_i)`` with non-negative coefficients,
-fit per (device, op) and per GEMM shape class by non-negative least squares on
-relative error (each row divided by its measured time), on the records
-``roofline.selection`` keeps (our kernels, device time). Without measurements the
-*analytic* coefficients apply (``roof`` + ``splitk`` + ``launch``, others 0) and the
-prediction says so.
+fit per fit unit (device, op, and the direction where the problem names one:
+``roofline.selection.unit_key``) and per GEMM shape class by non-negative least
+squares on relative error (each row divided by its measured time), on the records
+``roofline.selection`` keeps (our kernels, device time). A unit is fit only from
+``MIN_PROBLEMS`` distinct problems or more (fewer would fit noise; the evaluation
+says so). Without a fit the *analytic* coefficients apply (``roof`` + ``splitk`` +
+``launch``, others 0) and the prediction says so.
 """
 
 from __future__ import annotations
@@ -49,12 +58,13 @@ from typing import Any
 import numpy as np
 
 from microbench.records import Record
+from roofline import attention_terms as _attention
 from roofline import ceilings as _ceilings
 from roofline import work as _work
 from roofline.machine import Machine, from_ceilings
 
-TERMS = ("launch", "roof", "hbm", "smem", "pipe", "tiles", "splitk", "spill")  # fitted
-DIAGNOSTICS = ("compute", "l2", "latency")  # reported, not fitted
+TERMS = ("launch", "roof", "hbm", "smem", "pipe", "tiles", "splitk", "spill", "latency", "exp")  # fitted
+DIAGNOSTICS = ("compute", "l2")  # reported, not fitted
 ANALYTIC = {"launch": 1.0, "roof": 1.0, "splitk": 1.0}  # everything else 0
 LAUNCH_S = 4e-6  # host launch + grid setup, order of magnitude
 REDUCE_LAUNCH_S = 2e-6  # one more kernel boundary in a stream or graph, order of magnitude
@@ -62,6 +72,8 @@ MEMORY_LATENCY_S = 0.6e-6  # one HBM round trip, ~700 cycles at ~1.1-2 GHz, orde
 TILE_OVERHEAD_S = 0.5e-6  # prologue (first loads) + epilogue (store) per tile
 # config keys that name the problem, not the kernel's tuning
 PROBLEM_KEYS = ("dtype", "layout", "causal", "direction", "triangle")
+MIN_PROBLEMS = 3  # distinct problems a fit needs: fewer leave the coefficients to the noise of one or two shapes
+ATTENTION_OPS = ("attention", "attention_fwd", "attention_bwd")
 
 
 @dataclass(frozen=True)
@@ -180,6 +192,8 @@ def terms(op: str, shape: dict, config: dict | None, machine: Machine, dtype: st
     dtype = str(dtype or _work.record_dtype(shape, config or {}, extra or {}))
     if op == "gemm" and config and "BLOCK_M" in config:
         t = gemm_terms(shape, config, machine, dtype, static)
+    elif op in ATTENTION_OPS:
+        t = _attention.terms(shape, config or {}, machine, dtype, LAUNCH_S)
     else:
         t = generic_terms(op, shape, config or {}, machine, dtype, extra)
     out = {name: float(t.get(name, 0.0)) for name in (*TERMS, *DIAGNOSTICS)}
@@ -244,6 +258,23 @@ class Sample:
         shape.update({k: v for k, v in self.config.items() if k in PROBLEM_KEYS and k != "dtype"})
         return f"{self.device}|{self.op}|{_config_key(shape)}|{self.dtype}"
 
+    @property
+    def unit_op(self) -> str:
+        return unit_op(self.op, self.shape, self.config)
+
+    @property
+    def unit(self) -> str:
+        """The fit unit: "device|op" or "device|op|direction" (``roofline.selection.unit_key``)."""
+        return f"{self.device}|{self.unit_op}"
+
+
+def unit_op(op: str, shape: dict | None, config: dict | None) -> str:
+    """The op as the model keys its coefficients: with the problem's direction where it names one."""
+    from roofline.selection import direction
+
+    d = direction(shape or {}, config or {})
+    return f"{op}|{d}" if d else op
+
 
 def machines_for(records: list[Record]) -> dict[str, Machine]:
     """A machine for every device that has ceilings (measured or published)."""
@@ -281,10 +312,12 @@ def samples(records: Iterable[Record], machines: dict[str, Machine] | None = Non
 
 @dataclass
 class PerfModel:
-    """Coefficients per (device, op); the analytic coefficients for everything else."""
+    """Coefficients per fit unit ("device|op" or "device|op|direction", and "...|regime" for the GEMM
+    shape classes); the analytic coefficients for everything else. ``op`` arguments below are unit ops
+    (``unit_op``): "gemm", "attention|fwd"."""
 
-    coefficients: dict[str, dict[str, float]] = field(default_factory=dict)  # "device|op" -> term -> c
-    fitted_on: dict[str, int] = field(default_factory=dict)  # "device|op" -> number of samples
+    coefficients: dict[str, dict[str, float]] = field(default_factory=dict)  # unit -> term -> c
+    fitted_on: dict[str, int] = field(default_factory=dict)  # unit -> number of samples
 
     def mode(self, device: str, op: str) -> str:
         return "fitted" if f"{device}|{op}" in self.coefficients else "analytic"
@@ -301,7 +334,7 @@ class PerfModel:
 
     def predict(self, op: str, shape: dict, config: dict | None, machine: Machine, dtype: str | None = None,
                 static: StaticFacts | None = None) -> Prediction:
-        return self.predict_terms(machine.key, op, terms(op, shape, config, machine, dtype, static))
+        return self.predict_terms(machine.key, unit_op(op, shape, config), terms(op, shape, config, machine, dtype, static))
 
     def to_json(self) -> dict:
         return {"terms": list(TERMS), "analytic": ANALYTIC, "coefficients": self.coefficients,
@@ -316,10 +349,17 @@ class PerfModel:
         return cls(d.get("coefficients", {}), d.get("fitted_on", {}))
 
 
-def fit(data: list[Sample], min_samples: int = 8, prior_weight: float = 0.05) -> PerfModel:
-    """Non-negative least squares on relative error, one coefficient set per (device, op), and one
-    per regime (grid filled or not) where that regime has enough samples (``min_samples``: an op
-    without tile configs has three live terms, launch, roof and hbm, so 8 timings pin them).
+def problems(rows: Iterable[Sample]) -> int:
+    return len({s.group for s in rows})
+
+
+def fit(data: list[Sample], min_samples: int = 8, prior_weight: float = 0.05,
+        min_problems: int = MIN_PROBLEMS) -> PerfModel:
+    """Non-negative least squares on relative error, one coefficient set per fit unit, and one per
+    GEMM regime (grid filled or not) where that regime has enough samples (``min_samples``: an op
+    without tile configs has three live terms, launch, roof and hbm, so 8 timings pin them) from at
+    least ``min_problems`` distinct problems (a unit with one or two problems is left analytic: its
+    coefficients would describe those shapes' noise, not the kernel).
 
     The terms overlap (on most shapes the roof *is* one of the level terms), so
     a weak ridge pulls the coefficients toward the analytic ones; it settles
@@ -330,12 +370,13 @@ def fit(data: list[Sample], min_samples: int = 8, prior_weight: float = 0.05) ->
 
     by_key: dict[str, list[Sample]] = defaultdict(list)
     for s in data:
-        by_key[f"{s.device}|{s.op}"].append(s)
-        by_key[f"{s.device}|{s.op}|{regime(s.terms)}"].append(s)
+        by_key[s.unit].append(s)
+        if s.op == "gemm":
+            by_key[f"{s.unit}|{regime(s.terms)}"].append(s)
     model = PerfModel()
     prior = np.array([ANALYTIC.get(name, 0.0) for name in TERMS])
     for key, rows in by_key.items():
-        if len(rows) < min_samples:
+        if len(rows) < min_samples or problems(rows) < min_problems:
             continue
         a = np.array([[s.terms[name] / s.seconds for name in TERMS] for s in rows])
         scale = a.max(axis=0)
@@ -375,6 +416,7 @@ class Evaluation:
     noise: float = float("nan")  # median (p80 - p20) / median of the held-out timings: the floor any model meets
     method: str = ""  # the timing method of the records fit and judged on
     excluded: dict[str, int] = field(default_factory=dict)  # reason (roofline.selection.REASONS) -> records left out
+    note: str = ""  # why the unit was not fit, where it was not
 
     def meets(self, mape: float = 0.10, spearman: float = 0.9, regret: float = 0.05) -> bool:
         # no regret where no held-out problem has two configs to choose between
@@ -402,8 +444,8 @@ def split(data: list[Sample], test_fraction: float = 0.25, seed: int = 0) -> tup
 
 
 def evaluate_on(model: PerfModel, test: list[Sample], n_train: int = 0, how: str = "") -> Evaluation:
-    pred = [model.predict_terms(s.device, s.op, s.terms).seconds for s in test]
-    modes = {model.mode(s.device, s.op) for s in test}
+    pred = [model.predict_terms(s.device, s.unit_op, s.terms).seconds for s in test]
+    modes = {model.mode(s.device, s.unit_op) for s in test}
     return metrics(test, pred, "fitted" if "fitted" in modes else "analytic", n_train, how)
 
 
@@ -474,8 +516,8 @@ def _cross_predict(rows: list[Sample], folds: int, seed: int, min_samples: int):
         model = fit(train, min_samples)
         trained += len(train)
         test.extend(held)
-        pred.extend(model.predict_terms(s.device, s.op, s.terms).seconds for s in held)
-        modes.update(model.mode(s.device, s.op) for s in held)
+        pred.extend(model.predict_terms(s.device, s.unit_op, s.terms).seconds for s in held)
+        modes.update(model.mode(s.device, s.unit_op) for s in held)
     return test, pred, "fitted" if "fitted" in modes else "analytic", round(trained / max(k, 1)), how
 
 
@@ -489,14 +531,26 @@ def cross_validate(rows: list[Sample], folds: int = 4, seed: int = 0, min_sample
     return metrics(test, pred, mode, trained, how)
 
 
+def too_few(rows: list[Sample], min_samples: int = 8, min_problems: int = MIN_PROBLEMS) -> str:
+    """Why a unit's records cannot be fit and judged on held-out problems, or "" when they can:
+    every fold's fit needs ``min_problems`` problems with one more held out."""
+    n = problems(rows)
+    if n >= min_problems + 1 and len(rows) >= min_samples:
+        return ""
+    return (f"too few records to fit: {len(rows)} timing(s) of {n} problem(s); a fit needs {min_problems} "
+            f"problems and {min_samples} timings, with one more problem held out to judge it; "
+            f"the analytic terms are used")
+
+
 def fit_and_evaluate(records: Iterable[Record], folds: int = 4, seed: int = 0,
                      min_samples: int = 8) -> tuple[PerfModel, dict[str, Evaluation]]:
-    """Judge the model per (device, op) on held-out shapes (cross-validated), then fit on everything.
+    """Judge the model per fit unit on held-out shapes (cross-validated), then fit on everything.
 
     Only the timings ``roofline.selection.select`` keeps enter (our kernels, device time, one
-    timing method per (device, op)). Returns the model fit on all of them and the held-out
-    evaluation per "device|op" and per "device|op|shape class" (the GEMM regimes), each with
-    the counts of records used and excluded and why.
+    timing method per fit unit). Returns the model fit on all of them and the held-out
+    evaluation per unit ("device|op" or "device|op|direction") and per "unit|shape class"
+    (the GEMM regimes), each with the counts of records used and excluded and why, and
+    a note where a unit has too few problems to be fit.
     """
     from roofline import selection as _selection
 
@@ -508,17 +562,21 @@ def fit_and_evaluate(records: Iterable[Record], folds: int = 4, seed: int = 0,
     chosen.excluded += [_selection.Excluded(r, "no-terms") for r in chosen.used if id(r) not in placed]
     by_key: dict[str, list[Sample]] = defaultdict(list)
     for s in data:
-        by_key[f"{s.device}|{s.op}"].append(s)
+        by_key[s.unit].append(s)
     excluded: dict[str, Counter] = defaultdict(Counter)
     for e in chosen.excluded:
-        key = f"{_selection.device_key(e.record)}|{e.record.op}"
+        key = _selection.unit_key(e.record)
         excluded[key][e.reason] += 1
         machine = machines.get(_selection.device_key(e.record))
         if machine is not None and e.record.op == "gemm":
             part = "underfilled" if _underfilled(e.record.op, e.record.shape, machine) else "filled"
             excluded[f"{key}|{part}"][e.reason] += 1
     evaluations = {}
-    for key, rows in by_key.items():
+    usable: list[Sample] = []
+    for key, rows in sorted(by_key.items()):
+        note = too_few(rows, min_samples)
+        if not note:
+            usable.extend(rows)
         test, pred, mode, trained, how = _cross_predict(rows, folds, seed, min_samples)
         parts = [("", list(range(len(test))))]
         for part in ("filled", "underfilled"):  # the shape classes of a GEMM, judged on the same predictions
@@ -529,5 +587,6 @@ def fit_and_evaluate(records: Iterable[Record], folds: int = 4, seed: int = 0,
             e = metrics([test[i] for i in idx], [pred[i] for i in idx], mode, trained, how)
             e.method = chosen.methods.get(key, "")
             e.excluded = dict(excluded.get(key + suffix, {}))
+            e.note = note
             evaluations[key + suffix] = e
-    return fit(data, min_samples), evaluations
+    return fit(usable, min_samples), evaluations

@@ -12,9 +12,15 @@ timing enters only when:
   the host's launch overhead (tens of microseconds of Python per call, twice for
   a split-K launch) is a few percent of it (median >= ``EVENT_MIN_SECONDS``);
 * it succeeded and carries what the model needs (a GEMM tile config);
-* its timing method is the one chosen for its (device, op): methods are never
+* its timing method is the one chosen for its fit unit: methods are never
   mixed in one fit; CUDA-graph replay is preferred, then the others in
-  ``METHOD_PREFERENCE``.
+  ``METHOD_PREFERENCE``. A fit unit is (device, op), split by the problem's
+  direction where it names one (``unit_key``): an attention forward and its
+  backward are different kernels with their own coefficients, so each takes the
+  best method it was timed with.
+
+The same ``select`` decides what the model is fit on (``roofline.model``) and
+which measurements the templates cite as best points (``roofline.templates``).
 
 The store is append-only: nothing is deleted, records are only filtered here,
 and every excluded kernel timing is reported with its reason.
@@ -39,7 +45,8 @@ REASONS = {
     "no-method": "the timing method is not recorded, so device time cannot be told from host time",
     "host-overhead": f"timed with events/host timers around eager launches and shorter than "
                      f"{EVENT_MIN_SECONDS * 1e6:.0f} us: host launch overhead is in the number",
-    "other-method": "timed by another method than the one this (device, op) is fit on (methods are never mixed)",
+    "other-method": "timed by another method than the one its fit unit (device, op, direction) uses "
+                    "(methods are never mixed)",
     "no-config": "no kernel config recorded (the dispatcher's pick): the GEMM tile terms need one",
     "no-terms": "no device ceilings, or no work counter for the op and no counted flops/bytes in the record",
 }
@@ -62,6 +69,18 @@ def method_family(method: str | None) -> str | None:
 def device_key(r: Record) -> str:
     spec = devices.match(r.provenance.device)
     return spec.key if spec else r.provenance.device
+
+
+def direction(shape: dict, config: dict) -> str | None:
+    """The direction a problem names ("fwd", "bwd", "fwdbwd"), or None (a GEMM names none)."""
+    d = (config or {}).get("direction", (shape or {}).get("direction"))
+    return str(d) if d else None
+
+
+def unit_key(r: Record) -> str:
+    """The fit unit of a record: "device|op", or "device|op|direction" where the problem names one."""
+    d = direction(r.shape, r.config)
+    return f"{device_key(r)}|{r.op}" + (f"|{d}" if d else "")
 
 
 def is_ours(r: Record) -> bool:
@@ -91,18 +110,31 @@ class Excluded:
 class Selection:
     used: list[Record] = field(default_factory=list)
     excluded: list[Excluded] = field(default_factory=list)
-    methods: dict[str, str] = field(default_factory=dict)  # "device|op" -> the timing method fit on
+    methods: dict[str, str] = field(default_factory=dict)  # fit unit (``unit_key``) -> the timing method fit on
 
     def counts(self) -> dict[str, dict]:
-        """Per "device|op": the method fit on, records used, and records excluded per reason."""
+        """Per fit unit: the method fit on, records used, and records excluded per reason."""
         out: dict[str, dict] = defaultdict(lambda: {"method": None, "used": 0, "excluded": Counter()})
         for r in self.used:
-            out[f"{device_key(r)}|{r.op}"]["used"] += 1
+            out[unit_key(r)]["used"] += 1
         for e in self.excluded:
-            out[f"{device_key(e.record)}|{e.record.op}"]["excluded"][e.reason] += 1
+            out[unit_key(e.record)]["excluded"][e.reason] += 1
         for key, method in self.methods.items():
             out[key]["method"] = method
         return {k: {**v, "excluded": dict(v["excluded"])} for k, v in sorted(out.items())}
+
+
+def timing_reason(r: Record, event_min_seconds: float = EVENT_MIN_SECONDS) -> str | None:
+    """Why the time of ``r`` is not a device time ("failed", "no-method", "host-overhead"), or None.
+    The baselines the templates cite beside our kernels are held to the same rule."""
+    family = method_family(r.method)
+    if r.extra.get("status", "ok") != "ok" or not seconds(r) > 0:
+        return "failed"
+    if family is None:
+        return "no-method"
+    if family in ("cuda-events", "host-timer") and seconds(r) < event_min_seconds:
+        return "host-overhead"
+    return None
 
 
 def select(records: list[Record], event_min_seconds: float = EVENT_MIN_SECONDS) -> Selection:
@@ -112,19 +144,15 @@ def select(records: list[Record], event_min_seconds: float = EVENT_MIN_SECONDS) 
     for r in records:
         if r.kind != "kernel" or r.metric != "time" or r.unit != "s":
             continue  # not a kernel timing: ceilings and static facts are read elsewhere
-        family = method_family(r.method)
+        timing = timing_reason(r, event_min_seconds)
         if not is_ours(r):
             reason = "baseline"
-        elif r.extra.get("status", "ok") != "ok" or not seconds(r) > 0:
-            reason = "failed"
-        elif family is None:
-            reason = "no-method"
-        elif family in ("cuda-events", "host-timer") and seconds(r) < event_min_seconds:
-            reason = "host-overhead"
+        elif timing:
+            reason = timing
         elif r.op == "gemm" and "BLOCK_M" not in r.config:
             reason = "no-config"
         else:
-            eligible[f"{device_key(r)}|{r.op}"].append(r)
+            eligible[unit_key(r)].append(r)
             continue
         sel.excluded.append(Excluded(r, reason))
     for key, rows in eligible.items():
@@ -139,3 +167,8 @@ def select(records: list[Record], event_min_seconds: float = EVENT_MIN_SECONDS) 
             else:
                 sel.excluded.append(Excluded(r, "other-method"))
     return sel
+
+
+def admitted(sel: Selection) -> dict[int, str]:
+    """``id(record)`` -> the timing method family it was admitted under, for every record ``sel`` used."""
+    return {id(r): sel.methods[unit_key(r)] for r in sel.used}

@@ -197,18 +197,19 @@ def test_pointer_path_used_by_jax_on_gpu(split_k):
     b = torch.randn(k, n, dtype=torch.bfloat16, generator=gen)
     bias = torch.randn(n, dtype=torch.float32, generator=gen)
     bm, bn, bk = 32, 32, 16
-    m_padded = triton.cdiv(m, bm) * bm
-    c = torch.full((split_k * m_padded, n) if split_k > 1 else (m, n), float("nan"),
+    # split-K: SPLIT_K planes of m rows each (rows past m in a tile are never written).
+    c = torch.full((split_k * m, n) if split_k > 1 else (m, n), float("nan"),
                    dtype=torch.float32 if split_k > 1 else torch.bfloat16)
     meta = dict(BATCHED=False, HAS_BIAS=split_k == 1, ACTIVATION="gelu" if split_k == 1 else "none",
                 BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=2, NUM_SMS=3, EPILOGUE_SUBTILE=False,
                 WARP_SPECIALIZE=False, SPLIT_K=split_k)
-    interpreted(gemm_kernel_jax)[(3,)](a, b, bias, m, n, k, 1, m_padded, m * k, k, 1, k * n, n, 1, m * n, n, c, **meta)
+    interpreted(gemm_kernel_jax)[(3,)](a, b, bias, m, n, k, 1, m, m * k, k, 1, k * n, n, 1, m * n, n, c, **meta)
+    assert not c.isnan().any(), "a workspace or output element was never written"
     out = c
     if split_k > 1:
         out = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
         interpreted(splitk_reduce_kernel_jax)[(triton.cdiv(m, 32), triton.cdiv(n, 32))](
-            c, bias, m, n, m_padded, n, n, out, SPLIT_K=split_k, HAS_BIAS=True, ACTIVATION="gelu", BLOCK_M=32, BLOCK_N=32)
+            c, bias, m, n, m, n, n, out, SPLIT_K=split_k, HAS_BIAS=True, ACTIVATION="gelu", BLOCK_M=32, BLOCK_N=32)
     ref = reference_gemm(a, b, bias, "gelu", torch.float64, compute_dtype=torch.float64)
     framework = reference_gemm(a, b, bias, "gelu", torch.bfloat16)
     assert_close_by_ratio(out, framework, ref, atol=1e-2)
@@ -224,7 +225,7 @@ def test_pointer_path_compiles_with_hgmma():
     # As jax-triton launches it: pointers 16-byte aligned, unit strides specialized, the rest multiples of 16.
     sig = dict(spec.signature, a="*bf16", b="*bf16", c="*bf16", stride_ak="constexpr", stride_bn="constexpr")
     constexprs = dict(spec.constexprs, USE_TMA=False, stride_ak=1, stride_bn=1)
-    aligned = ("a", "b", "c", "bias_ptr", "M", "N", "K", "M_PADDED", "stride_ab", "stride_am", "stride_bb", "stride_bk",
+    aligned = ("a", "b", "c", "bias_ptr", "M", "N", "K", "PLANE_ROWS", "stride_ab", "stride_am", "stride_bb", "stride_bk",
                "stride_cb", "stride_cm")
     p = profile(dataclasses.replace(spec, signature=sig, constexprs=constexprs, divisible_by_16=aligned), "sm_90a")
     assert p.instruction_mix.get("HGMMA", 0) > 0 and p.spill_bytes == 0

@@ -274,12 +274,13 @@ def test_bad_config_is_rejected_before_any_launch(request):
 
 
 def test_vmem_estimate_counts_double_buffers_and_accumulator():
+    est = vmem_estimate(512, 1024, 1024, "bfloat16", "bfloat16", has_bias=True).buffers
+    assert est["a_blocks"] == 2 * 512 * 1024 * 2
+    assert est["b_blocks"] == 2 * 1024 * 1024 * 2
+    assert est["out_blocks"] == 2 * 512 * 1024 * 2
+    assert est["accumulator"] == est["product"] == 512 * 1024 * 4
+    assert est["bias_blocks"] == 2 * 8 * 1024 * 4
     est = vmem_estimate(512, 1024, 1024, "bfloat16", "bfloat16", has_bias=True)
-    assert est.a_blocks == 2 * 512 * 1024 * 2
-    assert est.b_blocks == 2 * 1024 * 1024 * 2
-    assert est.out_blocks == 2 * 512 * 1024 * 2
-    assert est.accumulator == est.product == 512 * 1024 * 4
-    assert est.bias_blocks == 2 * 8 * 1024 * 4
     assert est.total == 12 * MiB + 64 * 1024
 
 

@@ -164,3 +164,30 @@ def test_imported_config_is_validated_and_runs_in_the_kernel(exported):
     err_ours = (out.double() - ref).abs().max().item()
     err_torch = ((a @ b).double() - ref).abs().max().item()
     assert err_ours <= 2 * err_torch + 1e-2
+
+
+def test_export_cites_only_the_timings_the_model_is_fit_by(tmp_path):
+    """A shape timed only around eager launches (host overhead inside the number) is never cited as a
+    measured best point, nor replayed from a cache; the shipped point says why it has no measurement."""
+    from roofline import selection
+
+    skinny = {"M": 16, "N": 4096, "K": 4096}
+    seed = random.randrange(10_000)
+    clean = gemm_records(shapes=SHAPES[:3], per_shape=20, noise=0.02, seed=seed)
+    # host-polluted: event-timed eager launches of a kernel far shorter than the rule's threshold
+    polluted = [r.model_copy(update={"method": "triton.testing.do_bench"})
+                for r in gemm_records(shapes=[skinny], per_shape=20, noise=0.02, seed=seed + 1)]
+    shipped = [b.config for b in export.build("gemm", "sm_90a", []).best_points if b.shape == skinny]
+    polluted += [polluted[0].model_copy(update={"config": config}) for config in shipped]  # the shipped point too
+    assert shipped and all(r.median < selection.EVENT_MIN_SECONDS for r in polluted)
+    (folder,) = export.export(tmp_path, clean + polluted, ["gemm"], ["sm_90a"])
+    t = Template.load(folder)
+    at_skinny = [b for b in t.best_points if b.shape == skinny]
+    assert at_skinny and all(b.measured is None and b.unmeasured == "host-overhead" for b in at_skinny)
+    assert not any(b.source.startswith("records") for b in at_skinny)
+    measured = [b for b in t.best_points if b.measured is not None]
+    assert measured and all(b.measured.timing == "synthetic" and b.measured.method == "synthetic" for b in measured)
+    assert t.measurements["left_out"] == {"host-overhead": len(polluted)}
+    assert t.measurements["cited"] == len(clean) and t.measurements["timing"] == {"synthetic": len(clean)}
+    assert not (folder / "kernel_tuner" / "16x4096x4096.json").exists()
+    assert len((folder / "records.jsonl").read_text().splitlines()) == len(clean) + len(polluted)  # the data stays

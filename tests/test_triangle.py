@@ -20,6 +20,7 @@ import kernels
 from kernels.errors import InputError
 from kernels.triangle import reference as ref
 from kernels.triangle.modules import TriangleAttention, TriangleMultiplication, swap_ab_halves
+from tests.numerics import assert_close_by_ratio
 
 TRITON_BACKENDS = ["nvidia", "amd"]
 F64 = torch.float64
@@ -46,12 +47,7 @@ def poisoned(monkeypatch):
 
 
 def assert_close_ratio(name, ours, exact, framework, atol):
-    """|ours - exact| <= 2 |framework - exact| + atol, elementwise maximum; NaN never passes."""
-    assert torch.isfinite(ours).all(), f"{name}: non-finite values"
-    err = (ours.to(F64) - exact).abs().max().item()
-    ferr = (framework.to(F64) - exact).abs().max().item()
-    floor = atol * max(1.0, exact.abs().max().item())
-    assert err <= 2 * ferr + floor, f"{name}: error {err:.3e} > 2 x framework {ferr:.3e} + {floor:.1e}"
+    assert_close_by_ratio(ours, framework, exact, atol=atol, atol_scaled=True, name=name)
 
 
 # ----------------------------------------------------------------------------- triangle attention

@@ -71,3 +71,23 @@ def test_sm90a_every_kernel(spec):
                          ids=lambda s: s.name)
 def test_gfx942_every_kernel(spec):
     _gfx942(spec)
+
+
+def _trimul_candidates():
+    from kernels.nvidia import tune_trimul
+
+    table = nv_trimul.config_for("H200", "bfloat16")
+    for stage, options in tune_trimul.candidates().items():
+        for option in options:
+            if isinstance(option, dict):
+                yield pytest.param(stage, {**table, stage: {**table[stage], **option}},
+                                   id=f"{stage}-" + "-".join(f"{k}{v}" for k, v in option.items()))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage, cfgs", list(_trimul_candidates()))
+def test_sm90a_every_trimul_tuning_candidate(stage, cfgs):
+    """The tuning sweep spends device time only on configs that compile without spills."""
+    from kernels.nvidia.tune_trimul import compile_spec_for
+
+    _sm90(compile_spec_for(stage, cfgs))

@@ -1,5 +1,6 @@
-"""Triangle attention on the TPU backend: Pallas in TPU interpret mode on the CPU, and the
-Mosaic export for real TPU generations at AlphaFold 3's shape.
+"""Triangle attention and the triangle multiplicative update on the TPU backend: Pallas in
+TPU interpret mode on the CPU, and the Mosaic export for real TPU generations at AlphaFold 3's
+shape.
 
 Same rules as tests/test_triangle.py: float64 oracle, error-ratio rule, random
 output gradient, every gradient (the shared bias's included), a fully masked row.
@@ -75,11 +76,12 @@ def test_tpu_triangle_attention_exports_for_alphafold3_shape(target):
 
 
 
-@pytest.mark.parametrize("direction", ["outgoing", "incoming"])
-def test_tpu_trimul_torch_fp32(direction):
+@pytest.mark.parametrize("direction,B,N", [("outgoing", 1, 13), ("incoming", 2, 9)])
+def test_tpu_trimul_torch_fp32(direction, B, N):
+    """Every gradient of the fused Pallas kernels against float64, odd N, a fully masked row."""
     from tests.test_triangle import trimul_exact, trimul_inputs, trimul_run
 
-    x, mask, w = trimul_inputs(1, 7, 16, 8, seed=70)
+    x, mask, w = trimul_inputs(B, N, 16, 8, seed=70 + N)
     dout = torch.randn_like(x)
     out, grads = trimul_run(x, direction, mask, w, "tpu", dout)
     exact_out, exact_grads = trimul_exact(x, direction, mask, w, dout, torch.float64)
@@ -87,9 +89,134 @@ def test_tpu_trimul_torch_fp32(direction):
     assert_close_ratio("out", out, exact_out, fw_out, 1e-6)
     assert len(grads) == 13
     for name in grads:
+        assert grads[name].shape == exact_grads[name].shape
         assert_close_ratio(f"d{name}", grads[name], exact_grads[name], fw_grads[name], 1e-5)
 
 
+@pytest.mark.parametrize("target,direction,masked", [("tpu-v5e", "outgoing", False), ("tpu-v5p", "incoming", True)])
+def test_tpu_trimul_weight_gradients_accumulate_across_the_grid(target, direction, masked):
+    """128-row blocks over 13*13 = 169 pair rows: two row blocks, padded. On v5e they are two
+    sequential steps into one float32 accumulator (and the kernels' no-mask variant runs); on
+    v5p (megacore) two parallel partial sums."""
+    import jax.numpy as jnp
+
+    from kernels.tpu import triangle_multiplication as tpu_trimul
+    from kernels.triangle.reference import TRIMUL_WEIGHTS
+    from tests.test_triangle import trimul_exact, trimul_inputs
+
+    x, mask, w = trimul_inputs(1, 13, 16, 8, seed=90)
+    if not masked:
+        mask = torch.ones_like(mask)  # the reference's view of no mask
+    dout = torch.randn_like(x)
+    weights = tuple(jnp.asarray(w[n].numpy()) for n in TRIMUL_WEIGHTS)
+    jx, jd = jnp.asarray(x.numpy()), jnp.asarray(dout.numpy())
+    jm = jnp.asarray(mask.numpy()) if masked else None
+    plan = tpu_trimul.make_plan(x.shape, jx.dtype, 8, masked, 1e-5, {"block_rows": 128, "block_rows_bwd": 128}, target)
+    assert plan.rows_pad == 256 and plan.splits == (2 if target == "tpu-v5p" else 1)
+    out = tpu_trimul._fwd_jit(jx, jm, weights, plan=plan, direction=direction)
+    dx, dw = tpu_trimul._bwd_jit(jx, jm, weights, jd, plan=plan, direction=direction)
+    exact_out, exact_grads = trimul_exact(x, direction, mask, w, dout, torch.float64)
+    fw_out, fw_grads = trimul_exact(x, direction, mask, w, dout, torch.float32)
+
+    def t(a):
+        return torch.from_numpy(np.array(a))
+
+    assert_close_ratio("out", t(out), exact_out, fw_out, 1e-6)
+    assert_close_ratio("dx", t(dx), exact_grads["x"], fw_grads["x"], 1e-5)
+    for name, g in zip(TRIMUL_WEIGHTS, dw):
+        assert_close_ratio(f"d{name}", t(g), exact_grads[name], fw_grads[name], 1e-5)
+
+
+def test_tpu_trimul_jax_bf16():
+    """bfloat16 through the JAX front end's custom VJP: error at most twice the float32-free
+    reference's (every op in bfloat16), every gradient."""
+    import jax
+    import jax.numpy as jnp
+
+    from kernels.triangle.reference import TRIMUL_WEIGHTS
+    from tests.test_triangle import trimul_exact, trimul_inputs, trimul_run
+
+    x, mask, w = trimul_inputs(1, 11, 16, 16, seed=72, bias=False)
+    x = x.bfloat16()
+    w = {n: None if t is None else t.bfloat16() for n, t in w.items()}
+    dout = torch.randn(x.shape).bfloat16()
+    names = [n for n in TRIMUL_WEIGHTS if w[n] is not None]
+
+    def j(t):
+        return jnp.asarray(t.float().numpy()).astype(jnp.bfloat16)
+
+    jw = {n: j(w[n]) for n in names}
+    jx, jd, jm = j(x), j(dout), jnp.asarray(mask.numpy())
+
+    def loss(x, ws):
+        out = kernels.triangle_multiplicative_update(x, "incoming", jm, **ws, backend="tpu")
+        return (out.astype(jnp.float32) * jd.astype(jnp.float32)).sum()
+
+    out = kernels.triangle_multiplicative_update(jx, "incoming", jm, **jw, backend="tpu")
+    gx, gw = jax.grad(loss, argnums=(0, 1))(jx, jw)
+    assert out.dtype == jnp.bfloat16
+    exact_out, exact_grads = trimul_exact(x, "incoming", mask, w, dout, torch.float64)
+    fw_out, fw_grads = trimul_run(x.float(), "incoming", mask, {n: None if t is None else t.float() for n, t in w.items()},
+                                  "reference", dout, dtype=torch.bfloat16)
+
+    def t(a):
+        return torch.from_numpy(np.array(a.astype(jnp.float32)))
+
+    assert_close_ratio("out", t(out), exact_out, fw_out, 1e-2)
+    assert_close_ratio("dx", t(gx), exact_grads["x"], fw_grads["x"], 2e-2)
+    for n in names:
+        assert_close_ratio(f"d{n}", t(gw[n]), exact_grads[n], fw_grads[n], 2e-2)
+
+
+def test_tpu_trimul_interpret_mode_poisons_unwritten_memory():
+    """On the CPU the kernels run in TPU interpret mode with uninitialized buffers filled with NaN,
+    so an output element a kernel never writes fails the finiteness checks above."""
+    from kernels.tpu.triangle_multiplication import default_interpret
+
+    params = default_interpret()
+    assert getattr(params, "uninitialized_memory", None) == "nan"
+
+
+def test_tpu_trimul_config_rules():
+    from kernels.tpu.generations import TARGETS, generation
+    from kernels.tpu.triangle_multiplication import load_configs, select_config
+    from kernels.tpu.trimul_rules import TrimulConfigError, check_config
+
+    for rule, config in (("keys", {"block_rows": 128, "rows": 2}), ("keys", {"block_rows": 0}),
+                         ("lane_tiling", {"block_rows": 96}), ("nesting", {"block_rows": 384, "block_rows_bwd": 256}),
+                         ("vmem_budget", {"block_rows": 65536})):
+        with pytest.raises(TrimulConfigError) as err:
+            check_config(config, "float32", 128, 128, "tpu-v5e")
+        assert err.value.rule == rule
+    for target in TARGETS:
+        gen = generation(target)
+        for dtype, entry in load_configs()[target].items():
+            config = {k: entry[k] for k in ("block_rows", "block_rows_bwd")}
+            estimates = check_config(config, dtype, 128, 128, target)
+            assert max(e.total for e in estimates.values()) <= gen.scoped_vmem_default_bytes, (target, dtype)
+            # AlphaFold 3's crops need no padding copy: the block divides N*N.
+            for n in (384, 768):
+                chosen = select_config(target, dtype, n, 128, 128)
+                assert (n * n) % chosen["block_rows"] == 0 and (n * n) % chosen["block_rows_bwd"] == 0
+
+
+@pytest.mark.parametrize("target,dtype,direction", [("tpu-v5e", "bfloat16", "outgoing"), ("tpu-v5p", "bfloat16", "incoming"),
+                                                    ("tpu-v6e", "bfloat16", "outgoing"), ("tpu-v5e", "float32", "incoming")])
+def test_tpu_trimul_exports_for_alphafold3_shape(target, dtype, direction):
+    """Forward and backward lower through Mosaic for the generation at N = 384, c_z = c = 128."""
+    from kernels.tpu.triangle_multiplication import export_trimul
+
+    r = export_trimul(target, dtype, n=384, direction=direction)
+    assert r["exported"], r["export_error"]
+    assert r["fits_scoped_default"]
+    bm, bmb = r["config"]["block_rows"], r["config"]["block_rows_bwd"]
+    assert {f"ceiling_trimul_fwd_in_{bm}", f"ceiling_trimul_fwd_out_{bm}"} <= set(r["mosaic_kernels"]["fwd"])
+    assert {f"ceiling_trimul_fwd_in_{bm}", f"ceiling_trimul_bwd_out_{bmb}", f"ceiling_trimul_bwd_in_{bmb}"} <= set(
+        r["mosaic_kernels"]["fwd_bwd"])
+    assert any(k.startswith("ceiling_gemm_") for k in r["mosaic_kernels"]["fwd"])
+
+
+@pytest.mark.slow  # the no-mask kernels run in CI in the accumulation test above
 def test_tpu_trimul_jax_no_mask():
     import jax
     import jax.numpy as jnp

@@ -144,7 +144,7 @@ def store_c(c, batch, offs_m, offs_n, tile, rows, N, stride_cb, stride_cm,
 @triton.jit
 def gemm_kernel(
     a, b, c, bias_ptr,
-    M, N, K, BATCH, M_PADDED,
+    M, N, K, BATCH, PLANE_ROWS,
     stride_ab, stride_am, stride_ak, stride_bb, stride_bk, stride_bn, stride_cb, stride_cm,
     A_TRANS: tl.constexpr, B_TRANS: tl.constexpr, BATCHED: tl.constexpr,
     HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
@@ -161,9 +161,10 @@ def gemm_kernel(
     tiles_per_batch = num_pid_m * num_pid_n
     num_tiles = tiles_per_batch * BATCH
     # With SPLIT_K > 1 each work item is (K slice, tile); the slices' fp32 partial
-    # tiles go to a workspace of SPLIT_K stacked (M_PADDED, N) planes that
-    # splitk_reduce_kernel sums and finishes. M_PADDED is a multiple of BLOCK_M,
-    # so a tile never spills into the next plane.
+    # tiles go to a workspace of SPLIT_K stacked planes of PLANE_ROWS (= M) rows that
+    # splitk_reduce_kernel sums and finishes. A plane is addressed as the leading
+    # index of a 3-D (SPLIT_K, M, N) view, so rows past M (most of a tile when M is
+    # skinny) are clipped instead of written.
     num_items = num_tiles * SPLIT_K
     if USE_TMA:
         out_dtype = c.dtype
@@ -199,8 +200,8 @@ def gemm_kernel(
         offs_cm = pid_m * BLOCK_M
         offs_cn = pid_n * BLOCK_N
         if SPLIT_K > 1:  # a partial sum: no epilogue yet
-            store_c(c, 0, split_c * M_PADDED + offs_cm, offs_cn, acc, (split_c + 1) * M_PADDED, N, 0, stride_cm,
-                    BLOCK_M, BLOCK_N, False, USE_TMA)
+            store_c(c, split_c, offs_cm, offs_cn, acc, M, N, PLANE_ROWS * stride_cm, stride_cm,
+                    BLOCK_M, BLOCK_N, True, USE_TMA)
         elif EPILOGUE_SUBTILE:
             halves = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
             acc0, acc1 = tl.split(halves)
@@ -219,7 +220,7 @@ def gemm_kernel(
 
 
 @triton.jit
-def splitk_reduce_kernel(ws_ptr, c_ptr, bias_ptr, M, N, M_PADDED, stride_ws, stride_cm,
+def splitk_reduce_kernel(ws_ptr, c_ptr, bias_ptr, M, N, PLANE_ROWS, stride_ws, stride_cm,
                          SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Sum the SPLIT_K partial planes, then bias, activation and cast."""
@@ -228,7 +229,7 @@ def splitk_reduce_kernel(ws_ptr, c_ptr, bias_ptr, M, N, M_PADDED, stride_ws, str
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for split in range(SPLIT_K):
-        rows = split * M_PADDED + offs_m
+        rows = split * PLANE_ROWS + offs_m
         acc += tl.load(ws_ptr + rows[:, None] * stride_ws + offs_n[None, :], mask=mask, other=0.0)
     acc = epilogue(acc, bias_ptr, offs_n, N, HAS_BIAS, ACTIVATION)
     tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :], acc.to(c_ptr.dtype.element_ty), mask=mask)
@@ -437,10 +438,9 @@ def gemm(a: torch.Tensor, b: torch.Tensor, bias, activation, out_dtype, config=N
     split_k = cfg.SPLIT_K if not batched else 1  # batched problems have parallelism to spare
     a_view, a_trans = _tma_storage(a)
     b_view, b_trans = _tma_storage(b)
-    m_padded = cdiv(m, cfg.BLOCK_M) * cfg.BLOCK_M
     if split_k > 1:
-        # fp32 partial planes; N padded so each row starts on a 16-byte boundary.
-        target = _pad_rows(torch.empty((split_k * m_padded, n), dtype=torch.float32, device=a.device), copy=False)
+        # fp32 partial planes of m rows; N padded so each row starts on a 16-byte boundary.
+        target = _pad_rows(torch.empty((split_k * m, n), dtype=torch.float32, device=a.device), copy=False)
     else:
         target = c if _aligned(c) else _pad_rows(c, copy=False)
 
@@ -455,9 +455,16 @@ def gemm(a: torch.Tensor, b: torch.Tensor, bias, activation, out_dtype, config=N
     num_sms = max(1, min(programs, num_items))
     bias_arg = bias if bias is not None else target  # never read when HAS_BIAS is False
 
+    if split_k > 1:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        row = target.stride(0)
+        c_desc = TensorDescriptor(target, [split_k, m, n], [m * row, row, 1], [1, cfg.BLOCK_M, cfg.BLOCK_N])
+    else:
+        c_desc = _descriptor(target, c_block)
     launcher(gemm_kernel, on_gpu=on_gpu)[(num_sms,)](
-        _descriptor(a_view, a_block), _descriptor(b_view, b_block), _descriptor(target, c_block), bias_arg,
-        m, n, k, nbatch, m_padded,
+        _descriptor(a_view, a_block), _descriptor(b_view, b_block), c_desc, bias_arg,
+        m, n, k, nbatch, m,
         0, 0, 0, 0, 0, 0, 0, 0,  # strides: only the pointer (non-TMA) path reads them
         A_TRANS=a_trans, B_TRANS=b_trans, BATCHED=batched, USE_TMA=True,
         HAS_BIAS=bias is not None, ACTIVATION=activation or "none",
@@ -468,7 +475,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, bias, activation, out_dtype, config=N
     if split_k > 1:
         grid = (cdiv(m, 32), cdiv(n, 128))
         launcher(splitk_reduce_kernel, on_gpu=on_gpu)[grid](
-            target, c, bias_arg, m, n, m_padded, target.stride(0), c.stride(0),
+            target, c, bias_arg, m, n, m, target.stride(0), c.stride(0),
             SPLIT_K=split_k, HAS_BIAS=bias is not None, ACTIVATION=activation or "none",
             BLOCK_M=32, BLOCK_N=128, num_warps=4,
         )
@@ -494,14 +501,15 @@ def compile_spec(config: dict[str, Any], dtype: str = "bfloat16", b_trans: bool 
     cfg = GemmConfig.from_dict(config)
     t = _TRITON_DTYPE[dtype]
     c_cols = cfg.BLOCK_N // 2 if cfg.EPILOGUE_SUBTILE and cfg.SPLIT_K == 1 else cfg.BLOCK_N
-    c_type = "fp32" if cfg.SPLIT_K > 1 else t
     b_block = [cfg.BLOCK_N, cfg.BLOCK_K] if b_trans else [cfg.BLOCK_K, cfg.BLOCK_N]
     signature = {
         "a": f"tensordesc<{t}[{cfg.BLOCK_M},{cfg.BLOCK_K}]>",
         "b": f"tensordesc<{t}[{b_block[0]},{b_block[1]}]>",
-        "c": f"tensordesc<{c_type}[{cfg.BLOCK_M},{c_cols}]>",
+        # split-K stores fp32 partials into a 3-D (SPLIT_K, M, N) view of its workspace
+        "c": (f"tensordesc<fp32[1,{cfg.BLOCK_M},{c_cols}]>" if cfg.SPLIT_K > 1
+              else f"tensordesc<{t}[{cfg.BLOCK_M},{c_cols}]>"),
         "bias_ptr": f"*{t}",
-        "M": "i32", "N": "i32", "K": "i32", "BATCH": "i32", "M_PADDED": "i32",
+        "M": "i32", "N": "i32", "K": "i32", "BATCH": "i32", "PLANE_ROWS": "i32",
     }
     for stride in ("stride_ab", "stride_am", "stride_ak", "stride_bb", "stride_bk", "stride_bn", "stride_cb", "stride_cm"):
         signature[stride] = "i32"
@@ -524,7 +532,7 @@ def compile_spec(config: dict[str, Any], dtype: str = "bfloat16", b_trans: bool 
 
 @triton.jit
 def gemm_kernel_jax(
-    a, b, bias_ptr, M, N, K, BATCH, M_PADDED,
+    a, b, bias_ptr, M, N, K, BATCH, PLANE_ROWS,
     stride_ab, stride_am, stride_ak, stride_bb, stride_bk, stride_bn, stride_cb, stride_cm,
     c,
     BATCHED: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
@@ -532,17 +540,17 @@ def gemm_kernel_jax(
     NUM_SMS: tl.constexpr, EPILOGUE_SUBTILE: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, SPLIT_K: tl.constexpr,
 ):
     """gemm_kernel with jax-triton's argument order (outputs after inputs), on pointers."""
-    gemm_kernel(a, b, c, bias_ptr, M, N, K, BATCH, M_PADDED,
+    gemm_kernel(a, b, c, bias_ptr, M, N, K, BATCH, PLANE_ROWS,
                 stride_ab, stride_am, stride_ak, stride_bb, stride_bk, stride_bn, stride_cb, stride_cm,
                 False, False, BATCHED, HAS_BIAS, ACTIVATION, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_SMS,
                 EPILOGUE_SUBTILE, WARP_SPECIALIZE, SPLIT_K, False)
 
 
 @triton.jit
-def splitk_reduce_kernel_jax(ws_ptr, bias_ptr, M, N, M_PADDED, stride_ws, stride_cm, c_ptr,
+def splitk_reduce_kernel_jax(ws_ptr, bias_ptr, M, N, PLANE_ROWS, stride_ws, stride_cm, c_ptr,
                              SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    splitk_reduce_kernel(ws_ptr, c_ptr, bias_ptr, M, N, M_PADDED, stride_ws, stride_cm,
+    splitk_reduce_kernel(ws_ptr, c_ptr, bias_ptr, M, N, PLANE_ROWS, stride_ws, stride_cm,
                          SPLIT_K, HAS_BIAS, ACTIVATION, BLOCK_M, BLOCK_N)
 
 
@@ -594,7 +602,6 @@ def _gemm_jax_triton(a, b, bias, activation, out_dtype, config):
     else:
         cfg = GemmConfig.from_dict(config)
     split_k = cfg.SPLIT_K if not batched else 1
-    m_padded = cdiv(m, cfg.BLOCK_M) * cfg.BLOCK_M
     items = cdiv(m, cfg.BLOCK_M) * cdiv(n, cfg.BLOCK_N) * nbatch * split_k
     num_sms = max(1, min(getattr(device, "core_count", H100_H200_SMS), items))
     bias_arg = bias if bias is not None else b  # never read when HAS_BIAS is False
@@ -602,22 +609,22 @@ def _gemm_jax_triton(a, b, bias, activation, out_dtype, config):
     strides = (m * k, k, 1, k * n, n, 1)
     if split_k > 1:
         ws = jt.triton_call(
-            a, b, bias_arg, m, n, k, nbatch, m_padded, *strides, 0, n,
-            kernel=gemm_kernel_jax, out_shape=jax.ShapeDtypeStruct((split_k * m_padded, n), jnp.float32),
+            a, b, bias_arg, m, n, k, nbatch, m, *strides, m * n, n,
+            kernel=gemm_kernel_jax, out_shape=jax.ShapeDtypeStruct((split_k * m, n), jnp.float32),
             grid=(num_sms,), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
             BATCHED=False, HAS_BIAS=False, ACTIVATION="none", BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
             BLOCK_K=cfg.BLOCK_K, GROUP_M=cfg.GROUP_M, NUM_SMS=num_sms, EPILOGUE_SUBTILE=False,
             WARP_SPECIALIZE=cfg.WARP_SPECIALIZE, SPLIT_K=split_k,
         )
         out = jt.triton_call(
-            ws, bias_arg, m, n, m_padded, n, n,
+            ws, bias_arg, m, n, m, n, n,
             kernel=splitk_reduce_kernel_jax, out_shape=jax.ShapeDtypeStruct((m, n), out_dtype),
             grid=(cdiv(m, 32), cdiv(n, 128)), num_warps=4,
             SPLIT_K=split_k, BLOCK_M=32, BLOCK_N=128, **common,
         )
         return out.reshape(out_shape)
     out = jt.triton_call(
-        a, b, bias_arg, m, n, k, nbatch, m_padded, *strides, m * n, n,
+        a, b, bias_arg, m, n, k, nbatch, m, *strides, m * n, n,
         kernel=gemm_kernel_jax, out_shape=jax.ShapeDtypeStruct((nbatch, m, n) if batched else (m, n), out_dtype),
         grid=(num_sms,), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         BATCHED=batched, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, BLOCK_K=cfg.BLOCK_K, GROUP_M=cfg.GROUP_M,

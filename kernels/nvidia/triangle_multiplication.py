@@ -90,6 +90,18 @@ def load_weight_t(W, offs_out, in_out, offs_in, in_in, K):
 
 
 @triton.jit
+def row_major_tile(pid, COLS, BLOCK_N: tl.constexpr):
+    """(row block, column block) of program ``pid``, column blocks of one row block adjacent.
+
+    Every column block of a row tile reads the same input rows (and recomputes their
+    LayerNorm); launched back to back, the programs after the first find those rows
+    in L2 instead of reading them from HBM again.
+    """
+    num_n = tl.cdiv(COLS, BLOCK_N)
+    return pid // num_n, pid % num_n
+
+
+@triton.jit
 def channel_first_offsets(offs_m, NN, CH):
     """Offsets of rows m = b*NN + p in a (B, CH, N, N) tensor, channel 0."""
     return (offs_m // NN) * CH * NN + offs_m % NN
@@ -102,8 +114,7 @@ def channel_first_offsets(offs_m, NN, CH):
 def ln_gate_proj_kernel(X, Mask, Lw, Lb, Wp, Bp, Wg, Bg, AB, M, NN, CZ, C2, eps,
                         HAS_MASK: tl.constexpr, PRECISION: tl.constexpr,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CZ_BLOCK: tl.constexpr):
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
+    pid_m, pid_n = row_major_tile(tl.program_id(0), C2, BLOCK_N)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_cz = tl.arange(0, CZ_BLOCK)
@@ -152,8 +163,7 @@ def channel_gemm_kernel(A, B, Y, N, C, a_batch, a_chan, s_am, s_ak, b_batch, b_c
 def ln_out_gate_kernel(X, Yc, Lw_in, Lb_in, Lw_out, Lb_out, Wpo, Bpo, Wgo, Bgo, Out, M, NN, CZ, C, eps,
                        PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                        CZ_BLOCK: tl.constexpr, C_BLOCK: tl.constexpr):
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
+    pid_m, pid_n = row_major_tile(tl.program_id(0), CZ, BLOCK_N)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_cz = tl.arange(0, CZ_BLOCK)
@@ -330,7 +340,7 @@ def config_for(device_name: str | None, dtype: str, table_path: Path = CONFIG_FI
     entry = table["default"]
     if device_name:
         for key, value in table.items():
-            if key not in ("default", "_doc") and key.lower() in device_name.lower():
+            if key != "default" and not key.startswith("_") and key.lower() in device_name.lower():
                 entry = value
                 break
     return {name: {k: v for k, v in {**cfg, **(cfg.get("float32", {}) if dtype == "float32" else {})}.items()
@@ -403,7 +413,7 @@ def _project_and_contract(x, direction, mask_rows, has_mask, weights, eps, cfgs,
     M, NN = B * N * N, N * N
     ab = torch.empty((B, C2, N, N), device=x.device, dtype=x.dtype)
     cfg = cfgs["ln_gate_proj"]
-    launcher(ln_gate_proj_kernel, on_gpu=on_gpu)[(triton.cdiv(M, cfg["BLOCK_M"]), triton.cdiv(C2, cfg["BLOCK_N"]))](
+    launcher(ln_gate_proj_kernel, on_gpu=on_gpu)[(triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(C2, cfg["BLOCK_N"]),)](
         x, mask_rows, lnw, lnb, wp, bp, wg, bg, ab, M, NN, CZ, C2, eps,
         HAS_MASK=has_mask, PRECISION=prec, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
         CZ_BLOCK=triton.next_power_of_2(CZ), **_opts(cfg, on_gpu, extra_keys))
@@ -435,7 +445,7 @@ def trimul_fwd(x, direction, mask, weights, eps, config=None, *, table=CONFIG_FI
 
     out = torch.empty_like(x)
     cfg = cfgs["ln_out_gate"]
-    launcher(ln_out_gate_kernel, on_gpu=on_gpu)[(triton.cdiv(M, cfg["BLOCK_M"]), triton.cdiv(CZ, cfg["BLOCK_N"]))](
+    launcher(ln_out_gate_kernel, on_gpu=on_gpu)[(triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(CZ, cfg["BLOCK_N"]),)](
         x, y, lnw, lnb, lnw_o, lnb_o, wpo, bpo, wgo, bgo, out, M, NN, CZ, C, eps,
         PRECISION=prec, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], CZ_BLOCK=triton.next_power_of_2(CZ),
         C_BLOCK=triton.next_power_of_2(C), **_opts(cfg, on_gpu, extra_keys))
@@ -577,12 +587,16 @@ _TRITON_DTYPE = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 
 def compile_specs(dtype: str = "bfloat16", c_z: int = 128, c: int = 128, device: str = "H200", *,
+                  n: int = 768, direction: str = "outgoing", cfgs: dict | None = None,
                   table=CONFIG_FILE, prefix: str = "trimul", extra_keys=()) -> list:
-    """A ``kernels.isa.CompileSpec`` per kernel at the shipped config (AlphaFold 3 widths by default)."""
-    from kernels.isa import CompileSpec
+    """A ``kernels.isa.CompileSpec`` per kernel at the shipped config (AlphaFold 3 widths by default),
+    specialized as a launch on a (1, n, n, c_z) input specializes it (unit strides constant,
+    multiples of 16 marked), so that the profile describes the kernel that runs. ``cfgs``
+    (a whole per-stage config, as the table holds) replaces the table's entry."""
+    from kernels.isa import CompileSpec, as_launched
 
     t = _TRITON_DTYPE[dtype]
-    cfgs = config_for(device, dtype, table)
+    cfgs = cfgs or config_for(device, dtype, table)
     prec = "ieee" if dtype == "float32" else "tf32"
     czb, cb = triton.next_power_of_2(c_z), triton.next_power_of_2(c)
     kinds = {
@@ -614,6 +628,19 @@ def compile_specs(dtype: str = "bfloat16", c_z: int = 128, c: int = 128, device:
             "Xn": f"*{t}", "Part": "*fp32", "row0": "i32", "M_rows": "i32", "NN": "i32", "CZ": "i32", "C2": "i32",
             "eps": "fp32"}, {"HAS_MASK": True, "CZ_BLOCK": czb}),
     }
+    nn_ = n * n
+    rows = cfgs["bwd_rows"]
+    a_s, b_s = _forward_products(direction, n, c)
+    launched = {
+        "ln_gate_proj": dict(M=nn_, NN=nn_, CZ=c_z, C2=2 * c),
+        "contract": dict(N=n, C=c, **dict(zip(("a_batch", "a_chan", "s_am", "s_ak"), a_s)),
+                         **dict(zip(("b_batch", "b_chan", "s_bk", "s_bn"), b_s)),
+                         y_batch=c * nn_, y_chan=nn_, s_ym=n, s_yn=1),
+        "ln_out_gate": dict(M=nn_, NN=nn_, CZ=c_z, C=c),
+        "out_gate_bwd": dict(row0=rows, M_rows=rows, NN=nn_, CZ=c_z, C=c),
+        "ln_out_bwd": dict(row0=rows, M_rows=rows, NN=nn_, CZ=c_z, C=c),
+        "ln_gate_proj_bwd": dict(row0=rows, M_rows=rows, NN=nn_, CZ=c_z, C2=2 * c),
+    }
     specs = []
     for name, (fn, signature, extra_const) in kinds.items():
         cfg = cfgs[name]
@@ -625,5 +652,6 @@ def compile_specs(dtype: str = "bfloat16", c_z: int = 128, c: int = 128, device:
         signature = {**signature, **{key: "constexpr" for key in constexprs}}
         opts = {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}
         opts.update({k: cfg[k] for k in extra_keys if k in cfg})
-        specs.append(CompileSpec(f"{prefix}_{name}_{dtype}_cz{c_z}_c{c}", fn, signature, constexprs, opts, cfg))
+        spec = CompileSpec(f"{prefix}_{name}_{dtype}_cz{c_z}_c{c}", fn, signature, constexprs, opts, cfg)
+        specs.append(as_launched(spec, launched[name]))
     return specs

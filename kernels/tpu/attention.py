@@ -78,7 +78,7 @@ from jax.experimental.pallas import tpu as pltpu
 
 from kernels.errors import InputError
 from kernels.tpu.attention_rules import RULES, AttentionConfigError, blocks, check_config
-from kernels.tpu.gemm_rules import dtype_name, sublane_multiple, vmem_limit_bytes
+from kernels.tpu.vmem import dtype_name, sublane_multiple, vmem_limit_bytes
 from kernels.tpu.generations import DEFAULT_TARGET, LANES, TARGETS, attached_tpu, generation
 
 CONFIGS_PATH = Path(__file__).parent / "configs" / "attention.json"

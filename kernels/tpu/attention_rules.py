@@ -25,13 +25,13 @@ The rules:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from kernels.tpu.gemm_rules import ConfigError, dtype_name, itemsize, sublane_multiple
-from kernels.tpu.generations import LANES, MiB, generation
+from kernels.tpu.gemm_rules import ConfigError
+from kernels.tpu.generations import LANES, generation
+from kernels.tpu.vmem import VmemEstimate, dtype_name, itemsize, over_budget, sublane_multiple
 
 RULES = {
     "keys": "the keys block_q, block_k and optionally block_q_bwd, block_k_bwd, each a positive integer",
@@ -50,21 +50,6 @@ class AttentionConfigError(ConfigError):
     """A config breaks one of the attention kernels' :data:`RULES`; ``rule`` says which."""
 
     rules = RULES
-
-
-@dataclass(frozen=True)
-class VmemEstimate:
-    """Bytes of VMEM one grid step of one kernel holds, by buffer."""
-
-    kernel: str
-    buffers: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def total(self) -> int:
-        return sum(self.buffers.values())
-
-    def as_dict(self) -> dict[str, int]:
-        return {**self.buffers, "total": self.total}
 
 
 def blocks(config: dict) -> tuple[int, int, int, int]:
@@ -138,7 +123,7 @@ def check_config(
 ) -> dict[str, VmemEstimate]:
     """Check ``config`` for kernel operands of ``dtype`` and a padded
     ``head_dim`` on ``target``; return the VMEM estimates or raise."""
-    gen = generation(target)
+    generation(target)  # an unknown target fails here, before the config is looked at
     if not isinstance(config, dict) or not set(REQUIRED) <= set(config) or not set(config) <= set(REQUIRED + OPTIONAL):
         got = sorted(config) if isinstance(config, dict) else type(config).__name__
         raise AttentionConfigError("keys", config, f"keys {got}")
@@ -162,11 +147,6 @@ def check_config(
             )
     estimates = vmem_estimates(config, dtype, head_dim, bias_dtype, has_mask)
     for est in estimates.values():
-        if est.total > gen.usable_vmem_bytes:
-            raise AttentionConfigError(
-                "vmem_budget",
-                config,
-                f"the {est.kernel} kernel holds {est.total / MiB:.1f} MiB ({est.as_dict()}) > "
-                f"{gen.usable_vmem_bytes / MiB:.0f} MiB usable of {gen.vmem_bytes / MiB:.0f} MiB VMEM on {target}",
-            )
+        if (why := over_budget(est, target)) is not None:
+            raise AttentionConfigError("vmem_budget", config, why)
     return estimates

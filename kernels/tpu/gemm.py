@@ -43,7 +43,8 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from kernels.tpu import gemm_rules
-from kernels.tpu.gemm_rules import ConfigError, check_config, dtype_name, sublane_multiple, vmem_limit_bytes
+from kernels.tpu.gemm_rules import ConfigError, check_config
+from kernels.tpu.vmem import dtype_name, sublane_multiple, vmem_limit_bytes
 from kernels.tpu.generations import DEFAULT_TARGET, LANES, TARGETS, attached_tpu, generation
 
 CONFIGS_PATH = Path(__file__).parent / "configs" / "gemm.json"

@@ -26,13 +26,13 @@ The rules:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
 from kernels.errors import InputError
-from kernels.tpu.generations import LANES, SUBLANES, MiB, generation
+from kernels.tpu.generations import LANES, SUBLANES, generation
+from kernels.tpu.vmem import VmemEstimate, dtype_name, itemsize, over_budget, sublane_multiple
 
 RULES = {
     "keys": "exactly the keys bm, bn, bk, each a positive integer",
@@ -56,65 +56,24 @@ class ConfigError(InputError):
         super().__init__("config", f"{self.rules[rule]} [rule {rule}]", f"{config!r}: {detail}")
 
 
-@dataclass(frozen=True)
-class VmemEstimate:
-    """Bytes of VMEM one grid step holds, by buffer."""
-
-    a_blocks: int  # 2 x (bm, bk), double-buffered
-    b_blocks: int  # 2 x (bk, bn)
-    bias_blocks: int  # 2 x (1, bn) float32, padded to 8 sublanes
-    out_blocks: int  # 2 x (bm, bn)
-    accumulator: int  # (bm, bn) float32 scratch
-    product: int  # (bm, bn) float32 result of one step's dot before it is added
-
-    @property
-    def total(self) -> int:
-        return sum(asdict(self).values())
-
-    def as_dict(self) -> dict[str, int]:
-        return {**asdict(self), "total": self.total}
-
-
-_ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4}
-
-
-def dtype_name(dtype: Any) -> str:
-    return dtype if isinstance(dtype, str) else np.dtype(dtype).name
-
-
-def itemsize(dtype: Any) -> int:
-    return _ITEMSIZE[dtype_name(dtype)]
-
-
-def sublane_multiple(dtype: Any) -> int:
-    """Rows per vreg for ``dtype``: 8 for 32-bit, 16 for 16-bit."""
-    return SUBLANES * 4 // itemsize(dtype)
-
-
 def vmem_estimate(bm: int, bn: int, bk: int, dtype: Any, out_dtype: Any, has_bias: bool) -> VmemEstimate:
+    """VMEM per grid step: every blocked operand double-buffered by the Pallas pipeline,
+    the f32 accumulator, and the f32 product of one step's dot before it is added."""
     ib, ob = itemsize(dtype), itemsize(out_dtype)
-    return VmemEstimate(
-        a_blocks=2 * bm * bk * ib,
-        b_blocks=2 * bk * bn * ib,
-        bias_blocks=2 * SUBLANES * bn * 4 if has_bias else 0,
-        out_blocks=2 * bm * bn * ob,
-        accumulator=bm * bn * 4,
-        product=bm * bn * 4,
-    )
-
-
-def vmem_limit_bytes(estimate: VmemEstimate, target: str) -> int:
-    """The ``vmem_limit_bytes`` to compile with: the scoped default, or half
-    again the estimate when that is more, never above physical VMEM."""
-    gen = generation(target)
-    wanted = -(-(estimate.total * 3 // 2) // MiB) * MiB
-    return min(gen.vmem_bytes, max(gen.scoped_vmem_default_bytes, wanted))
+    return VmemEstimate("gemm", {
+        "a_blocks": 2 * bm * bk * ib,
+        "b_blocks": 2 * bk * bn * ib,
+        "bias_blocks": 2 * SUBLANES * bn * 4 if has_bias else 0,  # (1, bn) f32 padded to 8 sublanes
+        "out_blocks": 2 * bm * bn * ob,
+        "accumulator": bm * bn * 4,
+        "product": bm * bn * 4,
+    })
 
 
 def check_config(config: Any, dtype: Any, out_dtype: Any, target: str, has_bias: bool = True) -> VmemEstimate:
     """Check ``config`` for a GEMM with kernel operands of ``dtype`` writing
     ``out_dtype`` on ``target``; return its VMEM estimate or raise ConfigError."""
-    gen = generation(target)
+    generation(target)  # an unknown target fails here, before the config is looked at
     if not isinstance(config, dict) or set(config) != {"bm", "bn", "bk"}:
         raise ConfigError("keys", config, f"keys {sorted(config) if isinstance(config, dict) else type(config).__name__}")
     for key in ("bm", "bn", "bk"):
@@ -133,11 +92,6 @@ def check_config(config: Any, dtype: Any, out_dtype: Any, target: str, has_bias:
             f"bm={bm} is not a multiple of {rows} (operands {dtype_name(dtype)}, output {dtype_name(out_dtype)})",
         )
     estimate = vmem_estimate(bm, bn, bk, dtype, out_dtype, has_bias)
-    if estimate.total > gen.usable_vmem_bytes:
-        raise ConfigError(
-            "vmem_budget",
-            config,
-            f"{estimate.total / MiB:.1f} MiB of blocks ({estimate.as_dict()}) > {gen.usable_vmem_bytes / MiB:.0f} MiB "
-            f"usable of {gen.vmem_bytes / MiB:.0f} MiB VMEM on {target}",
-        )
+    if (why := over_budget(estimate, target)) is not None:
+        raise ConfigError("vmem_budget", config, why)
     return estimate

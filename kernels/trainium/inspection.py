@@ -97,3 +97,42 @@ def inspect_trainium_attention(target: str, dtype: str = "bfloat16", config: dic
             )
             rows.append(row)
     return rows
+
+
+def inspect_trainium_trimul(target: str, dtype: str = "bfloat16", config: dict | None = None, shape: dict | None = None) -> list[dict]:
+    """The two per-pair kernels of the triangle multiplicative update (``in``: input LayerNorm,
+    gated projections, mask, output gate; ``out``: output LayerNorm, projection, gate) at
+    AlphaFold 3's shape (N = 384, c_z = c = 128, one batch element) on ``target``: one row per
+    kernel with rule status, engine instruction counts, SBUF/PSUM peaks and the cost model's time."""
+    from kernels.trainium import triangle_multiplication as trimul
+
+    s = {"batch": 1, "n": 384, "c_z": 128, "c": 128, **(shape or {})}
+    rows = []
+    for kernel in ("in", "out"):
+        row = {"op": "triangle_multiplicative_update", "config": f"trimul_{kernel}", "target": target, "dtype": dtype,
+               "shape": dict(s)}
+        try:
+            report, ctx = trimul.estimate(s["batch"], s["n"], s["c_z"], s["c"], dtype=dtype, target=target, kernel=kernel)
+        except EmulatorError as exc:
+            row.update(rules="fail", error=str(exc))
+            rows.append(row)
+            continue
+        counts = dict(report.instructions)
+        counts["total"] = sum(report.instructions.values())
+        row.update(
+            rules="ok",
+            estimated_s=report.estimated_s,
+            bound_s=report.bound_s,
+            bottleneck=report.bottleneck,
+            fraction_of_peak=report.fraction_of_peak,
+            instructions=counts,
+            busy_s=dict(report.busy_s),
+            dma_bytes=report.dma_bytes,
+            flops=report.flops,
+            sbuf_peak_bytes_per_partition=ctx.sbuf_peak,
+            psum_peak_banks=ctx.psum_peak,
+            sbuf_bytes_per_partition=ctx.target.sbuf_bytes_per_partition,
+            method="cost model over the emulator's dry-run instruction trace (not a measurement)",
+        )
+        rows.append(row)
+    return rows

@@ -39,13 +39,13 @@ def fit(
         table.add_row(key, e.mode, e.method, str(e.n_test), excluded, f"{100 * e.mape:.1f}%", f"{e.spearman:.3f}",
                       f"{e.spearman_global:.3f}", (f"{100 * e.regret:.1f}% ({100 * e.regret_max:.1f}%)" if e.regret == e.regret
                        else "n/a: one config per problem"),
-                      "yes" if e.meets() else "no")
+                      "yes" if e.meets() else ("no: too few records to fit" if e.note else "no"))
     for key, mode in result.modes.items():
         if key not in result.evaluations:
             table.add_row(key, mode, "-", "0", "-", "-", "-", "-", "-", "no measurements: analytic terms only")
     for key, e in result.evaluations.items():
         console.print(f"{key}: {e.split}; {e.groups} held-out shapes; median timing spread (p80-p20)/median: "
-                      f"{100 * e.noise:.1f}%")
+                      f"{100 * e.noise:.1f}%" + (f"; {e.note}" if e.note else ""))
     console.print(table)
     console.print("Kernel timings left out of the fit (the store keeps them):")
     for why, text in _selection.REASONS.items():

@@ -4,10 +4,15 @@ Written per template folder ``<out>/<family>/<target>/``:
 
 * ``template.json``: the template (``roofline.templates.schema.Template``);
 * ``records.jsonl``: every kernel record of that family and backend, one
-  ``microbench.records.Record`` per line;
+  ``microbench.records.Record`` per line (the store's data, cited or not);
 * ``kernel_tuner/<MxNxK>.json``: for every shape with measured configs, a Kernel
   Tuner cache file that its simulation mode replays
   (``roofline.templates.adapters.kernel_tuner_search``).
+
+Best points, priors and caches cite only the timings the performance model is
+fit by (``roofline.selection.select``: our kernels, device time, one timing
+method per fit unit), each with the method it was timed by; a shipped point
+measured only by timings the rules leave out says why instead of citing them.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any
 
 from microbench.records import Record, _git_commit
 from roofline import devices, model as _model
+from roofline import selection as _selection
 from roofline.machine import Machine, from_ceilings
 from roofline.work import normalize_shape, record_dtype
 from roofline import ceilings as _ceilings
@@ -123,11 +129,23 @@ def _records_for(records: list[Record], op: str, backend: str, dtype: str) -> li
             and r.metric == "time" and record_dtype(r.shape, r.config, r.extra) == dtype]
 
 
-def _measured(r: Record, flops: float | None) -> Measured:
+def _measured(r: Record, flops: float | None, timing: str | None) -> Measured:
     median = float(r.median if r.median is not None else r.value)
     prov = r.provenance.model_dump()
     return Measured(median_s=median, p20_s=r.p20, p80_s=r.p80, tflops=(flops / median / 1e12) if flops else None,
-                    method=r.method, repetitions=r.repetitions, provenance=prov)
+                    method=r.method, timing=timing, repetitions=r.repetitions, provenance=prov)
+
+
+def cited(records: list[Record], op: str, backend: str, dtype: str, device: devices.DeviceSpec
+          ) -> tuple[list[tuple[Record, str]], dict[int, str]]:
+    """Our kernel timings of one family and target that a template may cite, each with the timing method
+    it was admitted under, by the same rules the model is fit by (``roofline.selection.select``: device
+    time, one method per fit unit); and, for the others, ``id(record)`` -> why not."""
+    chosen = _selection.select(records)
+    admitted = _selection.admitted(chosen)
+    why = {id(e.record): e.reason for e in chosen.excluded}
+    mine = [r for r in _records_for(records, op, backend, dtype) if devices.match(r.provenance.device) in (device, None)]
+    return [(r, admitted[id(r)]) for r in mine if id(r) in admitted], {id(r): why[id(r)] for r in mine if id(r) in why}
 
 
 def _shape_of(r: Record, axes: list[str]) -> dict[str, int]:
@@ -176,9 +194,28 @@ def build(family: str, target: str, records: list[Record], perf: _model.PerfMode
     def predict(shape: dict, config: dict) -> float:
         return perf.predict(op, {**shape, "dtype": sp["dtype"]}, config, machine, sp["dtype"]).seconds
 
-    mine = [r.model_copy(update={"config": template.complete(r.config)})
-            for r in _records_for(records, op, backend, sp["dtype"]) if devices.match(r.provenance.device) in (spec, None)]
-    mine = [r for r in mine if set(names) <= set(r.config)]
+    admitted, left_out = cited(records, op, backend, sp["dtype"], spec)
+    timing: dict[int, str] = {}
+    mine = []
+    for r, method in admitted:
+        r = r.model_copy(update={"config": template.complete(r.config)})
+        if set(names) <= set(r.config):
+            timing[id(r)] = method
+            mine.append(r)
+    # the points measured only by timings the rules leave out: cited with the reason, never with the number
+    unmeasured: dict[tuple[str, str], str] = {}
+    for r in _records_for(records, op, backend, sp["dtype"]):
+        if id(r) in left_out:
+            config = template.complete(r.config)
+            if set(names) <= set(config):
+                key = (config_key(_shape_of(r, axes)), config_key({k: config[k] for k in names}))
+                unmeasured.setdefault(key, left_out[id(r)])
+    template.measurements = {
+        "selection": "roofline.selection.select (the rules the model is fit by)",
+        "event_min_seconds": _selection.EVENT_MIN_SECONDS,
+        "cited": len(mine), "timing": dict(Counter(timing.values())),
+        "left_out": dict(Counter(left_out.values())),
+    }
     shapes = {config_key(_shape_of(r, axes)): _shape_of(r, axes) for r in mine}
     shipped, shipped_from = _shipped(family, backend, names, axes, sp["dtype"])
     shipped = [p for p in shipped if p["device"] in ("", spec.key)]
@@ -199,12 +236,14 @@ def build(family: str, target: str, records: list[Record], perf: _model.PerfMode
     good: list[dict] = []
     for p in shipped:
         shape, config = p["shape"], template.complete(p["config"])
-        rec = by_point.get((config_key(shape), config_key(config))) if shape else None
+        key = (config_key(shape), config_key(config)) if shape else None
+        rec = by_point.get(key) if key else None
         flops = _flops(shape)
         detail = ", ".join(x for x in (p["label"] if not shape else "", p["source"]) if x)
         template.best_points.append(BestPoint(
             shape=shape, config=config, source=f"shipped config {shipped_from}" + (f" ({detail})" if detail else ""),
-            measured=_measured(rec, flops) if rec else None,
+            measured=_measured(rec, flops, timing[id(rec)]) if rec else None,
+            unmeasured=unmeasured.get(key) if key and not rec else None,
             predicted_s=predict(shape, config) if shape and set(config) == set(names) and template.is_valid(config)
             else None,
             baseline=baselines.get(config_key(shape)) if shape else None,
@@ -222,7 +261,7 @@ def build(family: str, target: str, records: list[Record], perf: _model.PerfMode
         if not any(b.shape == shape and b.config == best_cfg for b in template.best_points):
             template.best_points.append(BestPoint(
                 shape=shape, config=best_cfg, source="records: fastest measured config",
-                measured=_measured(best_rec, _flops(shape)), predicted_s=predict(shape, best_cfg),
+                measured=_measured(best_rec, _flops(shape), timing[id(best_rec)]), predicted_s=predict(shape, best_cfg),
                 baseline=baselines.get(skey)))
     _priors(template.parameters, good)
     for p in template.parameters:
@@ -247,17 +286,21 @@ def _flops(shape: dict | None) -> float | None:
 
 
 def _baselines(records: list[Record], op: str, axes: list[str], spec: devices.DeviceSpec) -> dict[str, dict]:
-    """The vendor library's time per shape (records named like ``torch.matmul``)."""
+    """The vendor library's time per shape (records named like ``torch.matmul``), held to the same
+    timing rule as our kernels (``roofline.selection.timing_reason``)."""
     out: dict[str, dict] = {}
     for r in records:
         if r.kind != "kernel" or r.op != op or not r.name.startswith("torch") or r.metric != "time":
+            continue
+        if _selection.timing_reason(r) is not None:
             continue
         if devices.match(r.provenance.device) is not spec:
             continue
         key = config_key(_shape_of(r, axes))
         median = float(r.median if r.median is not None else r.value)
         if key not in out or median < out[key]["median_s"]:
-            out[key] = {"name": r.name, "median_s": median, "device": r.provenance.device}
+            out[key] = {"name": r.name, "median_s": median, "device": r.provenance.device, "method": r.method,
+                        "timing": _selection.method_family(r.method)}
     return out
 
 
@@ -270,7 +313,10 @@ def write(template: Template, records: list[Record], out: str | Path) -> Path:
     template.save(folder / "template.json")
     mine = [r for r in _records_for(records, template.op, template.backend, template.dtype)
             if devices.match(r.provenance.device) in (devices.get(template.device), None)]
-    complete = [r.model_copy(update={"config": template.complete(r.config)}) for r in mine]
+    # the caches replay device times only: the timings the model's selection admits
+    admitted, left_out = cited(records, template.op, template.backend, template.dtype, devices.get(template.device))
+    failed = [r for r in mine if left_out.get(id(r)) == "failed"]  # written as Kernel Tuner's failure markers
+    complete = [r.model_copy(update={"config": template.complete(r.config)}) for r in [r for r, _ in admitted] + failed]
     with open(folder / template.records_file, "w") as fh:
         for r in mine:
             fh.write(r.model_dump_json() + "\n")

@@ -45,6 +45,7 @@ class Measured(BaseModel):
     p80_s: float | None = None
     tflops: float | None = None
     method: str | None = None
+    timing: str | None = None  # the method's family it was admitted under (roofline.selection): "cuda-graph", ...
     repetitions: int | None = None
     provenance: dict[str, Any] = Field(default_factory=dict)
 
@@ -56,6 +57,7 @@ class BestPoint(BaseModel):
     measured: Measured | None = None
     predicted_s: float | None = None
     baseline: dict[str, Any] | None = None  # the vendor library on the same shape, when measured
+    unmeasured: str | None = None  # why a point's records were not cited (roofline.selection.REASONS keys)
 
 
 class CostModel(BaseModel):
@@ -87,6 +89,8 @@ class Template(BaseModel):
     workloads: list[dict[str, int]]
     cost_model: CostModel
     best_points: list[BestPoint] = Field(default_factory=list)
+    # which kernel timings the best points and priors were taken from: the model's selection rules
+    measurements: dict[str, Any] = Field(default_factory=dict)
     records_file: str = "records.jsonl"
     provenance: dict[str, Any] = Field(default_factory=dict)
 

@@ -1,0 +1,171 @@
+"""The tuning sweep behind a device's entry in ``configs/triangle_multiplication.json``.
+
+The op runs six kernels (three forward, three backward) and a row-block size for the
+backward's weight gradients. Their configs act on separate kernels, so the sweep tunes
+one stage at a time (coordinate descent), starting from the device's current entry:
+each candidate of a stage (``configs/triangle_multiplication_candidates.json``)
+replaces that stage's config, is checked against the float32 reference by the
+error-ratio rule, and is timed with CUDA-graph replay (forward stages on the forward,
+backward stages on forward + backward). A stage keeps its fastest correct candidate
+before the next stage is tried, so the sweep costs the sum of the list lengths.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kernels.nvidia import triangle_multiplication as trimul
+
+CANDIDATES_FILE = Path(__file__).with_name("configs") / "triangle_multiplication_candidates.json"
+FORWARD_STAGES = ("ln_gate_proj", "contract", "ln_out_gate")
+BACKWARD_STAGES = ("out_gate_bwd", "ln_out_bwd", "ln_gate_proj_bwd", "bwd_rows")
+WEIGHT_SHAPES = {  # AlphaFold 3 widths: c = c_z
+    "norm_in_weight": lambda cz: (cz,), "norm_in_bias": lambda cz: (cz,),
+    "p_in_weight": lambda cz: (2 * cz, cz), "p_in_bias": lambda cz: (2 * cz,),
+    "g_in_weight": lambda cz: (2 * cz, cz), "g_in_bias": lambda cz: (2 * cz,),
+    "norm_out_weight": lambda cz: (cz,), "norm_out_bias": lambda cz: (cz,),
+    "p_out_weight": lambda cz: (cz, cz), "p_out_bias": lambda cz: (cz,),
+    "g_out_weight": lambda cz: (cz, cz), "g_out_bias": lambda cz: (cz,),
+}
+
+
+def candidates(path: Path = CANDIDATES_FILE) -> dict[str, list[Any]]:
+    """Stage -> candidate configs (``bwd_rows`` -> row counts)."""
+    table = json.loads(Path(path).read_text())
+    return {stage: table[stage] for stage in (*FORWARD_STAGES, *BACKWARD_STAGES)}
+
+
+def with_stage(cfgs: dict, stage: str, value: Any) -> dict:
+    """``cfgs`` with one stage's config replaced."""
+    return {**cfgs, stage: value}
+
+
+def compile_spec_for(stage: str, cfgs: dict, dtype: str = "bfloat16", c_z: int = 128):
+    """The ``kernels.isa.CompileSpec`` of one stage's kernel under ``cfgs``."""
+    specs = trimul.compile_specs(dtype, c_z, c_z, cfgs=cfgs, prefix="tune")
+    return next(s for s in specs if s.name == f"tune_{stage}_{dtype}_cz{c_z}_c{c_z}")
+
+
+def make_inputs(n: int, c_z: int, dtype: torch.dtype, seed: int = 0, device: str = "cuda") -> dict:
+    """Random x, mask (5% masked pairs), weights and biases at AlphaFold's scales, and an output gradient."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    weights = {}
+    for name, shape in WEIGHT_SHAPES.items():
+        s = shape(c_z)
+        w = torch.randn(*s, generator=g, device=device) * (s[-1] ** -0.5 if len(s) == 2 else 0.1)
+        weights[name] = (w + (1.0 if name.startswith("norm") and name.endswith("weight") else 0.0)).to(dtype)
+    return {
+        "x": torch.randn(1, n, n, c_z, generator=g, device=device).to(dtype),
+        "mask": (torch.rand(1, n, n, generator=g, device=device) > 0.05).to(dtype),
+        "weights": weights,
+        "dout": torch.randn(1, n, n, c_z, generator=g, device=device).to(dtype),
+    }
+
+
+def _run(inputs: dict, direction: str, cfgs: dict | None, backward: bool, backend: str = "nvidia"):
+    """Output (and the gradients of x and every weight) through ``kernels.triangle_multiplicative_update``."""
+    import kernels
+
+    x = inputs["x"].detach().requires_grad_(backward)
+    weights = {k: w.detach().requires_grad_(backward) for k, w in inputs["weights"].items()}
+    if backend == "reference":
+        from kernels.triangle import reference
+
+        out = reference.trimul(x, direction, inputs["mask"], **weights, compute_dtype=torch.float32)
+    else:
+        out = kernels.triangle_multiplicative_update(x, direction, inputs["mask"], **weights, backend=backend,
+                                                     config=cfgs)
+    if not backward:
+        return [out]
+    return [out, *torch.autograd.grad(out, [x, *weights.values()], inputs["dout"])]
+
+
+def _error(results, exact) -> float:
+    """The largest of the relative max-norm errors of each result against ``exact``."""
+    return max(((r.double() - e.double()).abs().max() / e.double().abs().max().clamp_min(1e-30)).item()
+               for r, e in zip(results, exact))
+
+
+def _time(fn, rep_ms: int) -> tuple[float, float, float]:
+    import triton.testing
+
+    fn()  # compile outside the capture
+    p20, p50, p80 = triton.testing.do_bench_cudagraph(fn, rep=rep_ms, quantiles=[0.2, 0.5, 0.8])
+    return p50, p20, p80
+
+
+def sweep(n: int = 768, c_z: int = 128, dtype: torch.dtype = torch.bfloat16, direction: str = "outgoing",
+          rep_ms: int = 100, budget_s: float | None = None, seed: int = 0, *, device: str = "cuda",
+          timer=None, stages: tuple[str, ...] | None = None) -> tuple[list[dict], dict]:
+    """(rows, best per-stage config). One row per (stage, candidate): median/p20/p80 ms of the
+    pass it was timed on and its error; stages not reached within ``budget_s`` keep the
+    starting config.
+
+    ``timer(fn, rep_ms) -> (median, p20, p80)`` defaults to CUDA-graph replay; on a CPU
+    (``device="cpu"``) the kernels run interpreted, which checks every candidate's numerics
+    but times nothing, so a caller there supplies its own timer.
+    """
+    name = str(dtype).removeprefix("torch.")
+    timer = timer or _time
+    best = trimul.config_for(torch.cuda.get_device_name() if device == "cuda" else None, name)
+    inputs = make_inputs(n, c_z, dtype, seed, device)
+    exact = {b: _run(inputs, direction, None, b, backend="reference") for b in (False, True)}
+    # The framework's own error: the reference model run at the inputs' precision.
+    framework_err = {b: _error(_lowp_reference(inputs, direction, b, dtype), exact[b]) for b in (False, True)}
+    rows: list[dict] = []
+    start = time.perf_counter()
+    for stage, options in candidates().items():
+        if stages is not None and stage not in stages:
+            continue
+        if budget_s is not None and time.perf_counter() - start > budget_s:
+            break
+        backward = stage in BACKWARD_STAGES
+        timed: list[tuple[float, Any]] = []
+        for option in options:
+            cfgs = with_stage(best, stage, {**best[stage], **option} if isinstance(option, dict) else option)
+            row = dict(stage=stage, config=option, n=n, c_z=c_z, dtype=name, direction=direction,
+                       timed_on="fwd+bwd" if backward else "fwd")
+            try:
+                err = _error(_run(inputs, direction, cfgs, backward), exact[backward])
+                ok = err <= 2 * framework_err[backward] + 1e-3
+                row.update(rel_error=err, framework_error=framework_err[backward], correct=ok)
+                if ok:
+                    ms, p20, p80 = timer(lambda: _run(inputs, direction, cfgs, backward), rep_ms)
+                    row.update(median_ms=ms, p20_ms=p20, p80_ms=p80)
+                    timed.append((ms, cfgs[stage]))
+            except Exception as exc:  # noqa: BLE001 - a candidate that fails is reported, not fatal
+                row["error"] = f"{type(exc).__name__}: {exc}"[:300]
+            rows.append(row)
+        if timed:
+            best = with_stage(best, stage, min(timed, key=lambda t: t[0])[1])
+    return rows, best
+
+
+def _lowp_reference(inputs: dict, direction: str, backward: bool, dtype: torch.dtype):
+    """The reference model computed in the inputs' dtype: the error a framework makes at that precision."""
+    from kernels.triangle import reference
+
+    x = inputs["x"].detach().requires_grad_(backward)
+    weights = {k: w.detach().requires_grad_(backward) for k, w in inputs["weights"].items()}
+    out = reference.trimul(x, direction, inputs["mask"], **weights, compute_dtype=dtype)
+    if not backward:
+        return [out]
+    return [out, *torch.autograd.grad(out, [x, *weights.values()], inputs["dout"])]
+
+
+def table_entry(best: dict, default: dict) -> dict:
+    """A device entry for the config table: the tuned stages, each keeping the default's
+    float32 overrides (the sweep tunes 16-bit inputs only)."""
+    entry = {}
+    for stage, value in best.items():
+        if isinstance(value, dict):
+            value = {k: v for k, v in value.items() if k != "float32"}
+            if isinstance(default.get(stage), dict) and "float32" in default[stage]:
+                value["float32"] = default[stage]["float32"]
+        entry[stage] = value
+    return entry
