@@ -195,3 +195,14 @@ def test_jax_attention_on_gpu_through_jax_triton(head_dim, causal, bias_shape):
         g, r = np.asarray(g, np.float64), np.asarray(r, np.float64)
         assert np.isfinite(g).all(), name
         assert np.abs(g - r).max() <= 2e-2 * max(1.0, np.abs(r).max()), name
+
+
+@pytest.mark.parametrize("scale", [-0.4, 0.0])
+def test_gpu_path_non_positive_scale(scale, jax_triton_interpreted):  # noqa: F811
+    """The forward kernel needs scale > 0; the launcher turns a negative scale into a negated K and
+    a zero scale into a zero Q, as the torch launcher does."""
+    q, k, v, _, _ = make_inputs(1, 19, 21, 2, 2, 32, BF16, seed=13)
+    ex_out, _ = reference.attention_fwd(q.double(), k.double(), v.double(), None, None, True, scale)
+    lp_out, _ = reference.attention_fwd(q, k, v, None, None, True, scale, compute_dtype=BF16)
+    out = kernels.attention(*(_to_jax(t) for t in (q, k, v)), causal=True, scale=scale, backend="nvidia", config=SMALL)
+    assert_close_ratio("out", _to_torch(out, torch.float64), lp_out, ex_out)

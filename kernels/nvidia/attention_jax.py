@@ -206,6 +206,12 @@ def attention_fwd(q, k, v, bias, mask, causal: bool, scale: float, config: dict 
     f = cfg["fwd"]
     d = _work_dim(head_dim, vendor)
     qp, kp, vp = (_padded(t, d) for t in (q, k, v))
+    # The forward kernel takes the row max before scaling, so it needs scale > 0, as in the
+    # torch launcher: softmax(s q k^T) = softmax(|s| q (-k)^T), and a zero scale is a zero q.
+    if scale < 0:
+        kp, scale = -kp, -scale
+    elif scale == 0:
+        qp, scale = jnp.zeros_like(qp), 1.0
     bias4, mask4, strides = _operands(qp, bias, mask, (batch, heads, seqlen_q, seqlen_k))
     out, lse = jax_bridge.triton_call(
         qp, kp, vp, bias4, mask4, *strides, heads, kv_heads, seqlen_q, seqlen_k, np.float32(scale),
@@ -214,7 +220,7 @@ def attention_fwd(q, k, v, bias, mask, causal: bool, scale: float, config: dict 
         grid=(triton.cdiv(seqlen_q, f["block_m"]), batch * heads),
         HEAD_DIM=d, HEAD_DIM_PAD=head_dim_pad(d), BLOCK_M=f["block_m"], BLOCK_N=f["block_n"],
         CAUSAL=bool(causal), HAS_BIAS=bias is not None, HAS_MASK=mask is not None,
-        PRE_LOAD_V=bool(cfg.get("pre_load_v", False)), **_options(f),
+        PRE_LOAD_V=flash.fwd_knobs(cfg)["PRE_LOAD_V"], **_options(f),
     )
     return out[..., :head_dim], lse
 
@@ -294,7 +300,7 @@ def kernel_specs(head_dim: int, cfg: dict, *, dtype: str = "bfloat16", causal: b
 
     pad = head_dim_pad(head_dim)
     specs = []
-    for section, kernel, extra in (("fwd", attn_fwd_kernel_jax, {"PRE_LOAD_V": bool(cfg.get("pre_load_v", False))}),
+    for section, kernel, extra in (("fwd", attn_fwd_kernel_jax, {"PRE_LOAD_V": flash.fwd_knobs(cfg)["PRE_LOAD_V"]}),
                                    ("dkdv", attn_bwd_dkdv_kernel_jax, {}),
                                    ("dq", attn_bwd_dq_kernel_jax, {"DBIAS": 2 if bias else 0})):
         c = cfg[section]
