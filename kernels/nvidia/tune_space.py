@@ -73,8 +73,8 @@ def rule_drop(op: str, kernel: str, key: str, c: dict, rules: dict) -> str | Non
         if _attention_smem(kernel, head_dim, c) > SMEM_LIMIT:
             return f"needs at least {_attention_smem(kernel, head_dim, c)} B of shared memory"
         small = rules.get("eight_warps_min_tile")
-        if small and c["num_warps"] == 8 and c["block_m"] * c["block_n"] < small:
-            return f"8 warps on a tile under {small} elements (the tutorial's Hopper filter)"
+        if kernel == "fwd" and small and c["num_warps"] == 8 and c["block_m"] * c["block_n"] < small:
+            return f"8 warps on a forward tile under {small} elements (the tutorial's Hopper filter)"
     else:
         tile = c["BLOCK_M"] * c["BLOCK_N"] * c.get("ROWS", 1)
         if c["num_warps"] * 32 * rules.get("min_elements_per_thread", 0) > tile:

@@ -1,4 +1,4 @@
-"""``ceiling tune gemm|attention|triangle-attention``: the tuning sweeps that produce a device's
+"""``ceiling tune gemm|attention|triangle-attention|trimul``: the tuning sweeps that produce a device's
 entries in the config tables."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from rich.table import Table
 
 
 def tune(
-    op: str = typer.Argument("gemm", help="The op to tune: gemm, attention, triangle-attention."),
+    op: str = typer.Argument("gemm", help="The op to tune: gemm, attention, triangle-attention, trimul."),
     shapes: str = typer.Option("gemm-llm", help="Shape suite from kernels.gemm.shapes."),
     dtype: str = typer.Option("bfloat16", help="Input dtype."),
     layout: str = typer.Option("NT", help="NT: B is an nn.Linear weight viewed transposed; NN: row-major B."),
@@ -21,11 +21,13 @@ def tune(
     out: Path = typer.Option(Path("ceiling-tune"), "--out", "-o", help="Folder for rows, records and the table."),
     apply: bool = typer.Option(False, help="Merge the winners into the op's config table under kernels/nvidia/configs/."),
     workers: int = typer.Option(0, help="Attention ops: processes that compile and check candidates (0: CPUs - 2, at most 14)."),
+    n: int = typer.Option(768, help="trimul: the pair dimension N it is tuned at."),
 ) -> None:
     """Time every candidate config of a Hopper kernel on this GPU next to its baseline: the GEMM
     on each shape of a suite against torch.matmul (cuBLAS); attention (head dims 64 and 128,
     S = 4096, then causal) and triangle attention (N = 384, then 768; 4 heads of 32) kernel by
-    kernel, forward and each backward kernel, against SDPA and the eager PyTorch op. Write every
+    kernel, forward and each backward kernel, against SDPA and the eager PyTorch op; the triangle
+    multiplicative update (trimul) stage by stage at N = 768, c_z = 128. Write every
     timing as a record, the winners as table entries, and print speedups. Needs an NVIDIA GPU."""
     import torch
 
@@ -35,12 +37,17 @@ def tune(
     from kernels.nvidia.tune import best_per_shape, sweep
     from microbench.records import Record, append, host_provenance
 
-    if op not in ("gemm", "attention", "triangle-attention"):
-        raise typer.BadParameter(f"expected gemm, attention or triangle-attention, got {op!r}", param_hint="op")
+    if op not in ("gemm", "attention", "triangle-attention", "trimul"):
+        raise typer.BadParameter(f"expected gemm, attention, triangle-attention or trimul, got {op!r}", param_hint="op")
     if gpu_vendor() != "nvidia":
         typer.echo("ceiling tune needs an NVIDIA GPU: none is visible to PyTorch here.", err=True)
         raise typer.Exit(2)
     out.mkdir(parents=True, exist_ok=True)
+    if op == "trimul":
+        from roofline.commands.tune_trimul import tune_trimul
+
+        tune_trimul(n=n, budget_s=budget_s, rep_ms=rep_ms, out=out, apply=apply, driver=_driver())
+        return
     if op != "gemm":
         from roofline.commands.tune_attention import tune_attention
 
