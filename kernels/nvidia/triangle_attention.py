@@ -466,9 +466,11 @@ _TRITON_DTYPE = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 def compile_specs(dtype: str = "bfloat16", head_dim: int = 32, device: str = "H200", *, table=CONFIG_FILE,
                   prefix: str = "triangle_attention", extra_keys=()) -> list:
-    """A ``kernels.isa.CompileSpec`` per kernel at the shipped config for ``device``."""
+    """A ``kernels.isa.CompileSpec`` per kernel at the shipped config for ``device``, specialized as
+    a launch at the AlphaFold sizes (N = 384 or 768, head dim 32: multiples of 16) specializes it."""
     cfgs = config_for(device, head_dim, dtype, table)
-    return [kernel_spec(name, cfgs[name], dtype, head_dim, prefix=prefix, extra_keys=extra_keys)
+    return [kernel_spec(name, cfgs[name], dtype, head_dim, prefix=prefix, extra_keys=extra_keys,
+                        aligned=head_dim % 16 == 0)
             for name in (*KERNELS, "fwd_rows")]
 
 
