@@ -7,7 +7,8 @@ reference computes in ``jnp`` (float32, HIGHEST precision). The Triton backends
 jax-triton (:mod:`kernels.nvidia.triangle_attention_jax`,
 :mod:`kernels.nvidia.triangle_multiplication_jax`, with the multiplicative update's
 weight-gradient GEMMs and reductions in ``jnp``); on the CPU through a host callback
-into the interpreted kernels (see ``kernels.jax_bridge``).
+into the interpreted kernels (see ``kernels.jax_bridge``). Trainium's kernels are reached
+the same way on the CPU, running on the NKI emulator.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ from kernels.triangle import reference
 
 
 TRITON_BACKENDS = ("nvidia", "amd")
+# Backends whose kernels take torch tensors: reached from JAX arrays on the CPU through a host
+# callback (Triton interpreted; Trainium on its NKI emulator), and on a GPU through jax-triton.
+TORCH_BACKENDS = (*TRITON_BACKENDS, "trainium")
 
 
 def _on_host(fn, result_shapes, *arrays, backend: str):
@@ -46,9 +50,9 @@ def _struct(x, dtype=None):
     return jax.ShapeDtypeStruct(x.shape, dtype or x.dtype)
 
 
-class _TritonJax:
-    """The Triton backends on JAX arrays: jax-triton launchers on a GPU, the torch entry
-    points through the host on the CPU."""
+class _TorchBackendJax:
+    """A backend with torch entry points, on JAX arrays: jax-triton launchers on a GPU (the
+    Triton backends), the torch entry points through the host on the CPU."""
 
     def __init__(self, backend: str, config: str | None = None):
         from kernels import backends, jax_bridge
@@ -57,7 +61,7 @@ class _TritonJax:
         self.config = json.loads(config) if config else None
         self.attention = backends.implementation("triangle_attention", backend)
         self.trimul = backends.implementation("triangle_multiplicative_update", backend)
-        self.gpu = jax_bridge.on_gpu()
+        self.gpu = jax_bridge.on_gpu() and backend in TRITON_BACKENDS
 
     def triangle_attention_fwd_jax(self, q, k, v, bias, mask, scale):
         if self.gpu:
@@ -112,8 +116,8 @@ class _TritonJax:
 def _attention_impl(backend: str, config: str | None = None):
     if backend == "reference":
         return _ReferenceJax
-    if backend in TRITON_BACKENDS:
-        return _TritonJax(backend, config)
+    if backend in TORCH_BACKENDS:
+        return _TorchBackendJax(backend, config)
     if backend == "tpu":  # Pallas: JAX arrays natively
         from kernels import backends
 
@@ -168,8 +172,8 @@ def triangle_attention(q, k, v, bias, mask, scale, backend, config=None):
 def _trimul_check(backend: str, config: str | None = None):
     if backend == "reference":
         return None
-    if backend in TRITON_BACKENDS:
-        return _TritonJax(backend, config)
+    if backend in TORCH_BACKENDS:
+        return _TorchBackendJax(backend, config)
     if backend == "tpu":
         from kernels import backends
 
