@@ -141,8 +141,14 @@ def cpu_peak_bytes():
     from torch.profiler import ProfilerActivity, profile
 
     found: dict[str, int] = {}
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+    with _quiet_stderr():  # the profiler's backend logs each start and stop to the process's stderr
+        prof.__enter__()
+    try:
         yield found
+    finally:
+        with _quiet_stderr():
+            prof.__exit__(None, None, None)
     try:
         events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
                         if e.name() == "[memory]" and e.device_type() == _cpu_device_type())
@@ -153,6 +159,23 @@ def cpu_peak_bytes():
         total += nbytes
         peak = max(peak, total)
     found["bytes"] = peak
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    """File descriptor 2 pointed at /dev/null for the block (C++ code writes there directly)."""
+    import os
+    import sys
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _cpu_device_type():
@@ -341,7 +364,8 @@ def records(result: CaseResult, *, measured: dict[str, Ceiling] | None = None) -
                     value=1.0 if r.check.ok else 0.0,
                     unit="bool",
                     extra={**{k: _finite(v) if isinstance(v, float) else v for k, v in r.check.as_dict().items()},
-                           "suite": case.suite, "group": case.group},
+                           "suite": case.suite, "group": case.group,
+                           **({"peak_memory_bytes": r.peak_bytes} if r.peak_bytes is not None else {})},
                     **common,
                 )
             )
