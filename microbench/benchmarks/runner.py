@@ -111,6 +111,11 @@ def _peak_memory(device: str):
     was allocated when it started (the call's working set and outputs). On a GPU from the
     caching allocator's statistics; on the CPU from the allocator events the profiler records
     (:func:`cpu_peak_bytes`)."""
+    import gc
+
+    # Garbage of earlier calls (reference cycles: autograd graphs, closures) is collected first,
+    # or its release inside the block would be netted against the block's own allocations.
+    gc.collect()
     found: dict[str, int] = {}
     if not on_gpu(device):
         with cpu_peak_bytes() as cpu:
@@ -150,8 +155,10 @@ def cpu_peak_bytes():
         with _quiet_stderr():
             prof.__exit__(None, None, None)
     try:
-        events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
-                        if e.name() == "[memory]" and e.device_type() == _cpu_device_type())
+        # Stable sort on time alone: events that share a timestamp keep the order they were
+        # recorded in (a free sorted before the allocation it follows would hide the peak).
+        events = sorted(((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
+                         if e.name() == "[memory]" and e.device_type() == _cpu_device_type()), key=lambda e: e[0])
     except (AttributeError, RuntimeError):
         return
     total = peak = 0
