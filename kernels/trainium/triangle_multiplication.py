@@ -481,6 +481,7 @@ def trimul_out_bwd_kernel(y, gate, dout, lnw_o, lnb_o, wpoT, wpo, wpo32, bpo, ep
                     for f0, fs in _pieces(C + 1):
                         nisa.nc_matmul(dst=ps[0:zc, f0 : f0 + fs], stationary=dz_k[0:ts, z0 : z0 + zc],
                                        moving=yT[0:ts, f0 : f0 + fs])
+                del z_ps, yT_ps
             for (z0, zc), ps, acc in zip(z_chunks, g_ps, g_acc):
                 _accumulate(acc, ps, zc, C + 1, first)
             first = False
@@ -505,6 +506,7 @@ def trimul_out_bwd_kernel(y, gate, dout, lnw_o, lnb_o, wpoT, wpo, wpo32, bpo, ep
                 nisa.tensor_tensor(dst=pr[0:cc, 0:rs], data1=d[0:cc, 0:rs], data2=yh[0:cc, 0:rs], op=nl.multiply)
                 dyh.append(d)
                 prods.append(pr)
+                del ps
             del dzT
             means = []
             for tiles in (dyh, prods):
@@ -514,6 +516,7 @@ def trimul_out_bwd_kernel(y, gate, dout, lnw_o, lnb_o, wpoT, wpo, wpo32, bpo, ep
                 ps = nl.ndarray((P, GROUP), dtype=f32, buffer=nl.psum)  # broadcast over channels, read from PSUM
                 nisa.nc_matmul(dst=ps[0:min(C, P), 0:rs], stationary=ones_row[0:1, 0:min(C, P)], moving=row[0:1, 0:rs])
                 means.append(ps)
+                del ps
             del prods
             m1_b, m2_b = means
             for (c0, cc), d, yh in zip(c_chunks, dyh, y_hat):
@@ -666,6 +669,7 @@ def trimul_in_bwd_kernel(x, mask, da, db, dgl, lnw, lnb, w_inT, w_in32, b_in, wg
                         nisa.activation(dst=du_k[0:cc, 0:rs], op=nl.copy, data=du[0:cc, 0:rs])
                     duv[half * len(c_chunks) + ci] = du_k
                     duv[(2 + half) * len(c_chunks) + ci] = dv
+                    del p_ps, g_ps
             del xnT, mask_b
 
             # dx per 128-row tile, row-major: dx_hat = [du; dv]^T (W_in * lnw) + dgl (g_out * lnw)
@@ -706,6 +710,7 @@ def trimul_in_bwd_kernel(x, mask, da, db, dgl, lnw, lnb, w_inT, w_in32, b_in, wg
                 nisa.tensor_scalar(dst=dxt[0:ts, :], data=t[0:ts, :], op0=nl.subtract, operand0=s1[0:ts, :],
                                    op1=nl.multiply, operand1=rstd[0:ts, :])
                 nisa.dma_copy(dst=dx_out[b, r0 + t0 : r0 + t0 + ts, :], src=dxt[0:ts, :])
+                del dxh_ps
 
             # Weight-gradient partial sums of this group on TensorE (rows contracted on partitions):
             # H += [du; dv] [x_hat, 1] through a transpose of each [du; dv] chunk, Hg += dgl^T [x_hat, 1]
@@ -724,6 +729,7 @@ def trimul_in_bwd_kernel(x, mask, da, db, dgl, lnw, lnb, w_inT, w_in32, b_in, wg
                         nisa.nc_matmul(dst=h_ps[0:qc, f0 : f0 + fs], stationary=dT[0:ts, ti * P : ti * P + qc],
                                        moving=xaug[0:ts, f0 : f0 + fs])
                 _accumulate(h_acc[i], h_ps, qc, CZ + 1, first)
+                del h_ps
             for zi, (z0, zc) in enumerate(z_chunks):
                 hg_ps = nl.ndarray((P, CZ + 1), dtype=f32, buffer=nl.psum)
                 for (t0, ts, xhat, xaug, rstd), dg in zip(tiles, dgl_tiles):
@@ -731,6 +737,7 @@ def trimul_in_bwd_kernel(x, mask, da, db, dgl, lnw, lnb, w_inT, w_in32, b_in, wg
                         nisa.nc_matmul(dst=hg_ps[0:zc, f0 : f0 + fs], stationary=dg[0:ts, z0 : z0 + zc],
                                        moving=xaug[0:ts, f0 : f0 + fs])
                 _accumulate(hg_acc[zi], hg_ps, zc, CZ + 1, first)
+                del hg_ps
             first = False
             del duv, tiles, dgl_tiles
 
@@ -946,10 +953,16 @@ def trimul_bwd(x, direction, mask, weights, eps, saved, dout, config=None):
 # ----------------------------------------------------------------------------- cost model
 
 
+KERNELS = ("in", "out", "out_bwd", "in_bwd")
+
+
 def estimate(batch=1, n=384, c_z=128, c=128, dtype="bfloat16", target="trn2", kernel="in"):
-    """Cost-model estimate of one per-pair kernel (``kernel`` "in" or "out") from a dry run
-    of its instruction stream: (CostReport, context). FLOPs are the kernel's matmuls
-    (the input side's two 2c-wide projections and the gate; the output side's projection)."""
+    """Cost-model estimate of one per-pair kernel (``kernel`` in ``KERNELS``) from a dry run
+    of its instruction stream: (CostReport, context). FLOPs are the kernel's matmuls that do
+    the layer's arithmetic (not the transposes, ones-vector sums and broadcasts): forward "in",
+    the two 2c-wide projections and the gate; "out", the output projection; "out_bwd", the
+    recomputed projection, dy = p_out^T dz^T and dz^T [y_hat, 1]; "in_bwd", the recomputed
+    projections, dx = [du; dv]^T W_in + dgl g_out and [du; dv; dgl^T] [x_hat, 1]."""
     from kernels.trainium.emulator import ShapeDtype, cost
 
     kd = kernel_dtype(dtype)
@@ -965,8 +978,17 @@ def estimate(batch=1, n=384, c_z=128, c=128, dtype="bfloat16", target="trn2", ke
         _, ctx = forward_out_np(ShapeDtype((batch, c, rows), np.float32), ShapeDtype((batch, rows, c_z), k), kw, 1e-5,
                                 kd, target, dry=True)
         flops = 2.0 * batch * rows * c * c_z
+    elif kernel == "out_bwd":
+        *_, ctx = backward_out_np(ShapeDtype((batch, c, rows), np.float32), ShapeDtype((batch, rows, c_z), k),
+                                  ShapeDtype((batch, rows, c_z), k), kw, 1e-5, target, dry=True)
+        flops = 2.0 * batch * rows * c_z * (3 * c + 1)
+    elif kernel == "in_bwd":
+        da = ShapeDtype((batch, c, rows), np.float32)
+        *_, ctx = backward_in_np(ShapeDtype((batch, rows, c_z), k), ShapeDtype((batch, rows), np.float32), da, da,
+                                 ShapeDtype((batch, rows, c_z), k), kw, 1e-5, target, dry=True)
+        flops = 2.0 * batch * rows * c_z * (4 * c + 4 * c + c_z + (4 * c + c_z) * (c_z + 1) / c_z)
     else:
-        raise ValueError(f"kernel: expected 'in' or 'out', got {kernel!r}")
+        raise ValueError(f"kernel: expected one of {KERNELS}, got {kernel!r}")
     report = cost.estimate(ctx.trace, ctx.target, flops=flops)
     report.notes.append(f"SBUF peak {ctx.sbuf_peak} B/partition of {ctx.target.sbuf_bytes_per_partition}; "
                         f"PSUM peak {ctx.psum_peak} of {ctx.target.psum_banks} banks")
