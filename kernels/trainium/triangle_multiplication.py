@@ -26,17 +26,51 @@ Forward: three kernels, every intermediate of the per-pair work on chip.
   output projection, whose result comes out row-major (128 rows, c_z) in PSUM, gets its
   bias and the gate, and is stored.
 
-Backward: the contraction's gradient is two more NKI GEMMs (``da = dy b``,
-``db = dy^T a`` outgoing; ``da = b dy^T``, ``db = a dy`` incoming). The per-pair
-backward (both LayerNorm backwards, the projection and gate gradients, every weight
-gradient) is **not** in NKI yet: it is PyTorch float32 autograd through a recompute of
-the per-pair forward (``_trimul`` below), the contraction in it being the NKI GEMM.
-Only the inputs are kept between forward and backward.
+Backward (the split of ``kernels/tpu/triangle_multiplication.py``): only the inputs are kept
+between forward and backward, so ``trimul_bwd`` first reruns ``trimul_in_kernel`` and the
+contraction for a, b, the gate and y, then
+
+* ``trimul_out_bwd_kernel``, per group of 512 pair rows of channel-first y: recomputes LN(y)
+  (as the forward) and, per 128-row tile, the projection z row-major; dz = dout * gate and the
+  gradient of the output gate's logits dz * z * (1 - gate) (stored, row-major, for the input
+  side); dz is transposed on TensorE into a channel-first SBUF tile for the group, and
+  ``dz^T [y_hat^T, 1]`` (the stationary dz contracting the tile's rows against y_hat^T with a
+  ones column) accumulates in PSUM over the group's tiles. Then dyn = p_out^T dz^T comes out
+  channel-first and the output LayerNorm backward runs over the channels like its forward
+  (ones-column sums and K=1 broadcasts on TensorE): dy, channel-first, for the contraction's
+  backward.
+* the contraction's gradient: two more NKI GEMMs (``da = dy b``, ``db = dy^T a`` outgoing;
+  ``da = b dy^T``, ``db = a dy`` incoming).
+* ``trimul_in_bwd_kernel``, per group: recomputes LN(x) (x_hat kept row-major, fp32 and with a
+  ones column) and the projections [u; v] channel-first from PSUM; forms [du; dv] = [da; db] *
+  mask * (s, u s (1 - s)) (s and 1 - s both by ScalarE's sigmoid reading PSUM); per 128-row
+  tile dx_hat = [du; dv]^T (W_in * lnw) + dgl (g_out * lnw) row-major in PSUM (the channel-
+  first [du; dv] is directly the stationary operand, dgl is transposed on TensorE; the LN
+  weight is folded into the weights' columns once) and the input LayerNorm backward along the
+  free axis -> dx; and ``[du; dv] [x_hat, 1]`` (through a TensorE transpose of [du; dv]) and
+  ``dgl^T [x_hat, 1]`` (the row-major dgl tile as the stationary operand) accumulate in PSUM.
+
+Weight gradients: each kernel folds its PSUM partial sums into fp32 SBUF accumulators once per
+512-row group and reduces over every group and batch element itself, so every gradient leaves
+the kernel complete (no host-side sum). The accumulators hold H = sum over rows of
+d_out^T [t_hat, 1] for each linear layer fed by a LayerNorm ``t_hat * w + b``; the epilogue
+gives dW = H * w + dbias (x) b, the bias gradient (H's last column), and the LayerNorm
+parameters' gradients sum_out W * H and sum_out dbias * W (TensorE ones/vector products), so
+no pass over the rows is spent on them. The output side yields p_out, its bias and the
+output LayerNorm's parameters; the input side [p_in; g_in], their biases, g_out and its bias
+(g_out reads LN(x), so its gradient belongs to the input side), and the input LayerNorm's.
+
+What stays in torch: reshapes and dtype casts between the kernels, and splitting
+d[p_in; g_in] into its two halves; none of the per-pair arithmetic.
 
 dtypes: bfloat16 operands feed TensorE natively (fp32 PSUM accumulation; LayerNorm,
-sigmoid and the elementwise steps in fp32; a, b and the gate stored in bf16); float16
-and float32 run as float32 (TensorE at a quarter rate). Widths: c_z <= 512 (the gate's
-moving free size), any c.
+sigmoid and the elementwise steps in fp32; a, b and the gate stored in bf16; in the
+backward dy, the gate-logit gradient, [du; dv], dz and x_hat / y_hat are bf16 matmul
+operands, the weight gradients fp32); float16 and float32 run as float32 (TensorE at a
+quarter rate). Widths: forward c_z <= 512 (the gate's moving free size), any c. The
+backward holds a group's dz^T [y_hat, 1] in PSUM (c_z/128 chunks of c + 1 fp32 columns):
+c_z = 512 needs c < 512, c_z = 128 runs c up to 1024; the emulator's PSUM and SBUF
+capacity rules stop anything wider.
 """
 
 from __future__ import annotations
@@ -439,7 +473,7 @@ def trimul_out_bwd_kernel(y, gate, dout, lnw_o, lnb_o, wpoT, wpo, wpo32, bpo, ep
                     nisa.activation(dst=t[0:cc, 0:rs], op=nl.copy, data=yh[0:cc, 0:rs])
                     yhat_k.append(t)
 
-            dzT_ps = [nl.ndarray((P, GROUP), dtype=kd, buffer=nl.psum) for _ in z_chunks]
+            dzT = [nl.ndarray((P, GROUP), dtype=kd, buffer=nl.sbuf) for _ in z_chunks]
             g_ps = [nl.ndarray((P, C + 1), dtype=f32, buffer=nl.psum) for _ in z_chunks]
             for t0, ts in _chunks(rs):
                 # z = LN(y) p_out^T + b, row-major (rows on partitions), as the forward.
@@ -466,9 +500,12 @@ def trimul_out_bwd_kernel(y, gate, dout, lnw_o, lnb_o, wpoT, wpo, wpo32, bpo, ep
                 else:
                     dz_k = nl.ndarray((P, CZ), dtype=kd, buffer=nl.sbuf)
                     nisa.activation(dst=dz_k[0:ts, :], op=nl.copy, data=dz[0:ts, :])
-                # dz^T (c_z on partitions) for dyn, collected over the group in PSUM.
-                for (z0, zc), ps in zip(z_chunks, dzT_ps):
-                    nisa.nc_transpose(dst=ps[0:zc, t0 : t0 + ts], data=dz_k[0:ts, z0 : z0 + zc])
+                # dz^T (c_z on partitions) for dyn, collected over the group in SBUF.
+                dzT_ps = nl.ndarray((P, len(z_chunks) * P), dtype=kd, buffer=nl.psum)
+                for zi, (z0, zc) in enumerate(z_chunks):
+                    nisa.nc_transpose(dst=dzT_ps[0:zc, zi * P : zi * P + ts], data=dz_k[0:ts, z0 : z0 + zc])
+                for zi, ((z0, zc), t) in enumerate(zip(z_chunks, dzT)):
+                    _evacuate(t[:, t0 : t0 + ts], dzT_ps[:, zi * P : zi * P + ts], zc, ts, zi + t0 // P)
                 # y_hat^T with a ones column: the stationary dz contracts the rows against it, giving
                 # dz^T y_hat (for d p_out and d norm_out weight) and the row sum of dz (d p_out bias).
                 yT_ps = nl.ndarray((P, C), dtype=kd, buffer=nl.psum)
@@ -481,17 +518,11 @@ def trimul_out_bwd_kernel(y, gate, dout, lnw_o, lnb_o, wpoT, wpo, wpo32, bpo, ep
                     for f0, fs in _pieces(C + 1):
                         nisa.nc_matmul(dst=ps[0:zc, f0 : f0 + fs], stationary=dz_k[0:ts, z0 : z0 + zc],
                                        moving=yT[0:ts, f0 : f0 + fs])
-                del z_ps, yT_ps
+                del z_ps, yT_ps, dzT_ps
             for (z0, zc), ps, acc in zip(z_chunks, g_ps, g_acc):
                 _accumulate(acc, ps, zc, C + 1, first)
             first = False
             del g_ps
-            dzT = []
-            for i, ((z0, zc), ps) in enumerate(zip(z_chunks, dzT_ps)):
-                t = nl.ndarray((P, GROUP), dtype=kd, buffer=nl.sbuf)
-                _evacuate(t, ps, zc, rs, i)
-                dzT.append(t)
-            del dzT_ps
 
             # dyn = p_out^T dz^T (channel-first); LayerNorm backward over the channels:
             # dy = rstd * (dyh - mean_c(dyh) - y_hat * mean_c(dyh * y_hat)), dyh = dyn * lnw.
