@@ -1,10 +1,13 @@
-"""Run a PyTorch-level kernel entry point on JAX arrays that live on the CPU.
+"""JAX arrays to the Triton kernels: a host callback on the CPU, jax-triton on a GPU.
 
-The Triton backends are written against PyTorch tensors. On a CPU, a JAX caller
-reaches the same kernel (interpreted) through ``jax.pure_callback``: arrays go
-to numpy, become CPU tensors without copies (bfloat16 through its bits), run,
-and come back. On a GPU this bridge is refused: a host round trip per call is
-not a GPU kernel, and JAX must call the Triton kernel on the device instead.
+The Triton backends' launchers are written against PyTorch tensors. On a CPU, a
+JAX caller reaches the same kernel (interpreted) through ``jax.pure_callback``:
+arrays go to numpy, become CPU tensors (bfloat16 through its bits), run, and come
+back. On a GPU this bridge is refused: a host round trip per call is not a GPU
+kernel. There the ops' JAX launchers call the same kernel sources on the device
+through jax-triton (:func:`triton_call`), with jax-triton's argument order
+(inputs, then outputs) and pointer loads, since jax-triton cannot build TMA
+descriptors.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ def call_on_cpu(fn: Callable, result_shape, *arrays, backend: str):
 
         raise BackendUnavailable(
             f"backend={backend!r} on JAX arrays runs through the CPU interpreter only; "
-            f"on a {jax.default_backend()} device JAX needs jax-triton, which these TMA kernels do not support yet"
+            f"on a {jax.default_backend()} device the op's jax-triton launcher runs instead"
         )
 
     def host(*xs):
@@ -68,3 +71,40 @@ def import_jax_triton():
     else:
         os.environ["TRITON_CACHE_DIR"] = before
     return jax_triton
+
+
+def on_gpu() -> bool:
+    """Whether JAX computes on a GPU (CUDA or ROCm), where the kernels go through jax-triton."""
+    import jax
+
+    return jax.default_backend() == "gpu"
+
+
+def triton_call(*args, **kwargs):
+    """``jax_triton.triton_call``: the one place the JAX launchers reach jax-triton through.
+
+    Integer arguments reach the kernel without the divisibility-by-16 specialization
+    that Triton's own launcher gives them (only the value 1 is specialized, as a
+    constant), and every array is assumed 16-byte aligned.
+    """
+    return import_jax_triton().triton_call(*args, **kwargs)
+
+
+def device_key(vendor: str) -> str:
+    """The tuned-table key of JAX's first GPU: 'sm90' on Hopper, the gfx architecture on AMD,
+    'interpreter' (the heuristics) when JAX does not say."""
+    import jax
+
+    device = jax.devices()[0]
+    capability = str(getattr(device, "compute_capability", "") or "")
+    if vendor == "amd":
+        return capability.split(":")[0] if capability.startswith("gfx") else "interpreter"
+    major, _, minor = capability.partition(".")
+    return f"sm{major}{minor}" if major.isdigit() and minor.isdigit() else "interpreter"
+
+
+def device_name() -> str | None:
+    """JAX's name for its first GPU ('NVIDIA H200'), for tables keyed by device name."""
+    import jax
+
+    return jax.devices()[0].device_kind if on_gpu() else None

@@ -148,3 +148,19 @@ def test_selfcheck_passes_agreement_and_fails_disagreement():
     bad = {n: ok for n, ok, _ in selfcheck.checks(bank([32.0, 16.0, 8.0, 4.0, 2.0, 1.0]) + lat([700, 260, 480, 34]))}
     assert not bad["bank-conflicts: rank correlation of cycles/access with model wavefronts >= 0.9"]
     assert not bad["latency: L1 < L2 < HBM by pointer chase"]
+
+
+def test_cpu_peak_bytes_follows_allocations_and_frees():
+    import torch
+
+    from microbench.benchmarks.runner import cpu_peak_bytes
+
+    with cpu_peak_bytes() as peak:
+        a = torch.empty(1000, dtype=torch.float32)  # 4000 B
+        b = torch.empty(500, dtype=torch.float32)  # 6000 B live
+        del a  # 2000 B live
+        c = torch.empty(2000, dtype=torch.float32)  # 10000 B live: the peak
+        del b, c
+    if "bytes" not in peak:
+        pytest.skip("this PyTorch's profiler exposes no memory events")
+    assert peak["bytes"] == 10000

@@ -382,7 +382,7 @@ def test_triangle_attention_module_orientations(starting, backend):
 # ----------------------------------------------------------------------------- JAX
 
 
-@pytest.mark.parametrize("backend", ["reference", "nvidia"])
+@pytest.mark.parametrize("backend", ["reference", "nvidia", "trainium"])
 def test_jax_triangle_attention_custom_vjp(backend):
     jax = pytest.importorskip("jax")
     jax.config.update("jax_enable_x64", False)
@@ -406,7 +406,7 @@ def test_jax_triangle_attention_custom_vjp(backend):
 
 
 @pytest.mark.parametrize("direction,backend", [("outgoing", "reference"), ("incoming", "reference"),
-                                               ("incoming", "nvidia")])
+                                               ("incoming", "nvidia"), ("outgoing", "trainium")])
 def test_jax_trimul_custom_vjp(direction, backend):
     jax = pytest.importorskip("jax")
     jnp = jax.numpy

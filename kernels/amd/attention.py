@@ -36,8 +36,10 @@ def _tuned() -> dict:
     return json.loads(CONFIG_FILE.read_text())
 
 
-def device_key(device: torch.device) -> str:
-    """'gfx942' etc. on a ROCm GPU, 'interpreter' on the CPU."""
+def device_key(device: torch.device | str) -> str:
+    """'gfx942' etc. on a ROCm GPU, 'interpreter' on the CPU; a string is already a key."""
+    if isinstance(device, str):
+        return device
     if device.type != "cuda" or not getattr(torch.version, "hip", None):
         return "interpreter"
     return torch.cuda.get_device_properties(device).gcnArchName.split(":")[0]

@@ -2,10 +2,10 @@
 chosen backend.
 
 The reference backend computes with ``jnp`` (so it jits, differentiates and vmaps like any
-JAX code). The Triton backends take torch tensors; from JAX arrays on the CPU they are
-reached through ``jax.pure_callback`` (host arrays handed to the interpreted kernels), which
-keeps them usable under ``jax.jit`` and ``jax.grad``. A JAX array on a GPU needs jax-triton
-to reach the kernels natively; without it the call raises ``BackendUnavailable``.
+JAX code). The Triton backends (``nvidia``, ``amd``) run the same kernel sources on JAX
+arrays: on a GPU through jax-triton (:mod:`kernels.nvidia.attention_jax`: pointer loads,
+since jax-triton cannot build TMA descriptors), on the CPU through ``jax.pure_callback``
+into the interpreted kernels; both stay usable under ``jax.jit`` and ``jax.grad``.
 """
 
 from __future__ import annotations
@@ -47,15 +47,29 @@ def _thaw(config):
 
 
 def _triton_module(backend: str):
+    """The backend's torch entry points, reached from JAX arrays on the CPU by a host callback."""
     from kernels import backends
     from kernels.errors import BackendUnavailable
 
     if jax.default_backend() != "cpu":
         raise BackendUnavailable(
-            f"attention on backend={backend!r} from JAX arrays on {jax.default_backend()} needs jax-triton; "
-            "use backend='reference' or torch tensors"
+            f"attention on backend={backend!r} from JAX arrays on {jax.default_backend()} has no kernel here; "
+            "use backend='reference'"
         )
     return backends.implementation("attention", backend)
+
+
+def _on_gpu(backend: str):
+    """The jax-triton launchers when a Triton backend runs on JAX's GPU, else None."""
+    from kernels import jax_bridge
+
+    if backend not in ("nvidia", "amd") or not jax_bridge.on_gpu():
+        return None
+    from kernels import backends
+    from kernels.nvidia import attention_jax
+
+    backends.implementation("attention", backend)  # raises when the backend cannot run here
+    return attention_jax
 
 
 def _native_module(backend: str):
@@ -72,6 +86,9 @@ def _fwd_impl(q, k, v, bias, mask, causal, scale, backend, config):
     native = _native_module(backend)
     if native is not None:
         return native.attention_fwd_jax(q, k, v, bias, mask, causal, scale, config=_thaw(config))
+    gpu = _on_gpu(backend)
+    if gpu is not None:
+        return gpu.attention_fwd(q, k, v, bias, mask, causal, scale, config=_thaw(config), vendor=backend)
     impl = _triton_module(backend)
     cfg = _thaw(config)
     shapes = (
@@ -93,6 +110,10 @@ def _bwd_impl(do, q, k, v, out, lse, bias, mask, causal, scale, bias_grad, backe
     native = _native_module(backend)
     if native is not None:
         return native.attention_bwd_jax(do, q, k, v, out, lse, bias, mask, causal, scale, bias_grad, config=_thaw(config))
+    gpu = _on_gpu(backend)
+    if gpu is not None:
+        return gpu.attention_bwd(do, q, k, v, out, lse, bias, mask, causal, scale, bias_grad, config=_thaw(config),
+                                 vendor=backend)
     impl = _triton_module(backend)
     cfg = _thaw(config)
     shapes = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (q, k, v)]

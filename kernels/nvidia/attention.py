@@ -102,21 +102,32 @@ def _fwd_step(
             v = V.load([kv_row0 + start_n, kv_col0])
         else:
             v = _load_rows(v_ptrs + cols[:, None] * stride_vs + offs_d[None, :], cols, seqlen_k, offs_d, HEAD_DIM, MASKED, HEAD_DIM != HEAD_DIM_PAD)
-    s = tl.dot(q, tl.trans(k)) * qk_scale  # log2 domain
-    if HAS_BIAS or HAS_MASK:
+    qk = tl.dot(q, tl.trans(k))
+    if HAS_BIAS:  # the bias joins the scores before the max: scale them first (log2 domain)
         inside = (offs_m[:, None] < seqlen_q) & (cols[None, :] < seqlen_k)
-        if HAS_BIAS:
-            bias = tl.load(bias_ptrs + offs_m[:, None] * stride_bm + cols[None, :] * stride_bn, mask=inside, other=0.0)
-            s += bias.to(tl.float32) * 1.4426950408889634
-        if HAS_MASK:
-            attend = tl.load(mask_ptrs + offs_m[:, None] * stride_mm + cols[None, :] * stride_mn, mask=inside, other=0)
-            s = tl.where(attend != 0, s, float("-inf"))
+        bias = tl.load(bias_ptrs + offs_m[:, None] * stride_bm + cols[None, :] * stride_bn, mask=inside, other=0.0)
+        qk = qk * qk_scale + bias.to(tl.float32) * 1.4426950408889634
+    if HAS_MASK:
+        inside = (offs_m[:, None] < seqlen_q) & (cols[None, :] < seqlen_k)
+        attend = tl.load(mask_ptrs + offs_m[:, None] * stride_mm + cols[None, :] * stride_mn, mask=inside, other=0)
+        qk = tl.where(attend != 0, qk, float("-inf"))
     if MASKED:
-        s = tl.where(_keep(offs_m, cols, seqlen_q, seqlen_k, causal_offset, CAUSAL), s, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, 1))
-    # A row with nothing to attend to yet keeps m = -inf; subtract 0 there so no inf - inf appears.
-    m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)
-    p = tl.math.exp2(s - m_sub[:, None])
+        qk = tl.where(_keep(offs_m, cols, seqlen_q, seqlen_k, causal_offset, CAUSAL), qk, float("-inf"))
+    # Without a bias the scale is folded into the exponent, as in the Triton tutorial: the row max
+    # of the raw scores times the (positive) scale, then one FMA per score, qk * scale - m.
+    if HAS_BIAS:
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+    else:
+        m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+    if MASKED or HAS_MASK or HAS_BIAS:
+        # A row with nothing to attend to yet keeps m = -inf; subtract 0 there so no inf - inf appears.
+        m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)
+    else:  # every score of an unmasked block is finite, so m_new is
+        m_sub = m_new
+    if HAS_BIAS:
+        p = tl.math.exp2(qk - m_sub[:, None])
+    else:
+        p = tl.math.exp2(qk * qk_scale - m_sub[:, None])
     alpha = tl.math.exp2(m_i - m_sub)
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = acc * alpha[:, None]
@@ -142,8 +153,10 @@ def _attn_fwd(
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr,
-    USE_TMA: tl.constexpr, PRE_LOAD_V: tl.constexpr,
+    USE_TMA: tl.constexpr, PRE_LOAD_V: tl.constexpr, WARP_SPECIALIZE: tl.constexpr = False,
 ):
+    """Needs ``sm_scale > 0`` (the row max is taken before scaling); ``forward`` flips the sign
+    of K for a negative scale and zeroes Q for a zero one."""
     pid_m = tl.program_id(0)
     if CAUSAL:  # the last query blocks see the most keys: launch them first, shorten the tail
         pid_m = tl.num_programs(0) - 1 - pid_m
@@ -188,7 +201,9 @@ def _attn_fwd(
         visible = tl.maximum(start_m + causal_offset + 1, 0)  # keys every row of the block sees
         full_end = tl.minimum(full_end, (visible // BLOCK_N) * BLOCK_N)
         end = tl.minimum(end, tl.maximum(start_m + BLOCK_M + causal_offset, 0))
-    for start_n in range(0, full_end, BLOCK_N):
+    # WARP_SPECIALIZE: Triton's automatic warp specialization (a producer warp issues the TMA
+    # loads, the others compute); a config knob because on Hopper it is not always a win.
+    for start_n in tl.range(0, full_end, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
         acc, l_i, m_i = _fwd_step(
             acc, l_i, m_i, q, desc_k, desc_v, k_ptrs, v_ptrs, bias_ptrs, mask_ptrs, kv_row0, kv_col0, start_n,
             offs_m, offs_n, offs_d, seqlen_q, seqlen_k, causal_offset, qk_scale,
@@ -538,8 +553,11 @@ def _tuned() -> dict:
     return json.loads(CONFIG_FILE.read_text())
 
 
-def device_key(device: torch.device) -> str:
-    """The key of the tuned table for ``device``: 'sm90' on Hopper, 'interpreter' on the CPU."""
+def device_key(device: torch.device | str) -> str:
+    """The key of the tuned table for ``device``: 'sm90' on Hopper, 'interpreter' on the CPU;
+    a string is already a key (JAX callers, see ``kernels.jax_bridge.device_key``)."""
+    if isinstance(device, str):
+        return device
     if device.type != "cuda":
         return "interpreter"
     major, minor = torch.cuda.get_device_capability(device)
@@ -576,17 +594,23 @@ def merge_config(base: dict, *overrides: dict | None) -> dict:
     return chosen
 
 
-def select_config(head_dim: int, device: torch.device, config: dict | None = None, narrow: bool = False) -> dict:
-    """The tuned entry for (device, padded head dim) over the heuristic, then its ``"narrow"``
-    overrides when more registers are live per tile (a bias or mask tile next to the scores,
-    or pointer loads instead of TMA), then ``config``."""
+def select_config(head_dim: int, device: torch.device | str, config: dict | None = None, narrow: bool = False,
+                  pointer_bias: bool = False, causal: bool = False) -> dict:
+    """The tuned entry for (device, padded head dim) over the heuristic, then its ``"causal"``
+    overrides for causal attention (the tuning sweep measures both), then its ``"narrow"``
+    overrides when more registers are live per tile (a bias or mask tile next to the scores, or
+    pointer loads instead of TMA), then its ``"pointer_bias"`` overrides when both hold, then
+    ``config``."""
     pad = head_dim_pad(head_dim)
     base = heuristic(pad)
     tuned = dict(_tuned().get(device_key(device), {}).get(str(pad), {}))
     narrower = tuned.pop("narrow", None)
+    narrowest = tuned.pop("pointer_bias", None)
+    causal_only = tuned.pop("causal", None)
     if narrow:
         base = merge_config(base, heuristic_narrow(pad))
-    return merge_config(base, tuned, narrower if narrow else None, config)
+    return merge_config(base, tuned, causal_only if causal else None, narrower if narrow else None,
+                        narrowest if pointer_bias else None, config)
 
 
 def _empty(shape, like: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -658,9 +682,31 @@ def _dbias_mode(bias4_shape: tuple[int, ...], full: tuple[int, int, int, int]) -
     return 1
 
 
+# Config keys that are kernel constants rather than compiler options: section key -> constexpr.
+KNOBS = {"block_m": "BLOCK_M", "block_n": "BLOCK_N", "pre_load_v": "PRE_LOAD_V", "warp_specialize": "WARP_SPECIALIZE"}
+
+
 def _launch_options(section: dict) -> dict:
-    """Compiler options of a config section: everything that is not a tile size."""
-    return {k: v for k, v in section.items() if k not in ("block_m", "block_n")}
+    """Compiler options of a config section (num_warps, num_stages, ...): everything that is not
+    a kernel constant."""
+    return {k: v for k, v in section.items() if k not in KNOBS}
+
+
+def fwd_knobs(cfg: dict) -> dict:
+    """The forward's switches: ``pre_load_v`` from the fwd section or, as before, the top level."""
+    f = cfg["fwd"]
+    return {"PRE_LOAD_V": bool(f.get("pre_load_v", cfg.get("pre_load_v", False))),
+            "WARP_SPECIALIZE": bool(f.get("warp_specialize", False))}
+
+
+class _Skip:
+    """Stands in for a kernel that ``backward(only=...)`` does not run."""
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: None
+
+
+_skip = _Skip()
 
 
 def _native(t: torch.Tensor, vendor: str) -> bool:
@@ -672,6 +718,12 @@ def _native(t: torch.Tensor, vendor: str) -> bool:
 def forward(q, k, v, bias, mask, causal: bool, scale: float, cfg: dict, use_tma: bool, vendor: str = "nvidia"):
     """Run the forward kernel: (o, lse) with o like q and lse (batch, heads, q_len) float32."""
     q, k, v = _unit_last(q), _unit_last(k), _unit_last(v)
+    # The kernel takes the row max before scaling, which needs scale > 0 (0 * -inf is NaN):
+    # softmax(s q k^T) = softmax(|s| q (-k)^T), and a zero scale gives the scores of a zero q.
+    if scale < 0:
+        k, scale = -k, -scale
+    elif scale == 0:
+        q, scale = torch.zeros_like(q), 1.0
     batch, seqlen_q, heads, head_dim = q.shape
     seqlen_k, kv_heads = k.shape[1], k.shape[2]
     pad = head_dim_pad(head_dim)
@@ -693,15 +745,17 @@ def forward(q, k, v, bias, mask, causal: bool, scale: float, cfg: dict, use_tma:
         heads, heads // kv_heads, seqlen_q, seqlen_k, float(scale),
         HEAD_DIM=head_dim, HEAD_DIM_PAD=pad, BLOCK_M=bm, BLOCK_N=bn,
         CAUSAL=bool(causal), HAS_BIAS=bias is not None, HAS_MASK=mask is not None,
-        USE_TMA=bool(use_tma), PRE_LOAD_V=bool(cfg.get("pre_load_v", False)),
+        USE_TMA=bool(use_tma), **fwd_knobs(cfg),
         **_launch_options(f),
     )
     return o, lse
 
 
 def backward(do, q, k, v, o, lse, bias, mask, causal: bool, scale: float, bias_grad: bool, cfg: dict, use_tma: bool,
-             vendor: str = "nvidia"):
-    """Run the three backward kernels: (dq, dk, dv, dbias or None), gradients like their inputs."""
+             vendor: str = "nvidia", only: str | None = None):
+    """Run the three backward kernels: (dq, dk, dv, dbias or None), gradients like their inputs.
+    ``only="dkdv"`` or ``"dq"`` runs the preprocess and that one kernel (the tuning sweep times
+    them apart); the other outputs are then left unwritten."""
     q, k, v, o, do = (_unit_last(t) for t in (q, k, v, o, do))
     if use_tma and not do.is_contiguous():
         do = do.contiguous()
@@ -733,7 +787,8 @@ def backward(do, q, k, v, o, lse, bias, mask, causal: bool, scale: float, bias_g
     c = cfg["dkdv"]
     bm, bn = c["block_m"], c["block_n"]
     descs = (_descriptor(q, bm), _descriptor(k, bn), _descriptor(v, bn), _descriptor(do, bm)) if use_tma else (q, k, v, do)
-    launcher(_attn_bwd_dkdv, on_gpu=on_gpu)[(triton.cdiv(seqlen_k, bn), batch * heads)](
+    launch = launcher(_attn_bwd_dkdv, on_gpu=on_gpu) if only in (None, "dkdv") else _skip
+    launch[(triton.cdiv(seqlen_k, bn), batch * heads)](
         q, k, v, do, lse, delta, bias_arg, mask_arg, dk, dv, *descs,
         *_bshd_strides(q), *_bshd_strides(k), *_bshd_strides(v), *_bshd_strides(do),
         *_bshd_strides(dk), *_bshd_strides(dv), *sb, *sm,
@@ -757,7 +812,8 @@ def backward(do, q, k, v, o, lse, bias, mask, causal: bool, scale: float, bias_g
     c = cfg["dq"]
     bm, bn = c["block_m"], c["block_n"]
     descs = (_descriptor(q, bm), _descriptor(k, bn), _descriptor(v, bn), _descriptor(do, bm)) if use_tma else (q, k, v, do)
-    launcher(_attn_bwd_dq, on_gpu=on_gpu)[(triton.cdiv(seqlen_q, bm), batch * heads)](
+    launch = launcher(_attn_bwd_dq, on_gpu=on_gpu) if only in (None, "dq") else _skip
+    launch[(triton.cdiv(seqlen_q, bm), batch * heads)](
         q, k, v, do, lse, delta, bias_arg, mask_arg, dq, dbias4, *descs,
         *_bshd_strides(q), *_bshd_strides(k), *_bshd_strides(v), *_bshd_strides(do), *_bshd_strides(dq),
         *sb, *sm, *sdb,
@@ -804,7 +860,8 @@ def attention_fwd(q, k, v, bias, mask, causal, scale, config=None):
     head_dim = q.shape[-1]
     biased = bias is not None or mask is not None
     use_tma = _wants_tma(select_config(head_dim, q.device, config), q)
-    cfg = select_config(head_dim, q.device, config, narrow=biased or not use_tma)
+    cfg = select_config(head_dim, q.device, config, narrow=biased or not use_tma, pointer_bias=biased and not use_tma,
+                        causal=causal)
     if not use_tma:
         return forward(q, k, v, bias, mask, causal, scale, cfg, False)
     pad = head_dim_pad(head_dim)
@@ -816,7 +873,8 @@ def attention_bwd(do, q, k, v, o, lse, bias, mask, causal, scale, bias_grad, con
     head_dim = q.shape[-1]
     biased = bias is not None or mask is not None
     use_tma = _wants_tma(select_config(head_dim, q.device, config), q)
-    cfg = select_config(head_dim, q.device, config, narrow=biased or not use_tma)
+    cfg = select_config(head_dim, q.device, config, narrow=biased or not use_tma, pointer_bias=biased and not use_tma,
+                        causal=causal)
     if not use_tma:
         return backward(do, q, k, v, o, lse, bias, mask, causal, scale, bias_grad, cfg, False)
     pad = head_dim_pad(head_dim)
@@ -886,7 +944,7 @@ def kernel_specs(head_dim: int, cfg: dict, *, dtype: str = "bfloat16", causal: b
     common = dict(HEAD_DIM=head_dim, HEAD_DIM_PAD=pad, CAUSAL=causal, HAS_BIAS=bias, HAS_MASK=mask, USE_TMA=use_tma)
     specs = []
     for section, kernel, extra in (
-        ("fwd", _attn_fwd, {"PRE_LOAD_V": pre_load_v}),
+        ("fwd", _attn_fwd, {**fwd_knobs(cfg), **({"PRE_LOAD_V": True} if pre_load_v else {})}),
         ("dkdv", _attn_bwd_dkdv, {}),
         ("dq", _attn_bwd_dq, {"DBIAS": 2 if bias else 0}),
     ):
@@ -906,11 +964,12 @@ def compile_specs(dtype: str = "bfloat16") -> list:
     table = _tuned()["sm90"]
     specs = []
     for pad in table:
-        entry = {k: v for k, v in table[pad].items() if k != "narrow"}
-        specs += kernel_specs(int(pad), merge_config(heuristic(int(pad)), entry), dtype=dtype)
+        entry = {k: v for k, v in table[pad].items() if k not in ("narrow", "pointer_bias", "causal")}
+        specs += kernel_specs(int(pad), merge_config(heuristic(int(pad)), entry, table[pad].get("causal")), dtype=dtype)
     for pad in table:
-        entry = dict(table[pad])
+        entry = {k: v for k, v in table[pad].items() if k != "pointer_bias"}
         narrower = entry.pop("narrow", None)
+        entry.pop("causal", None)
         cfg = merge_config(heuristic(int(pad)), heuristic_narrow(int(pad)), entry, narrower)
         specs += kernel_specs(int(pad), cfg, dtype=dtype, causal=False, bias=True, mask=True)
     return specs

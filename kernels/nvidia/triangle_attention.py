@@ -382,6 +382,18 @@ def _device_name(t: torch.Tensor) -> str | None:
 # ----------------------------------------------------------------------------- entry points
 
 
+def _run(kernel, only: str | None, name: str):
+    """``kernel``, or a launch that does nothing when ``only`` names another kernel."""
+    if only is None or only == name:
+        return kernel
+    return _Skipped()
+
+
+class _Skipped:
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: None
+
+
 def triangle_attention_fwd(q, k, v, bias, mask, scale, config=None, *, table=CONFIG_FILE, extra_keys=()):
     """(out, lse) for contiguous q, k, v (B, N, H, N, D); lse (B, N, H, N) float32."""
     B, N, H, _, D = q.shape
@@ -407,8 +419,10 @@ def triangle_attention_fwd(q, k, v, bias, mask, scale, config=None, *, table=CON
 
 
 def triangle_attention_bwd(q, k, v, bias, mask, scale, out, lse, dout, config=None, *, table=CONFIG_FILE,
-                           extra_keys=()):
-    """(dq, dk, dv, dbias); dbias in float32 before the cast to bias's dtype."""
+                           extra_keys=(), only: str | None = None):
+    """(dq, dk, dv, dbias); dbias in float32 before the cast to bias's dtype. ``only`` (a kernel
+    name: "bwd_dkdv", "bwd_dq", "bwd_dbias") runs the preprocess and that kernel alone, for the
+    tuning sweep to time it; the other outputs are then left unwritten."""
     B, N, H, _, D = q.shape
     q, k, v, out, dout = (t.contiguous() for t in (q, k, v, out, dout))
     bias_c = bias.contiguous()
@@ -426,18 +440,18 @@ def triangle_attention_bwd(q, k, v, bias, mask, scale, out, lse, dout, config=No
 
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     c = cfgs["bwd_dkdv"]
-    launcher(bwd_dkdv_kernel, on_gpu=on_gpu)[(triton.cdiv(N, c["BLOCK_N"]), B * N * H)](
+    _run(launcher(bwd_dkdv_kernel, on_gpu=on_gpu), only, "bwd_dkdv")[(triton.cdiv(N, c["BLOCK_N"]), B * N * H)](
         q, k, v, bias_c, mask_i8, dout, lse, delta, dk, dv, N, H, D, scale * LOG2E, scale,
         HAS_MASK=has_mask, PRECISION=prec, BLOCK_M=c["BLOCK_M"], BLOCK_N=c["BLOCK_N"], HEAD_DIM=hd,
         **(_launch_options(c, extra_keys) if on_gpu else {}))
     c = cfgs["bwd_dq"]
-    launcher(bwd_dq_kernel, on_gpu=on_gpu)[(triton.cdiv(N, c["BLOCK_M"]), B * N * H)](
+    _run(launcher(bwd_dq_kernel, on_gpu=on_gpu), only, "bwd_dq")[(triton.cdiv(N, c["BLOCK_M"]), B * N * H)](
         q, k, v, bias_c, mask_i8, dout, lse, delta, dq, N, H, D, scale * LOG2E, scale,
         HAS_MASK=has_mask, PRECISION=prec, BLOCK_M=c["BLOCK_M"], BLOCK_N=c["BLOCK_N"], HEAD_DIM=hd,
         **(_launch_options(c, extra_keys) if on_gpu else {}))
     dbias = torch.empty((B, 1, H, N, N), device=q.device, dtype=torch.float32)
     c = cfgs["bwd_dbias"]
-    launcher(bwd_dbias_kernel, on_gpu=on_gpu)[(triton.cdiv(N, c["BLOCK_M"]), triton.cdiv(N, c["BLOCK_N"]), B * H)](
+    _run(launcher(bwd_dbias_kernel, on_gpu=on_gpu), only, "bwd_dbias")[(triton.cdiv(N, c["BLOCK_M"]), triton.cdiv(N, c["BLOCK_N"]), B * H)](
         q, k, v, bias_c, mask_i8, dout, lse, delta, dbias, N, H, D, scale * LOG2E,
         HAS_MASK=has_mask, PRECISION=prec, BLOCK_M=c["BLOCK_M"], BLOCK_N=c["BLOCK_N"], HEAD_DIM=hd,
         **(_launch_options(c, extra_keys) if on_gpu else {}))
@@ -452,17 +466,30 @@ _TRITON_DTYPE = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 def compile_specs(dtype: str = "bfloat16", head_dim: int = 32, device: str = "H200", *, table=CONFIG_FILE,
                   prefix: str = "triangle_attention", extra_keys=()) -> list:
-    """A ``kernels.isa.CompileSpec`` per kernel at the shipped config for ``device``."""
+    """A ``kernels.isa.CompileSpec`` per kernel at the shipped config for ``device``, specialized as
+    a launch at the AlphaFold sizes (N = 384 or 768, head dim 32: multiples of 16) specializes it."""
+    cfgs = config_for(device, head_dim, dtype, table)
+    return [kernel_spec(name, cfgs[name], dtype, head_dim, prefix=prefix, extra_keys=extra_keys,
+                        aligned=head_dim % 16 == 0)
+            for name in (*KERNELS, "fwd_rows")]
+
+
+def kernel_spec(name: str, cfg: dict, dtype: str = "bfloat16", head_dim: int = 32, *,
+                prefix: str = "triangle_attention", extra_keys=(), aligned: bool = False):
+    """The ``kernels.isa.CompileSpec`` of kernel ``name`` (a key of a config entry) at ``cfg``.
+    ``aligned``: compile as a launch with N and D multiples of 16 sees them (Triton specializes
+    on that; fresh tensors are 16-byte aligned), as for the tuning shapes."""
     from kernels.isa import CompileSpec
 
     t = _TRITON_DTYPE[dtype]
-    cfgs = config_for(device, head_dim, dtype, table)
     prec = "ieee" if dtype == "float32" else "tf32"
     hd = head_dim_block(head_dim)
     common = {"N": "i32", "H": "i32", "D": "i32"}
+    fwd_sig = {"Q": f"*{t}", "K": f"*{t}", "V": f"*{t}", "Bias": "*fp32", "Mask": "*i8",
+               "O": f"*{t}", "LSE": "*fp32", **common, "qk_scale": "fp32"}
     kernels = {
-        "fwd": (fwd_kernel, {"Q": f"*{t}", "K": f"*{t}", "V": f"*{t}", "Bias": "*fp32", "Mask": "*i8",
-                             "O": f"*{t}", "LSE": "*fp32", **common, "qk_scale": "fp32"}),
+        "fwd": (fwd_kernel, fwd_sig),
+        "fwd_rows": (fwd_rows_kernel, fwd_sig),
         "bwd_dkdv": (bwd_dkdv_kernel, {"Q": f"*{t}", "K": f"*{t}", "V": f"*{t}", "Bias": "*fp32", "Mask": "*i8",
                                        "DO": f"*{t}", "LSE": "*fp32", "Delta": "*fp32", "DK": f"*{t}", "DV": f"*{t}",
                                        **common, "qk_scale": "fp32", "scale": "fp32"}),
@@ -473,21 +500,20 @@ def compile_specs(dtype: str = "bfloat16", head_dim: int = 32, device: str = "H2
                                          "DO": f"*{t}", "LSE": "*fp32", "Delta": "*fp32", "DBias": "*fp32",
                                          **common, "qk_scale": "fp32"}),
     }
-    kernels["fwd_rows"] = (fwd_rows_kernel, kernels["fwd"][1])
-    specs = []
-    for name, (fn, signature) in kernels.items():
-        cfg = cfgs[name]
-        constexprs = {"HAS_MASK": True, "PRECISION": prec, "BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"],
-                      "HEAD_DIM": hd}
-        if fn is fwd_rows_kernel:
-            constexprs["ROWS"] = cfg["ROWS"]
-        signature = {**signature, **{key: "constexpr" for key in constexprs}}
-        opts = {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}
-        for key in extra_keys:
-            if key in cfg:
-                opts[key] = cfg[key]
-        specs.append(CompileSpec(f"{prefix}_{name}_{dtype}_d{head_dim}", fn, signature, constexprs, opts, cfg))
-    return specs
+    fn, signature = kernels[name]
+    constexprs = {"HAS_MASK": True, "PRECISION": prec, "BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"],
+                  "HEAD_DIM": hd}
+    if fn is fwd_rows_kernel:
+        constexprs["ROWS"] = cfg["ROWS"]
+    signature = {**signature, **{key: "constexpr" for key in constexprs}}
+    opts = {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}
+    for key in extra_keys:
+        if key in cfg:
+            opts[key] = cfg[key]
+    divisible = tuple(n for n in fn.arg_names if n not in constexprs and (n[0].isupper() or n in ("N", "D"))
+                      ) if aligned else ()
+    return CompileSpec(f"{prefix}_{name}_{dtype}_d{head_dim}", fn, signature, constexprs, opts, cfg,
+                       divisible_by_16=divisible)
 
 
 def default_scale(d: int) -> float:

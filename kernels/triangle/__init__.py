@@ -44,7 +44,7 @@ def triangle_attention(q, k, v, bias, mask=None, scale=None, backend: str | None
         backend: "reference", "nvidia", "amd", ... None picks the device's vendor
             (the reference for CPU arrays); a Triton backend named for CPU tensors
             runs under the Triton interpreter.
-        config: per-kernel block sizes overriding the tuned table (torch only).
+        config: per-kernel block sizes overriding the tuned table.
         return_lse: also return the float32 (B, N, H, N) log-sum-exp (torch only).
 
     The ending-node orientation is this op on the transposed pair tensor
@@ -59,7 +59,7 @@ def triangle_attention(q, k, v, bias, mask=None, scale=None, backend: str | None
         return (out, lse) if return_lse else out
     from kernels.triangle import jax_op
 
-    return jax_op.triangle_attention(q, k, v, bias, mask, problem.scale, chosen)
+    return jax_op.triangle_attention(q, k, v, bias, mask, problem.scale, chosen, config)
 
 
 def _default_weights(x, weights: dict[str, Any], c: int, cz: int) -> list:
@@ -119,5 +119,5 @@ def triangle_multiplicative_update(
     else:
         from kernels.triangle import jax_op
 
-        out = jax_op.triangle_multiplicative_update(x, direction, mask, ordered, eps, chosen)
+        out = jax_op.triangle_multiplicative_update(x, direction, mask, ordered, eps, chosen, config)
     return out[0] if squeeze else out

@@ -107,11 +107,16 @@ def _detached(out: Any) -> Any:
 
 @contextlib.contextmanager
 def _peak_memory(device: str):
-    """Yields a dict that gets "bytes": the peak device memory allocated inside the block
-    above what was allocated when it started (the call's working set and outputs)."""
+    """Yields a dict that gets "bytes": the peak memory allocated inside the block above what
+    was allocated when it started (the call's working set and outputs). On a GPU from the
+    caching allocator's statistics; on the CPU from the allocator events the profiler records
+    (:func:`cpu_peak_bytes`)."""
     found: dict[str, int] = {}
     if not on_gpu(device):
-        yield found
+        with cpu_peak_bytes() as cpu:
+            yield found
+        if "bytes" in cpu:
+            found["bytes"] = cpu["bytes"]
         return
     import torch
 
@@ -125,6 +130,58 @@ def _peak_memory(device: str):
     yield found
     torch.cuda.synchronize(device)
     found["bytes"] = int(torch.cuda.max_memory_allocated(device) - base)
+
+
+@contextlib.contextmanager
+def cpu_peak_bytes():
+    """Yields a dict that gets "bytes": the largest running total of the CPU allocations and
+    frees made inside the block (PyTorch's allocator only: memory a kernel interpreter
+    allocates through NumPy is not counted). Empty when this PyTorch's profiler does not
+    expose its memory events."""
+    from torch.profiler import ProfilerActivity, profile
+
+    found: dict[str, int] = {}
+    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+    with _quiet_stderr():  # the profiler's backend logs each start and stop to the process's stderr
+        prof.__enter__()
+    try:
+        yield found
+    finally:
+        with _quiet_stderr():
+            prof.__exit__(None, None, None)
+    try:
+        events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
+                        if e.name() == "[memory]" and e.device_type() == _cpu_device_type())
+    except (AttributeError, RuntimeError):
+        return
+    total = peak = 0
+    for _, nbytes in events:
+        total += nbytes
+        peak = max(peak, total)
+    found["bytes"] = peak
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    """File descriptor 2 pointed at /dev/null for the block (C++ code writes there directly)."""
+    import os
+    import sys
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _cpu_device_type():
+    import torch
+
+    return torch.autograd.DeviceType.CPU
 
 
 def check_case(case: Case, device: str, *, seed: int = 0) -> tuple[CaseResult, Any]:
@@ -307,7 +364,8 @@ def records(result: CaseResult, *, measured: dict[str, Ceiling] | None = None) -
                     value=1.0 if r.check.ok else 0.0,
                     unit="bool",
                     extra={**{k: _finite(v) if isinstance(v, float) else v for k, v in r.check.as_dict().items()},
-                           "suite": case.suite, "group": case.group},
+                           "suite": case.suite, "group": case.group,
+                           **({"peak_memory_bytes": r.peak_bytes} if r.peak_bytes is not None else {})},
                     **common,
                 )
             )

@@ -1,4 +1,5 @@
-"""``ceiling tune gemm``: the tuning sweep that produces a device's entries in the config table."""
+"""``ceiling tune gemm|attention|triangle-attention|trimul``: the tuning sweeps that produce a device's
+entries in the config tables."""
 
 from __future__ import annotations
 
@@ -11,18 +12,23 @@ from rich.table import Table
 
 
 def tune(
-    op: str = typer.Argument("gemm", help="The op to tune (gemm)."),
+    op: str = typer.Argument("gemm", help="The op to tune: gemm, attention, triangle-attention, trimul."),
     shapes: str = typer.Option("gemm-llm", help="Shape suite from kernels.gemm.shapes."),
     dtype: str = typer.Option("bfloat16", help="Input dtype."),
     layout: str = typer.Option("NT", help="NT: B is an nn.Linear weight viewed transposed; NN: row-major B."),
     rep_ms: int = typer.Option(60, help="Milliseconds of timed CUDA-graph replays per candidate."),
-    budget_s: float = typer.Option(240.0, help="Stop starting new shapes after this many seconds."),
+    budget_s: float = typer.Option(240.0, help="Stop starting new shapes (candidates, for attention) after this many seconds."),
     out: Path = typer.Option(Path("ceiling-tune"), "--out", "-o", help="Folder for rows, records and the table."),
-    apply: bool = typer.Option(False, help="Merge the winners into kernels/nvidia/configs/gemm.json as measured entries."),
+    apply: bool = typer.Option(False, help="Merge the winners into the op's config table under kernels/nvidia/configs/."),
+    workers: int = typer.Option(0, help="Attention ops: processes that compile and check candidates (0: CPUs - 2, at most 14)."),
+    n: int = typer.Option(768, help="trimul: the pair dimension N it is tuned at."),
 ) -> None:
-    """Time every candidate config of the Hopper GEMM on each shape of a suite on this GPU, next
-    to torch.matmul (cuBLAS); write every timing as a record, the winners as table entries, and
-    print speedups. Needs an NVIDIA GPU."""
+    """Time every candidate config of a Hopper kernel on this GPU next to its baseline: the GEMM
+    on each shape of a suite against torch.matmul (cuBLAS); attention (head dims 64 and 128,
+    S = 4096, then causal) and triangle attention (N = 384, then 768; 4 heads of 32) kernel by
+    kernel, forward and each backward kernel, against SDPA and the eager PyTorch op; the triangle
+    multiplicative update (trimul) stage by stage at N = 768, c_z = 128. Write every
+    timing as a record, the winners as table entries, and print speedups. Needs an NVIDIA GPU."""
     import torch
 
     from kernels.backends import gpu_vendor
@@ -31,12 +37,23 @@ def tune(
     from kernels.nvidia.tune import best_per_shape, sweep
     from microbench.records import Record, append, host_provenance
 
-    if op != "gemm":
-        raise typer.BadParameter(f"only gemm has a tuning sweep, got {op!r}", param_hint="op")
+    if op not in ("gemm", "attention", "triangle-attention", "trimul"):
+        raise typer.BadParameter(f"expected gemm, attention, triangle-attention or trimul, got {op!r}", param_hint="op")
     if gpu_vendor() != "nvidia":
         typer.echo("ceiling tune needs an NVIDIA GPU: none is visible to PyTorch here.", err=True)
         raise typer.Exit(2)
     out.mkdir(parents=True, exist_ok=True)
+    if op == "trimul":
+        from roofline.commands.tune_trimul import tune_trimul
+
+        tune_trimul(n=n, budget_s=budget_s, rep_ms=rep_ms, out=out, apply=apply, driver=_driver())
+        return
+    if op != "gemm":
+        from roofline.commands.tune_attention import tune_attention
+
+        tune_attention(op.replace("-", "_"), budget_s=budget_s, rep_ms=rep_ms, out=out, apply=apply, workers=workers,
+                       driver=_driver())
+        return
     rows = sweep(suite(shapes), getattr(torch, dtype), layout, rep_ms=rep_ms, budget_s=budget_s)
     (out / "tune-rows.json").write_text(json.dumps(rows, indent=1))
     device = torch.cuda.get_device_name()

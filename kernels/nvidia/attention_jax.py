@@ -1,0 +1,317 @@
+"""Flash attention on JAX arrays on a GPU: the kernels of :mod:`kernels.nvidia.attention`
+called through jax-triton.
+
+jax-triton hands a kernel plain pointers, inputs first and outputs after, and cannot
+build TMA descriptors, so each kernel gets a thin ``@triton.jit`` wrapper with that
+argument order which calls it with ``USE_TMA=False``: the same online softmax, causal
+block skipping and wgmma, with tiles brought in by masked pointer loads that Triton
+pipelines with cp.async. Configs come from the backend's own selection (the ``"narrow"``
+tiles, as for the torch launcher's pointer path); AMD's extra compiler options
+(``waves_per_eu``, ``matrix_instr_nonkdim``) are not options jax-triton passes on.
+
+JAX arrays are contiguous, so the wrappers derive the q/k/v/o strides from the head
+count and the head dim, a compile-time constant: the compiler then knows every row
+stride is a multiple of the head dim. (jax-triton does not specialize integer arguments
+on divisibility by 16 as Triton's own launcher does; passed as integers, the strides
+would leave the loads unvectorized.) On NVIDIA a head dim that is not a power of two
+is zero-padded to one first, as the torch launcher does for TMA: the pointer path's
+masked columns cost registers on Hopper.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import triton
+import triton.language as tl
+
+from kernels import jax_bridge
+from kernels.nvidia.attention import (
+    _attn_bwd_dkdv,
+    _attn_bwd_dq,
+    _attn_bwd_preprocess,
+    _attn_fwd,
+    _dbias_mode,
+    head_dim_pad,
+)
+from kernels.nvidia import attention as flash
+
+PREPROCESS_BLOCK_M = 64  # as the torch launcher
+LAUNCH_OPTIONS = ("num_warps", "num_stages")  # the compiler options jax-triton takes
+
+
+# ----------------------------------------------------------------------------------------------
+# The kernels in jax-triton's argument order
+# ----------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def attn_fwd_kernel_jax(
+    Q, K, V, Bias, Mask,
+    stride_bb, stride_bh, stride_bm, stride_bn,
+    stride_mb, stride_mh, stride_mm, stride_mn,
+    n_heads, kv_heads, seqlen_q, seqlen_k, sm_scale,
+    O, LSE,
+    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr, PRE_LOAD_V: tl.constexpr,
+):
+    """``_attn_fwd`` on contiguous (batch, seq, heads, HEAD_DIM) arrays, pointer loads."""
+    q_row = n_heads * HEAD_DIM
+    kv_row = kv_heads * HEAD_DIM
+    _attn_fwd(
+        Q, K, V, Bias, Mask, O, LSE, Q, K, V,
+        seqlen_q * q_row, q_row, HEAD_DIM,
+        seqlen_k * kv_row, kv_row, HEAD_DIM,
+        seqlen_k * kv_row, kv_row, HEAD_DIM,
+        seqlen_q * q_row, q_row, HEAD_DIM,
+        stride_bb, stride_bh, stride_bm, stride_bn,
+        stride_mb, stride_mh, stride_mm, stride_mn,
+        n_heads, n_heads // kv_heads, seqlen_q, seqlen_k, sm_scale,
+        HEAD_DIM, HEAD_DIM_PAD, BLOCK_M, BLOCK_N, CAUSAL, HAS_BIAS, HAS_MASK, False, PRE_LOAD_V,
+    )
+
+
+@triton.jit
+def attn_bwd_preprocess_kernel_jax(
+    O, DO, n_heads, seqlen_q,
+    Delta,
+    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
+):
+    """``_attn_bwd_preprocess`` (delta = rowsum(dO * O)) on contiguous arrays."""
+    row = n_heads * HEAD_DIM
+    _attn_bwd_preprocess(O, DO, Delta, seqlen_q * row, row, HEAD_DIM, seqlen_q * row, row, HEAD_DIM,
+                         n_heads, seqlen_q, HEAD_DIM, HEAD_DIM_PAD, BLOCK_M)
+
+
+@triton.jit
+def attn_bwd_dkdv_kernel_jax(
+    Q, K, V, DO, LSE, Delta, Bias, Mask,
+    stride_bb, stride_bh, stride_bm, stride_bn,
+    stride_mb, stride_mh, stride_mm, stride_mn,
+    n_heads, kv_heads, seqlen_q, seqlen_k, sm_scale,
+    DK, DV,
+    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr,
+):
+    """``_attn_bwd_dkdv``; DK and DV are (batch, k_len, heads, HEAD_DIM): one slice per query
+    head, summed over each GQA group by the caller (with no GQA, heads == kv_heads)."""
+    q_row = n_heads * HEAD_DIM
+    kv_row = kv_heads * HEAD_DIM
+    _attn_bwd_dkdv(
+        Q, K, V, DO, LSE, Delta, Bias, Mask, DK, DV, Q, K, V, DO,
+        seqlen_q * q_row, q_row, HEAD_DIM,
+        seqlen_k * kv_row, kv_row, HEAD_DIM,
+        seqlen_k * kv_row, kv_row, HEAD_DIM,
+        seqlen_q * q_row, q_row, HEAD_DIM,
+        seqlen_k * q_row, q_row, HEAD_DIM,
+        seqlen_k * q_row, q_row, HEAD_DIM,
+        stride_bb, stride_bh, stride_bm, stride_bn,
+        stride_mb, stride_mh, stride_mm, stride_mn,
+        n_heads, n_heads // kv_heads, seqlen_q, seqlen_k, sm_scale,
+        HEAD_DIM, HEAD_DIM_PAD, BLOCK_M, BLOCK_N, CAUSAL, HAS_BIAS, HAS_MASK, False,
+    )
+
+
+@triton.jit
+def attn_bwd_dq_kernel_jax(
+    Q, K, V, DO, LSE, Delta, Bias, Mask,
+    stride_bb, stride_bh, stride_bm, stride_bn,
+    stride_mb, stride_mh, stride_mm, stride_mn,
+    n_heads, kv_heads, seqlen_q, seqlen_k, sm_scale,
+    DQ, DBias,
+    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr, DBIAS: tl.constexpr,
+):
+    """``_attn_bwd_dq``, and dBias in mode ``DBIAS`` (see ``_dbias_mode``). DBias has the
+    bias's (contiguous) shape, so it shares the bias's broadcast strides."""
+    q_row = n_heads * HEAD_DIM
+    kv_row = kv_heads * HEAD_DIM
+    _attn_bwd_dq(
+        Q, K, V, DO, LSE, Delta, Bias, Mask, DQ, DBias, Q, K, V, DO,
+        seqlen_q * q_row, q_row, HEAD_DIM,
+        seqlen_k * kv_row, kv_row, HEAD_DIM,
+        seqlen_k * kv_row, kv_row, HEAD_DIM,
+        seqlen_q * q_row, q_row, HEAD_DIM,
+        seqlen_q * q_row, q_row, HEAD_DIM,
+        stride_bb, stride_bh, stride_bm, stride_bn,
+        stride_mb, stride_mh, stride_mm, stride_mn,
+        stride_bb, stride_bh, stride_bm, stride_bn,
+        n_heads, n_heads // kv_heads, seqlen_q, seqlen_k, sm_scale,
+        HEAD_DIM, HEAD_DIM_PAD, BLOCK_M, BLOCK_N, CAUSAL, HAS_BIAS, HAS_MASK, DBIAS, False,
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Launchers (JAX arrays in and out; validated by kernels.attention.spec)
+# ----------------------------------------------------------------------------------------------
+
+
+def select_config(head_dim: int, vendor: str, config: dict | None, biased: bool) -> dict:
+    """The backend's config for this device, as its torch launcher picks it without TMA."""
+    key = jax_bridge.device_key(vendor)
+    if vendor == "amd":
+        from kernels.amd import attention as amd
+
+        return amd.select_config(head_dim, key, config, biased=biased)
+    # Pointer loads: the narrow tiles, and the narrowest when a bias or mask tile is live too.
+    return flash.select_config(head_dim, key, config, narrow=True, pointer_bias=biased)
+
+
+def _options(section: dict) -> dict:
+    return {k: v for k, v in section.items() if k in LAUNCH_OPTIONS}
+
+
+def _broadcast4(x, full: tuple[int, int, int, int]):
+    """(x as 4-D, its strides read as (batch, heads, q_len, k_len)): a size-1 dim gets stride 0."""
+    shape = (1,) * (4 - x.ndim) + tuple(x.shape)
+    strides = [int(np.prod(shape[i + 1:], dtype=np.int64)) for i in range(4)]
+    return x.reshape(shape), tuple(0 if n == 1 else s for n, s in zip(shape, strides))
+
+
+def _operands(q, bias, mask, full):
+    """(bias, mask, their 8 strides); absent ones are q (never read: HAS_BIAS/HAS_MASK False)."""
+    import jax.numpy as jnp
+
+    bias4, sb = (q, (0, 0, 0, 0)) if bias is None else _broadcast4(bias, full)
+    if mask is None:
+        mask4, sm = q, (0, 0, 0, 0)
+    else:
+        # int32, as the torch launcher: 1-byte loads cannot go through cp.async.
+        mask4, sm = _broadcast4(mask.astype(jnp.int32), full)
+    return bias4, mask4, (*sb, *sm)
+
+
+def _padded(x, pad: int):
+    import jax.numpy as jnp
+
+    return x if x.shape[-1] == pad else jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, pad - x.shape[-1])])
+
+
+def _work_dim(head_dim: int, vendor: str) -> int:
+    """The head dim the arrays carry into the kernels: padded to a power of two on NVIDIA."""
+    return head_dim_pad(head_dim) if vendor == "nvidia" else head_dim
+
+
+def attention_fwd(q, k, v, bias, mask, causal: bool, scale: float, config: dict | None = None,
+                  vendor: str = "nvidia"):
+    """(out like q, lse (batch, heads, q_len) float32) through jax-triton."""
+    import jax
+    import jax.numpy as jnp
+
+    batch, seqlen_q, heads, head_dim = q.shape
+    seqlen_k, kv_heads = k.shape[1], k.shape[2]
+    cfg = select_config(head_dim, vendor, config, biased=bias is not None or mask is not None)
+    f = cfg["fwd"]
+    d = _work_dim(head_dim, vendor)
+    qp, kp, vp = (_padded(t, d) for t in (q, k, v))
+    # The forward kernel takes the row max before scaling, so it needs scale > 0, as in the
+    # torch launcher: softmax(s q k^T) = softmax(|s| q (-k)^T), and a zero scale is a zero q.
+    if scale < 0:
+        kp, scale = -kp, -scale
+    elif scale == 0:
+        qp, scale = jnp.zeros_like(qp), 1.0
+    bias4, mask4, strides = _operands(qp, bias, mask, (batch, heads, seqlen_q, seqlen_k))
+    out, lse = jax_bridge.triton_call(
+        qp, kp, vp, bias4, mask4, *strides, heads, kv_heads, seqlen_q, seqlen_k, np.float32(scale),
+        kernel=attn_fwd_kernel_jax,
+        out_shape=(jax.ShapeDtypeStruct(qp.shape, q.dtype), jax.ShapeDtypeStruct((batch, heads, seqlen_q), jnp.float32)),
+        grid=(triton.cdiv(seqlen_q, f["block_m"]), batch * heads),
+        HEAD_DIM=d, HEAD_DIM_PAD=head_dim_pad(d), BLOCK_M=f["block_m"], BLOCK_N=f["block_n"],
+        CAUSAL=bool(causal), HAS_BIAS=bias is not None, HAS_MASK=mask is not None,
+        PRE_LOAD_V=flash.fwd_knobs(cfg)["PRE_LOAD_V"], **_options(f),
+    )
+    return out[..., :head_dim], lse
+
+
+def attention_bwd(do, q, k, v, o, lse, bias, mask, causal: bool, scale: float, bias_grad: bool,
+                  config: dict | None = None, vendor: str = "nvidia"):
+    """(dq, dk, dv, dbias or None) through jax-triton, each gradient like its input."""
+    import jax
+    import jax.numpy as jnp
+
+    batch, seqlen_q, heads, head_dim = q.shape
+    seqlen_k, kv_heads = k.shape[1], k.shape[2]
+    group = heads // kv_heads
+    cfg = select_config(head_dim, vendor, config, biased=bias is not None or mask is not None)
+    d = _work_dim(head_dim, vendor)
+    pad = head_dim_pad(d)
+    qp, kp, vp, op, dop = (_padded(t, d) for t in (q, k, v, o, do.astype(q.dtype)))
+    full = (batch, heads, seqlen_q, seqlen_k)
+    bias4, mask4, strides = _operands(qp, bias, mask, full)
+    shape = dict(HEAD_DIM=d, HEAD_DIM_PAD=pad)
+    flags = dict(CAUSAL=bool(causal), HAS_BIAS=bias is not None, HAS_MASK=mask is not None)
+    scalars = (heads, kv_heads, seqlen_q, seqlen_k, np.float32(scale))
+
+    delta = jax_bridge.triton_call(
+        op, dop, heads, seqlen_q,
+        kernel=attn_bwd_preprocess_kernel_jax, out_shape=jax.ShapeDtypeStruct(lse.shape, jnp.float32),
+        grid=(triton.cdiv(seqlen_q, PREPROCESS_BLOCK_M), batch * heads), BLOCK_M=PREPROCESS_BLOCK_M, **shape,
+    )
+
+    # With GQA, one float32 slice per query head, summed over each group below.
+    dkv_dtype = k.dtype if group == 1 else jnp.float32
+    dkv = jax.ShapeDtypeStruct((batch, seqlen_k, heads, d), dkv_dtype)
+    c = cfg["dkdv"]
+    dk, dv = jax_bridge.triton_call(
+        qp, kp, vp, dop, lse, delta, bias4, mask4, *strides, *scalars,
+        kernel=attn_bwd_dkdv_kernel_jax, out_shape=(dkv, dkv),
+        grid=(triton.cdiv(seqlen_k, c["block_n"]), batch * heads),
+        BLOCK_M=c["block_m"], BLOCK_N=c["block_n"], **shape, **flags, **_options(c),
+    )
+
+    mode = _dbias_mode(tuple(bias4.shape), full) if bias is not None and bias_grad else 0
+    if mode == 0:
+        dbias_shape = jax.ShapeDtypeStruct((1,), jnp.float32)  # never written
+    elif mode == 1:  # full-size: every element stored once, in the bias's dtype
+        dbias_shape = jax.ShapeDtypeStruct(bias4.shape, bias.dtype)
+    else:  # float32 atomics into a zeroed buffer
+        dbias_shape = jax.ShapeDtypeStruct(bias4.shape, jnp.float32)
+    c = cfg["dq"]
+    dq, dbias4 = jax_bridge.triton_call(
+        qp, kp, vp, dop, lse, delta, bias4, mask4, *strides, *scalars,
+        kernel=attn_bwd_dq_kernel_jax, out_shape=(jax.ShapeDtypeStruct(qp.shape, q.dtype), dbias_shape),
+        grid=(triton.cdiv(seqlen_q, c["block_m"]), batch * heads),
+        zeroed_outputs=(1,) if mode >= 2 else (),
+        BLOCK_M=c["block_m"], BLOCK_N=c["block_n"], DBIAS=mode, **shape, **flags, **_options(c),
+    )
+    if group > 1:
+        dk = dk.reshape(batch, seqlen_k, kv_heads, group, d).sum(3).astype(k.dtype)
+        dv = dv.reshape(batch, seqlen_k, kv_heads, group, d).sum(3).astype(v.dtype)
+    dbias = dbias4.reshape(bias.shape).astype(bias.dtype) if mode else None
+    return dq[..., :head_dim], dk[..., :head_dim], dv[..., :head_dim], dbias
+
+
+# ----------------------------------------------------------------------------------------------
+# Cross-compilation specs: the wrappers as jax-triton specializes them
+# ----------------------------------------------------------------------------------------------
+
+JAX_KERNELS = {"fwd": attn_fwd_kernel_jax, "dkdv": attn_bwd_dkdv_kernel_jax, "dq": attn_bwd_dq_kernel_jax}
+
+
+def kernel_specs(head_dim: int, cfg: dict, *, dtype: str = "bfloat16", causal: bool = True, bias: bool = False,
+                 mask: bool = False, ones: tuple[str, ...] = (), prefix: str = "jax_") -> list:
+    """``kernels.isa.CompileSpec``s of the forward, dK/dV and dQ wrappers as jax-triton compiles
+    them: every array 16-byte aligned, no integer argument known divisible by 16, and each
+    integer argument named in ``ones`` (equal to 1 at launch, e.g. ``kv_heads`` for MQA or a
+    bias's unit key stride) specialized to the constant 1."""
+    from kernels.isa import CompileSpec
+
+    pad = head_dim_pad(head_dim)
+    specs = []
+    for section, kernel, extra in (("fwd", attn_fwd_kernel_jax, {"PRE_LOAD_V": flash.fwd_knobs(cfg)["PRE_LOAD_V"]}),
+                                   ("dkdv", attn_bwd_dkdv_kernel_jax, {}),
+                                   ("dq", attn_bwd_dq_kernel_jax, {"DBIAS": 2 if bias else 0})):
+        c = cfg[section]
+        constexprs = {"HEAD_DIM": head_dim, "HEAD_DIM_PAD": pad, "BLOCK_M": c["block_m"], "BLOCK_N": c["block_n"],
+                      "CAUSAL": causal, "HAS_BIAS": bias, "HAS_MASK": mask, **extra}
+        constexprs.update({name: 1 for name in ones if name in kernel.arg_names})
+        sig = flash.signature(kernel, dtype, constexprs)
+        arrays = tuple(n for n in kernel.arg_names if sig[n].startswith("*"))
+        tag = f"{prefix}attn_{section}_d{head_dim}{'_causal' if causal else ''}{'_bias' if bias else ''}"
+        specs.append(CompileSpec(tag, kernel, sig, constexprs, _options(c),
+                                 config={"head_dim": head_dim, "kernel": section, "causal": causal, "bias": bias,
+                                         "mask": mask, **c},
+                                 divisible_by_16=arrays))
+    return specs

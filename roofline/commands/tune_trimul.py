@@ -1,0 +1,68 @@
+"""The triangle-multiplicative-update half of ``ceiling tune``: run the per-stage sweep, save the
+rows and records, print each stage's winner, and (``--apply``) write the tuned entry for this
+device into ``kernels/nvidia/configs/triangle_multiplication.json`` with its provenance."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+
+def tune_trimul(*, n: int, budget_s: float, rep_ms: int, out: Path, apply: bool, driver: str | None) -> list[dict]:
+    import torch
+    import triton
+
+    from kernels.nvidia import triangle_multiplication as trimul
+    from kernels.nvidia import tune_trimul as T
+    from microbench.records import Record, append, host_provenance
+
+    rows, best = T.sweep(n=n, budget_s=budget_s, rep_ms=rep_ms)
+    (out / "tune-trimul-rows.json").write_text(json.dumps(rows, indent=1))
+    device = torch.cuda.get_device_name()
+    prov = host_provenance(device=device, driver=driver)
+    records = [
+        Record(kind="kernel", op="triangle_multiplicative_update", name=f"ceiling.nvidia:{r['stage']}", metric="time",
+               value=r["median_ms"] / 1e3, unit="s", backend="nvidia",
+               shape={"n": r["n"], "c_z": r["c_z"], "dtype": r["dtype"], "direction": r["direction"],
+                      "timed_on": r["timed_on"]},
+               config={"stage": r["stage"], "value": r["config"]}, method="cuda-graph", median=r["median_ms"] / 1e3,
+               p20=r["p20_ms"] / 1e3, p80=r["p80_ms"] / 1e3, extra={"rel_error": r.get("rel_error")}, provenance=prov)
+        for r in rows if "median_ms" in r
+    ]
+    if records:
+        append(out / "records", records)
+    table = Table(title=f"Triangle multiplicative update tuning on {device} (bf16, N = {n}, c_z = c = 128)")
+    for col in ("stage", "timed on", "first ms", "best ms", "best config"):
+        table.add_column(col)
+    for stage in T.candidates():
+        timed = [r for r in rows if r["stage"] == stage and "median_ms" in r]
+        if timed:
+            top = min(timed, key=lambda r: r["median_ms"])
+            table.add_row(stage, top["timed_on"], f"{timed[0]['median_ms']:.4f}", f"{top['median_ms']:.4f}",
+                          json.dumps(top["config"]))
+    Console().print(table)
+    (out / "tuned-trimul.json").write_text(json.dumps(best, indent=1))
+    if apply:
+        reached = sorted({r["stage"] for r in rows if "median_ms" in r})
+        if not reached:
+            print("nothing was timed: the config table is left as it was")
+            return rows
+        key = next((k for k in ("H200", "H100") if k.lower() in device.lower()), device)
+        stamp = (f"{device}, {prov.timestamp[:10]}, commit {prov.git_commit or 'unknown'}, "
+                 f"torch {torch.__version__}, triton {triton.__version__}")
+        path = trimul.CONFIG_FILE
+        table_json = json.loads(path.read_text())
+        table_json[key] = T.table_entry(best, table_json["default"])
+        table_json.setdefault("_measured", {})[key] = (
+            f"Stages {', '.join(reached)} are the fastest candidates of configs/triangle_multiplication_candidates.json "
+            f"that matched a float32 reference, timed by CUDA-graph replay with `ceiling tune trimul` at B = 1, "
+            f"N = {n}, c_z = c = 128, bf16, outgoing, 5% of pairs masked (forward stages on the forward, backward "
+            f"stages on forward + backward), one stage at a time from the default entry, on {stamp}. "
+            "Not measured: the float32 sub-entries (the default's)."
+        )
+        path.write_text(json.dumps(table_json, indent=1) + "\n")
+        trimul._table.cache_clear()
+    return rows

@@ -1,0 +1,153 @@
+"""The attention and triangle-attention tuning sweeps, on the CPU: the shipped candidate lists are
+what the static filter says (a sample compiled here for sm_90a with tensor cores and no spills,
+the rest accounted for), the error check rejects what it must, and applying winners writes the
+config tables the kernels then select. The timing itself needs the GPU (`ceiling tune`)."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+import torch
+
+from kernels.nvidia import attention as A
+from kernels.nvidia import triangle_attention as T
+from kernels.nvidia import tune_attention as tune
+from kernels.nvidia import tune_space as space
+
+
+def _sample(op: str, per_kernel: int = 1) -> list[tuple]:
+    """A fixed sample of shipped candidates: per (key, kernel), a seeded pick (and the first)."""
+    rng = random.Random(0)
+    picks = []
+    for key, kernels in space.load(op)["candidates"].items():
+        for kernel, cands in kernels.items():
+            if not cands:  # every grid point spilled: the sweep times the shipped config alone
+                continue
+            chosen = {0, rng.randrange(len(cands))} if per_kernel > 1 else {rng.randrange(len(cands))}
+            picks += [(op, key, kernel, cands[i]) for i in sorted(chosen)]
+    return picks
+
+
+SAMPLE = _sample("attention") + _sample("triangle_attention")
+
+
+@pytest.mark.parametrize("op,key,kernel,cand", SAMPLE, ids=[f"{o}-{k}-{n}-{i}" for i, (o, k, n, _) in enumerate(SAMPLE)])
+def test_shipped_candidates_compile_without_spills(op, key, kernel, cand):
+    cfg = {k: v for k, v in cand.items() if k != "static"}
+    facts = space.static_check(space.compile_spec(op, kernel, key, cfg))
+    assert facts["hgmma"] + facts["hmma"] > 0, f"{op} {key} {kernel} {cfg}: no tensor-core instructions"
+    assert facts["spill_bytes"] == 0, f"{op} {key} {kernel} {cfg}: spills {facts['spill_bytes']} B"
+    assert facts["shared_bytes"] <= space.SMEM_LIMIT
+
+
+@pytest.mark.parametrize("op", space.OPS)
+def test_every_grid_point_is_a_candidate_or_dropped_with_a_reason(op):
+    table = space.load(op)
+    assert table["checked_with"], "the candidate list was never checked"
+    for key, kernels in table["space"].items():
+        for kernel, knobs in kernels.items():
+            kept = [{k: v for k, v in c.items() if k != "static"} for c in table["candidates"][key][kernel]]
+            dropped = table["dropped"][key][kernel]
+            assert all(d["why"] for d in dropped)
+            seen = kept + [d["config"] for d in dropped]
+            for point in space.grid(knobs):
+                assert point in seen, f"{op} {key} {kernel}: {point} is neither kept nor dropped"
+            for point in kept:
+                assert space.rule_drop(op, kernel, key, point, table.get("rules", {})) is None
+
+
+def test_shipped_configs_are_timed_first():
+    for g in tune.attention_groups()[:1]:
+        for kernel in g.kernels:
+            plan = tune.candidate_list(g, kernel)
+            assert plan[0]["shipped"] and not any(c.get("shipped") for c in plan[1:])
+
+
+def test_error_check_rejects_nan_and_large_errors():
+    ref = torch.randn(64, 32)
+    framework = ref + 1e-2 * torch.randn(64, 32)
+    assert tune.error_check((ref + 1e-3,), (ref,), (framework,))["ok"]
+    assert not tune.error_check((ref + 1.0,), (ref,), (framework,))["ok"]
+    bad = ref.clone()
+    bad[3, 4] = float("nan")
+    assert not tune.error_check((bad,), (ref,), (framework,))["ok"]
+
+
+def test_derived_groups_time_the_base_groups_fastest():
+    sweep = tune.Sweep("attention", budget_s=1.0, refine_top=2)
+    base, derived = tune.attention_groups()[0], tune.attention_groups()[2]
+    cands = [{"block_m": 64, "block_n": n, "num_warps": 4, "num_stages": s} for n in (32, 64) for s in (2, 3)]
+    sweep.plans = {(base.name, "fwd"): [{**cands[0], "shipped": True}] + cands[1:],
+                   (derived.name, "fwd"): [{**cands[1], "shipped": True}] + [cands[0]] + cands[2:]}
+    sweep.ranking = {(base.name, "fwd"): [3, 2, 0, 1]}
+    order = sweep._order(derived, "fwd")
+    plan = sweep.plans[(derived.name, "fwd")]
+    assert order[0] == 0 and len(order) == 3
+    assert [plan[i] for i in order[1:]] == [cands[3], cands[2]]
+
+
+def _row(group, kernel, cfg, ms):
+    return dict(op=group.op, group=group.name, kernel=kernel, impl="ceiling.nvidia", config=cfg, median_ms=ms,
+                p20_ms=ms, p80_ms=ms, shape=list(group.shape), causal=group.causal, dtype="bfloat16")
+
+
+def test_apply_attention_writes_winners_causal_overrides_and_pins_narrow(tmp_path, monkeypatch):
+    path = tmp_path / "attention.json"
+    path.write_text(A.CONFIG_FILE.read_text())
+    monkeypatch.setattr(A, "device_key", lambda device: "sm90")
+    before = A.select_config(128, torch.device("cpu"), narrow=True)
+    g, _, gc, _ = tune.attention_groups()
+    fast = {"block_m": 128, "block_n": 64, "num_warps": 8, "num_stages": 3, "pre_load_v": True, "warp_specialize": False}
+    slow = {"block_m": 64, "block_n": 64, "num_warps": 4, "num_stages": 2, "pre_load_v": False, "warp_specialize": False}
+    causal = {**fast, "num_stages": 4}
+    rows = [_row(g, "fwd", slow, 2.0), _row(g, "fwd", fast, 1.0), _row(gc, "fwd", causal, 0.5),
+            _row(g, "dq", {"block_m": 128, "block_n": 32, "num_warps": 8, "num_stages": 3}, 1.0)]
+    table = tune.apply_attention(rows, "measured here", path=path)
+    assert table["_about"] == "measured here"
+    entry = table["sm90"]["128"]
+    assert entry["fwd"] == fast and entry["causal"]["fwd"] == causal
+    assert entry["dq"]["num_stages"] == 3
+    monkeypatch.setattr(A, "CONFIG_FILE", path)
+    A._tuned.cache_clear()
+    try:
+        assert A.select_config(128, torch.device("cpu"))["fwd"]["num_stages"] == 3
+        assert A.select_config(128, torch.device("cpu"), causal=True)["fwd"]["num_stages"] == 4
+        narrow = A.select_config(128, torch.device("cpu"), narrow=True)
+        for kernel in tune.ATTENTION_KERNELS:
+            for k, v in before[kernel].items():
+                assert narrow[kernel][k] == v, (kernel, k)
+        assert A.fwd_knobs(narrow) == {"PRE_LOAD_V": False, "WARP_SPECIALIZE": False}
+        assert len(A.compile_specs()) == len(table["sm90"]) * 6
+    finally:
+        A._tuned.cache_clear()
+
+
+def test_apply_triangle_writes_the_faster_forward_and_keeps_float32(tmp_path):
+    path = tmp_path / "triangle_attention.json"
+    path.write_text(T.CONFIG_FILE.read_text())
+    old32 = T.config_for("H200", 32, "float32", path)
+    g = tune.triangle_groups()[0]
+    rows_cfg = {"ROWS": 2, "BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
+    rows = [_row(g, "fwd", {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}, 0.3),
+            _row(g, "fwd_rows", rows_cfg, 0.2),
+            _row(g, "bwd_dq", {"BLOCK_M": 128, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2}, 0.1)]
+    table = tune.apply_triangle(rows, "measured here", path=path)
+    T._table.cache_clear()
+    assert table["_doc"] == "measured here"
+    bf16 = T.config_for("H200", 32, "bfloat16", path)
+    assert bf16["fwd"] == rows_cfg and bf16["fwd_rows"] == rows_cfg and bf16["bwd_dq"]["BLOCK_M"] == 128
+    new32 = T.config_for("H200", 32, "float32", path)
+    assert {k: {n: v for n, v in c.items() if (n, v) != ("ROWS", 1)} for k, c in new32.items()} == old32
+    assert T.config_for("H100", 32, "bfloat16", path) == T.config_for("H100", 32, "bfloat16")
+    T._table.cache_clear()
+
+
+def test_flops_count_the_dots_each_kernel_runs():
+    g = tune.attention_groups()[0]
+    b, s, h, d = g.shape
+    assert tune.flops(g, "fwd") == 4 * b * h * s * s * d
+    assert tune.flops(tune.attention_groups()[2], "dkdv") == 8 * b * h * s * s * d / 2
+    assert math.isclose(tune.flops(g, "dq") / tune.flops(g, "fwd"), 1.5)
