@@ -100,15 +100,17 @@ def inspect_trainium_attention(target: str, dtype: str = "bfloat16", config: dic
 
 
 def inspect_trainium_trimul(target: str, dtype: str = "bfloat16", config: dict | None = None, shape: dict | None = None) -> list[dict]:
-    """The two per-pair kernels of the triangle multiplicative update (``in``: input LayerNorm,
-    gated projections, mask, output gate; ``out``: output LayerNorm, projection, gate) at
-    AlphaFold 3's shape (N = 384, c_z = c = 128, one batch element) on ``target``: one row per
-    kernel with rule status, engine instruction counts, SBUF/PSUM peaks and the cost model's time."""
+    """The four per-pair kernels of the triangle multiplicative update (forward ``in``: input
+    LayerNorm, gated projections, mask, output gate; ``out``: output LayerNorm, projection, gate;
+    backward ``out_bwd``: dy, the gate-logit gradient and the output side's weight gradients;
+    ``in_bwd``: dx and the input side's weight gradients) at AlphaFold 3's shape (N = 384,
+    c_z = c = 128, one batch element) on ``target``: one row per kernel with rule status, engine
+    instruction counts, SBUF/PSUM peaks and the cost model's time."""
     from kernels.trainium import triangle_multiplication as trimul
 
     s = {"batch": 1, "n": 384, "c_z": 128, "c": 128, **(shape or {})}
     rows = []
-    for kernel in ("in", "out"):
+    for kernel in trimul.KERNELS:
         row = {"op": "triangle_multiplicative_update", "config": f"trimul_{kernel}", "target": target, "dtype": dtype,
                "shape": dict(s)}
         try:
