@@ -9,9 +9,9 @@
 # Run `tune`, copy the tables it wrote into the tree, then run `check` (or `all` in one go).
 # Usage: scripts/h200_check.sh OUTDIR [tune|check|all]  -> OUTDIR/log.txt and OUTDIR/results.tgz,
 # refreshed after every stage so that a run cut short still returns what it finished.
-# Knobs: TEST_BUDGET_S (120), ATTN_TUNE_BUDGET_S (80), TRI_TUNE_BUDGET_S (40), TRIMUL_TUNE_BUDGET_S (50),
-# GEMM_TUNE_SHAPES (gemm-skinny), TUNE_BUDGET_S (30), CHECK_BUDGET_S (230), MICROBENCH=--microbench.
-# About 7 minutes for `tune` and 5 for `check`.
+# Knobs: TEST_BUDGET_S (100), ATTN_TUNE_BUDGET_S (110), TRI_TUNE_BUDGET_S (40), TRIMUL_TUNE_BUDGET_S (45),
+# GEMM_TUNE_SHAPES (gemm-skinny), TUNE_BUDGET_S (25), CHECK_BUDGET_S (230), MICROBENCH=--microbench.
+# About 8 minutes for `tune` and 5 for `check`.
 set -uo pipefail
 dest=${1:?usage: $0 OUTDIR [tune|check|all]}
 part=${2:-all}
@@ -26,13 +26,13 @@ log() { tee -a "$work/log.txt"; }
   python3 -c "import torch, triton, jax; print('torch', torch.__version__, 'triton', triton.__version__, 'jax', jax.__version__, torch.cuda.get_device_name())"
 } 2>&1 | log
 if [ "$part" != check ]; then
-  timeout "${TEST_BUDGET_S:-120}" python3 -m pytest tests/test_gemm_nvidia.py tests/test_attention_gpu.py tests/test_triangle.py \
+  timeout "${TEST_BUDGET_S:-100}" python3 -m pytest tests/test_gemm_nvidia.py tests/test_attention_gpu.py tests/test_triangle.py \
     tests/test_attention_jax_triton.py tests/test_triangle_jax_triton.py \
     -m gpu -q -p no:cacheprovider -rs -o addopts="" --junitxml="$work/gpu-tests.xml" 2>&1 | tail -40 | log
   save
   mkdir -p "$work/tune"
   # Each sweep stops starting candidates at its budget; the timeout only guards against a hang.
-  a=${ATTN_TUNE_BUDGET_S:-80}
+  a=${ATTN_TUNE_BUDGET_S:-110}
   timeout $((a + 90)) python3 -m roofline.cli tune attention --out "$work/tune" --budget-s "$a" --rep-ms 10 --apply 2>&1 | log
   cp kernels/nvidia/configs/attention.json "$work/tune/attention-table-after.json"
   save
@@ -40,11 +40,11 @@ if [ "$part" != check ]; then
   timeout $((t + 90)) python3 -m roofline.cli tune triangle-attention --out "$work/tune" --budget-s "$t" --rep-ms 10 --apply 2>&1 | log
   cp kernels/nvidia/configs/triangle_attention.json "$work/tune/triangle-attention-table-after.json"
   save
-  m=${TRIMUL_TUNE_BUDGET_S:-50}
+  m=${TRIMUL_TUNE_BUDGET_S:-45}
   timeout $((m + 90)) python3 -m roofline.cli tune trimul --out "$work/tune" --budget-s "$m" --rep-ms 50 --apply 2>&1 | log
   cp kernels/nvidia/configs/triangle_multiplication.json "$work/tune/triangle-multiplication-table-after.json"
   save
-  g=${TUNE_BUDGET_S:-30}
+  g=${TUNE_BUDGET_S:-25}
   timeout $((g + 90)) python3 -m roofline.cli tune gemm --shapes "${GEMM_TUNE_SHAPES:-gemm-skinny}" --out "$work/tune" --budget-s "$g" --rep-ms 25 --apply 2>&1 | log
   cp kernels/nvidia/configs/gemm.json "$work/tune/gemm-table-after.json"
   save
