@@ -139,6 +139,25 @@ def test_kernels_forward_backward(backend, case):
     check_backend(backend, q, k, v, bias, mask, causal, config={**SMALL, "use_tma": tma})
 
 
+@pytest.mark.parametrize("case", ["plain", "causal-q>k-mqa-d80-mask", "tma-padded-d96-gqa"])
+def test_dq_accumulated_by_the_dkdv_kernel(case, monkeypatch):
+    """``dq_atomic``: the dK/dV programs add dQ into a float32 buffer (several key blocks per
+    query block here) and the dq kernel is not launched."""
+    b, sq, sk, h, hk, d, causal, bshape, mshape, dtype, tma = CASES[case]
+    q, k, v, bias, mask = make_inputs(b, sq, sk, h, hk, d, dtype, bshape, mshape, seed=hash(case) % 997)
+    launched = []
+    real = flash.launcher
+
+    def spy(fn, on_gpu):
+        launched.append(fn.__name__ if hasattr(fn, "__name__") else fn.fn.__name__)
+        return real(fn, on_gpu=on_gpu)
+
+    monkeypatch.setattr(flash, "launcher", spy)
+    config = {**SMALL, "dkdv": {**SMALL["dkdv"], "dq_atomic": True}, "use_tma": tma}
+    check_backend("nvidia", q, k, v, bias, mask, causal, config=config)
+    assert "_attn_bwd_dkdv" in launched and "_attn_bwd_dq" not in launched, launched
+
+
 @pytest.mark.parametrize("d", [32, 64, 80, 96, 128, 256])
 def test_reference_head_dims(d):
     q, k, v, bias, mask = make_inputs(1, 9, 12, 2, 1, d, BF16, (1, 2, 9, 12))

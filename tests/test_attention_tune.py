@@ -151,3 +151,28 @@ def test_flops_count_the_dots_each_kernel_runs():
     assert tune.flops(g, "fwd") == 4 * b * h * s * s * d
     assert tune.flops(tune.attention_groups()[2], "dkdv") == 8 * b * h * s * s * d / 2
     assert math.isclose(tune.flops(g, "dq") / tune.flops(g, "fwd"), 1.5)
+
+
+@pytest.mark.parametrize("atomic_ms, expect_atomic", [(1.5, True), (2.5, False)])
+def test_apply_attention_picks_dq_in_dkdv_only_when_it_beats_the_pair(tmp_path, monkeypatch, atomic_ms, expect_atomic):
+    """dkdv_dq replaces dkdv + dq when it is faster than their sum (here 1.0 + 1.0 ms); the choice
+    is written as an explicit dq_atomic, and the narrow (bias, mask) dK/dV config never uses it."""
+    path = tmp_path / "attention.json"
+    path.write_text(A.CONFIG_FILE.read_text())
+    monkeypatch.setattr(A, "device_key", lambda device: "sm90")
+    g = tune.attention_groups()[0]
+    dkdv = {"block_m": 32, "block_n": 128, "num_warps": 8, "num_stages": 2}
+    fused = {"block_m": 16, "block_n": 128, "num_warps": 8, "num_stages": 3}
+    rows = [_row(g, "dkdv", dkdv, 1.0), _row(g, "dq", {"block_m": 128, "block_n": 32, "num_warps": 8, "num_stages": 3}, 1.0),
+            _row(g, "dkdv_dq", fused, atomic_ms)]
+    entry = tune.apply_attention(rows, "measured here", path=path)["sm90"]["128"]
+    assert "dkdv_dq" not in entry
+    assert entry["dkdv"] == ({**fused, "dq_atomic": True} if expect_atomic else {**dkdv, "dq_atomic": False})
+    assert entry["narrow"]["dkdv"]["dq_atomic"] is False
+    monkeypatch.setattr(A, "CONFIG_FILE", path)
+    A._tuned.cache_clear()
+    try:
+        assert bool(A.select_config(128, torch.device("cpu"))["dkdv"].get("dq_atomic")) is expect_atomic
+        assert not A.select_config(128, torch.device("cpu"), narrow=True)["dkdv"]["dq_atomic"]
+    finally:
+        A._tuned.cache_clear()

@@ -261,6 +261,7 @@ def _dkdv_step(
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr,
     MASKED: tl.constexpr, USE_TMA: tl.constexpr,
+    dq_ptrs, stride_dq32s, sm_scale, DQ_ATOMIC: tl.constexpr,
 ):
     rows = start_m + offs_m
     if USE_TMA:
@@ -293,6 +294,15 @@ def _dkdv_step(
     dpT = tl.dot(v, tl.trans(do))
     dsT = pT * (dpT - delta[None, :])
     dk = tl.dot(dsT.to(q.dtype), q, dk)
+    if DQ_ATOMIC:
+        # This key block's share of dQ for these query rows, dS K, added into a float32
+        # accumulator that the programs of every other key block add to as well: one more
+        # dot here instead of the dq kernel's recomputation of S, P and dP (5 dots per
+        # block pair instead of 7). The order of the additions varies, so dQ is not
+        # bitwise deterministic.
+        dq = tl.dot(tl.trans(dsT.to(k.dtype)), k) * sm_scale
+        tl.atomic_add(dq_ptrs + rows[:, None] * stride_dq32s + offs_d[None, :], dq,
+                      mask=(rows[:, None] < seqlen_q) & (offs_d[None, :] < HEAD_DIM), sem="relaxed")
     return dk, dv
 
 
@@ -311,11 +321,13 @@ def _attn_bwd_dkdv(
     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr, USE_TMA: tl.constexpr,
+    DQ_ATOMIC: tl.constexpr = False, DQ32=None, stride_dq32b=0, stride_dq32s=0, stride_dq32h=0,
 ):
     """dK, dV for BLOCK_N keys of one (batch, query head). With GQA each query head writes its own
     slice of a (batch, k_len, heads, head_dim) buffer that the host sums over the group: a loop
     over the group's heads around the query loops made the compiler spill, and atomics would
-    make dK/dV non-deterministic."""
+    make dK/dV non-deterministic. With ``DQ_ATOMIC`` it also adds dQ into the float32 DQ32
+    (batch, q_len, heads, head_dim), zeroed by the caller, and the dq kernel is not run."""
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // n_heads
@@ -363,12 +375,16 @@ def _attn_bwd_dkdv(
     mask_ptrs = Mask + b64 * stride_mb + h * stride_mh
     q_row0 = b * seqlen_q
     q_col0 = h * HEAD_DIM
+    dq_ptrs = DQ32
+    if DQ_ATOMIC:
+        dq_ptrs = DQ32 + b64 * stride_dq32b + h * stride_dq32h
     for start_m in range(lo, mid, BLOCK_M):
         dk, dv = _dkdv_step(
             dk, dv, k, v, desc_q, desc_do, q_ptrs, do_ptrs, lse_ptrs, delta_ptrs, bias_ptrs, mask_ptrs,
             q_row0, q_col0, start_m, offs_m, offs_n, offs_d, seqlen_q, seqlen_k, causal_offset, qk_scale,
             stride_qs, stride_dos, stride_bm, stride_bn, stride_mm, stride_mn,
             HEAD_DIM, HEAD_DIM_PAD, CAUSAL, HAS_BIAS, HAS_MASK, True, USE_TMA,
+            dq_ptrs, stride_dq32s, sm_scale, DQ_ATOMIC,
         )
     for start_m in range(mid, full_end, BLOCK_M):
         dk, dv = _dkdv_step(
@@ -376,6 +392,7 @@ def _attn_bwd_dkdv(
             q_row0, q_col0, start_m, offs_m, offs_n, offs_d, seqlen_q, seqlen_k, causal_offset, qk_scale,
             stride_qs, stride_dos, stride_bm, stride_bn, stride_mm, stride_mn,
             HEAD_DIM, HEAD_DIM_PAD, CAUSAL, HAS_BIAS, HAS_MASK, False, USE_TMA,
+            dq_ptrs, stride_dq32s, sm_scale, DQ_ATOMIC,
         )
     for start_m in range(tail, m_blocks_end, BLOCK_M):
         dk, dv = _dkdv_step(
@@ -383,6 +400,7 @@ def _attn_bwd_dkdv(
             q_row0, q_col0, start_m, offs_m, offs_n, offs_d, seqlen_q, seqlen_k, causal_offset, qk_scale,
             stride_qs, stride_dos, stride_bm, stride_bn, stride_mm, stride_mn,
             HEAD_DIM, HEAD_DIM_PAD, CAUSAL, HAS_BIAS, HAS_MASK, True, USE_TMA,
+            dq_ptrs, stride_dq32s, sm_scale, DQ_ATOMIC,
         )
 
     dk = dk * sm_scale
@@ -683,7 +701,8 @@ def _dbias_mode(bias4_shape: tuple[int, ...], full: tuple[int, int, int, int]) -
 
 
 # Config keys that are kernel constants rather than compiler options: section key -> constexpr.
-KNOBS = {"block_m": "BLOCK_M", "block_n": "BLOCK_N", "pre_load_v": "PRE_LOAD_V", "warp_specialize": "WARP_SPECIALIZE"}
+KNOBS = {"block_m": "BLOCK_M", "block_n": "BLOCK_N", "pre_load_v": "PRE_LOAD_V", "warp_specialize": "WARP_SPECIALIZE",
+         "dq_atomic": "DQ_ATOMIC"}
 
 
 def _launch_options(section: dict) -> dict:
@@ -786,6 +805,14 @@ def backward(do, q, k, v, o, lse, bias, mask, causal: bool, scale: float, bias_g
 
     c = cfg["dkdv"]
     bm, bn = c["block_m"], c["block_n"]
+    # "dq_atomic": the dK/dV kernel adds dQ into a float32 buffer and the dq kernel is skipped,
+    # unless the dq kernel is needed for the bias gradient (or is the one being timed).
+    dq_atomic = bool(c.get("dq_atomic")) and not (bias is not None and bias_grad) and only != "dq"
+    atomic = {}
+    if dq_atomic:
+        dq32 = torch.zeros((batch, seqlen_q, heads, head_dim), device=q.device, dtype=torch.float32)
+        atomic = dict(DQ_ATOMIC=True, DQ32=dq32, stride_dq32b=dq32.stride(0), stride_dq32s=dq32.stride(1),
+                      stride_dq32h=dq32.stride(2))
     descs = (_descriptor(q, bm), _descriptor(k, bn), _descriptor(v, bn), _descriptor(do, bm)) if use_tma else (q, k, v, do)
     launch = launcher(_attn_bwd_dkdv, on_gpu=on_gpu) if only in (None, "dkdv") else _skip
     launch[(triton.cdiv(seqlen_k, bn), batch * heads)](
@@ -795,8 +822,10 @@ def backward(do, q, k, v, o, lse, bias, mask, causal: bool, scale: float, bias_g
         heads, group, seqlen_q, seqlen_k, float(scale),
         HEAD_DIM=head_dim, HEAD_DIM_PAD=pad, BLOCK_M=bm, BLOCK_N=bn,
         CAUSAL=bool(causal), HAS_BIAS=bias is not None, HAS_MASK=mask is not None, USE_TMA=bool(use_tma),
-        **_launch_options(c),
+        **atomic, **_launch_options(c),
     )
+    if dq_atomic:
+        dq.copy_(dq32)
 
     dbias = None
     mode = 0
@@ -812,7 +841,7 @@ def backward(do, q, k, v, o, lse, bias, mask, causal: bool, scale: float, bias_g
     c = cfg["dq"]
     bm, bn = c["block_m"], c["block_n"]
     descs = (_descriptor(q, bm), _descriptor(k, bn), _descriptor(v, bn), _descriptor(do, bm)) if use_tma else (q, k, v, do)
-    launch = launcher(_attn_bwd_dq, on_gpu=on_gpu) if only in (None, "dq") else _skip
+    launch = launcher(_attn_bwd_dq, on_gpu=on_gpu) if only in (None, "dq") and not dq_atomic else _skip
     launch[(triton.cdiv(seqlen_q, bm), batch * heads)](
         q, k, v, do, lse, delta, bias_arg, mask_arg, dq, dbias4, *descs,
         *_bshd_strides(q), *_bshd_strides(k), *_bshd_strides(v), *_bshd_strides(do), *_bshd_strides(dq),
@@ -888,7 +917,7 @@ def attention_bwd(do, q, k, v, o, lse, bias, mask, causal, scale, bias_grad, con
 # ----------------------------------------------------------------------------------------------
 
 _TRITON_DTYPE = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
-_FP32_POINTERS = ("LSE", "Delta", "Bias")
+_FP32_POINTERS = ("LSE", "Delta", "Bias", "DQ32")
 
 
 def signature(kernel, dtype: str, constexprs: dict, dbias_dtype: str = "fp32") -> dict:
@@ -923,7 +952,7 @@ def signature(kernel, dtype: str, constexprs: dict, dbias_dtype: str = "fp32") -
 # Arguments a real launch sees as multiples of 16 (Triton specializes on that): the q/k/v/o-shaped
 # tensors (freshly allocated or TMA-ready, so 16-byte aligned) and their row/batch strides
 # (multiples of heads * head_dim). Bias and mask strides follow the user's shapes: no promise.
-_ALIGNED = ("Q", "K", "V", "O", "DO", "DQ", "DK", "DV", "LSE", "Delta")
+_ALIGNED = ("Q", "K", "V", "O", "DO", "DQ", "DK", "DV", "LSE", "Delta", "DQ32")
 
 
 def _divisible(kernel, head_dim: int) -> tuple:
@@ -945,12 +974,14 @@ def kernel_specs(head_dim: int, cfg: dict, *, dtype: str = "bfloat16", causal: b
     specs = []
     for section, kernel, extra in (
         ("fwd", _attn_fwd, {**fwd_knobs(cfg), **({"PRE_LOAD_V": True} if pre_load_v else {})}),
-        ("dkdv", _attn_bwd_dkdv, {}),
+        # dQ accumulated by the dK/dV kernel: never with a bias, whose gradient needs the dq kernel
+        ("dkdv", _attn_bwd_dkdv, {"DQ_ATOMIC": bool(cfg["dkdv"].get("dq_atomic")) and not bias}),
         ("dq", _attn_bwd_dq, {"DBIAS": 2 if bias else 0}),
     ):
         c = cfg[section]
         constexprs = {**common, **extra, "BLOCK_M": c["block_m"], "BLOCK_N": c["block_n"]}
-        tag = f"{prefix}attn_{section}_d{head_dim}{'_causal' if causal else ''}{'_bias' if bias else ''}{'_tma' if use_tma else ''}"
+        tag = (f"{prefix}attn_{section}_d{head_dim}{'_causal' if causal else ''}{'_bias' if bias else ''}"
+               f"{'_tma' if use_tma else ''}{'_dqatomic' if constexprs.get('DQ_ATOMIC') else ''}")
         specs.append(CompileSpec(tag, kernel, signature(kernel, dtype, constexprs), constexprs, _launch_options(c),
                                  config={"head_dim": head_dim, "kernel": section, "causal": causal, "bias": bias,
                                          "mask": mask, "tma": use_tma, **c},

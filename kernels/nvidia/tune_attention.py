@@ -34,6 +34,9 @@ import time
 from dataclasses import dataclass, field
 
 ATTENTION_KERNELS = ("fwd", "dkdv", "dq")
+# "dkdv_dq" is the dK/dV kernel with dQ accumulated in it ("dq_atomic"), which replaces dkdv + dq:
+# timed as a kernel of its own, and chosen over the pair when it beats their sum.
+SWEPT_ATTENTION_KERNELS = (*ATTENTION_KERNELS, "dkdv_dq")
 TRIANGLE_KERNELS = ("fwd", "fwd_rows", "bwd_dkdv", "bwd_dq", "bwd_dbias")
 
 
@@ -59,11 +62,11 @@ class Group:
 
 def attention_groups() -> list[Group]:
     """Head dims 128 and 64 at S = 4096 (B * H * D fixed, as in the benchmark suite), then causal."""
-    g128 = Group("attention", "128", (4, 4096, 16, 128), (1, 512, 16, 128), kernels=ATTENTION_KERNELS)
-    g64 = Group("attention", "64", (4, 4096, 32, 64), (1, 512, 32, 64), kernels=ATTENTION_KERNELS)
+    g128 = Group("attention", "128", (4, 4096, 16, 128), (1, 512, 16, 128), kernels=SWEPT_ATTENTION_KERNELS)
+    g64 = Group("attention", "64", (4, 4096, 32, 64), (1, 512, 32, 64), kernels=SWEPT_ATTENTION_KERNELS)
     return [g128, g64,
-            Group("attention", "128", g128.shape, g128.check_shape, True, g128.name, ATTENTION_KERNELS),
-            Group("attention", "64", g64.shape, g64.check_shape, True, g64.name, ATTENTION_KERNELS)]
+            Group("attention", "128", g128.shape, g128.check_shape, True, g128.name, SWEPT_ATTENTION_KERNELS),
+            Group("attention", "64", g64.shape, g64.check_shape, True, g64.name, SWEPT_ATTENTION_KERNELS)]
 
 
 def triangle_groups() -> list[Group]:
@@ -82,7 +85,7 @@ def shipped(op: str, key: str, kernel: str, causal: bool = False) -> dict:
         tuned.pop("narrow", None)
         causal_only = tuned.pop("causal", None)
         cfg = A.merge_config(A.heuristic(int(key)), tuned, causal_only if causal else None)
-        section = dict(cfg[kernel])
+        section = {**cfg["dkdv"], "dq_atomic": True} if kernel == "dkdv_dq" else dict(cfg[kernel])
         if kernel == "fwd":
             knobs = A.fwd_knobs(cfg)
             section.update(pre_load_v=knobs["PRE_LOAD_V"], warp_specialize=knobs["WARP_SPECIALIZE"])
@@ -161,6 +164,8 @@ def thunk(group: Group, kernel: str, cfg: dict, x: dict, saved):
 
         d = x["q"].shape[-1]
         scale = 1.0 / math.sqrt(d)
+        if kernel == "dkdv_dq":  # the dK/dV launch then writes dQ too
+            kernel, cfg = "dkdv", {**cfg, "dq_atomic": True}
         full = A.merge_config(A.select_config(d, x["q"].device, causal=group.causal), {kernel: cfg})
         if kernel == "fwd":
             return lambda: A.forward(x["q"], x["k"], x["v"], None, None, group.causal, scale, full, True)
@@ -183,7 +188,8 @@ def thunk(group: Group, kernel: str, cfg: dict, x: dict, saved):
 def outputs_of(group: Group, kernel: str, result) -> tuple:
     """The tensors ``kernel`` writes, from what its thunk returned."""
     if group.op == "attention":
-        return {"fwd": lambda r: r, "dkdv": lambda r: (r[1], r[2]), "dq": lambda r: (r[0],)}[kernel](result)
+        return {"fwd": lambda r: r, "dkdv": lambda r: (r[1], r[2]), "dq": lambda r: (r[0],),
+                "dkdv_dq": lambda r: (r[0], r[1], r[2])}[kernel](result)
     if kernel in ("fwd", "fwd_rows"):
         return result
     return {"bwd_dkdv": lambda r: (r[1], r[2]), "bwd_dq": lambda r: (r[0],), "bwd_dbias": lambda r: (r[3],)}[kernel](result)
@@ -210,7 +216,8 @@ def references(group: Group, x: dict, saved) -> dict:
             g16 = torch.autograd.grad(o16, leaves, x["do"].transpose(1, 2))
         o16 = o16.detach().transpose(1, 2)
         dq16, dk16, dv16 = (g.transpose(1, 2) for g in g16)
-        return {"fwd": ((o32, lse32), (o16, None)), "dkdv": ((dk32, dv32), (dk16, dv16)), "dq": ((dq32,), (dq16,))}
+        return {"fwd": ((o32, lse32), (o16, None)), "dkdv": ((dk32, dv32), (dk16, dv16)), "dq": ((dq32,), (dq16,)),
+                "dkdv_dq": ((dq32, dk32, dv32), (dq16, dk16, dv16))}
     from kernels.triangle import reference as R
     from kernels.triangle.bench import eager_triangle_attention
 
@@ -319,11 +326,12 @@ def time_events(fn, rep_ms: int) -> tuple[float, float, float]:
 
 def flops(group: Group, kernel: str) -> float:
     """Matmul FLOPs each kernel runs: 2 per multiply-add, D per score element per dot; the forward
-    has 2 dots (QK^T, PV), dK/dV 4 (QK^T, dV, dP, dK), dQ 3 (QK^T, dP, dQ), dBias 2. Causal halves."""
+    has 2 dots (QK^T, PV), dK/dV 4 (QK^T, dV, dP, dK), dQ 3 (QK^T, dP, dQ), dK/dV with dQ 5, dBias 2.
+    Causal halves."""
     b, s, h, d = group.shape
     if group.op == "attention":
         scores = b * h * s * s * (0.5 if group.causal else 1.0)
-        per = {"fwd": 4, "dkdv": 8, "dq": 6}[kernel]  # 2 FLOPs per MAC x (2, 4, 3) dots of D
+        per = {"fwd": 4, "dkdv": 8, "dq": 6, "dkdv_dq": 10}[kernel]  # 2 FLOPs per MAC x (2, 4, 3, 5) dots of D
         return per * scores * d
     scores = b * s * h * s * s
     per = {"fwd": 4, "fwd_rows": 4, "bwd_dkdv": 8, "bwd_dq": 6, "bwd_dbias": 4}[kernel]  # dbias: QK^T, dP
@@ -479,11 +487,13 @@ class Sweep:
         """Our whole backward at the group's winners (and at the shipped configs), timed by events
         like the baseline's backward."""
         best = winners([r for r in rows if r["group"] == g.name])
-        bwd_kernels = [k for k in g.kernels if k not in ("fwd", "fwd_rows")]
+        bwd_kernels = [k for k in g.kernels if k not in ("fwd", "fwd_rows", "dkdv_dq")]
         out = []
         for label, pick in (("shipped", lambda k: shipped(g.op, g.key, k, g.causal)),
                             ("tuned", lambda k: best[k]["config"] if k in best else shipped(g.op, g.key, k, g.causal))):
             cfgs = {k: _plain(pick(k)) for k in bwd_kernels}
+            if g.op == "attention" and label == "tuned":
+                cfgs["dkdv"] = backward_choice(best, cfgs["dkdv"])
             try:
                 fn = _full_backward(g, cfgs, x, saved)
                 ms, p20, p80 = time_events(fn, self.rep_ms)
@@ -531,6 +541,16 @@ def winners(rows: list[dict]) -> dict:
     return best
 
 
+def backward_choice(best: dict, dkdv: dict) -> dict:
+    """The dK/dV config to ship: the fastest ``dkdv_dq`` (dQ accumulated in the dK/dV kernel)
+    when it beats the fastest dkdv plus the fastest dq, else ``dkdv``; ``dq_atomic`` always set,
+    so a causal override cannot inherit the other choice's."""
+    pair = [best[k]["median_ms"] for k in ("dkdv", "dq") if k in best]
+    if "dkdv_dq" in best and len(pair) == 2 and best["dkdv_dq"]["median_ms"] < sum(pair):
+        return {**_plain(best["dkdv_dq"]["config"]), "dq_atomic": True}
+    return {**_plain(dkdv), "dq_atomic": False}
+
+
 def winners_by_group(rows: list[dict]) -> dict:
     groups: dict = {}
     for r in rows:
@@ -575,8 +595,10 @@ def attention_entries(rows: list[dict]) -> dict:
     for g in attention_groups():
         best = winners([r for r in rows if r["group"] == g.name])
         entry = entries.setdefault(g.key, {})
-        for k, r in best.items():
-            cfg = r["config"]
+        picked = {k: r["config"] for k, r in best.items() if k in ATTENTION_KERNELS}
+        if "dkdv" in picked:
+            picked["dkdv"] = backward_choice(best, picked["dkdv"])
+        for k, cfg in picked.items():
             if g.causal:
                 if not _same(cfg, entry.get(k, {})):
                     entry.setdefault("causal", {})[k] = cfg
@@ -608,6 +630,7 @@ def apply_attention(rows: list[dict], provenance: str, path=None) -> dict:
             entry["causal"] = fresh["causal"]
         narrow = {k: dict(old_narrow[k]) for k in ATTENTION_KERNELS}
         narrow["fwd"].update({"pre_load_v": bool(old_narrow.get("pre_load_v", False)), "warp_specialize": False})
+        narrow["dkdv"]["dq_atomic"] = False  # its narrow tiles were never checked with the extra dot
         entry["narrow"] = narrow
         sm90[key] = entry
     table["_about"] = provenance

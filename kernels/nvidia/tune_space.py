@@ -61,7 +61,7 @@ def _attention_smem(kernel: str, head_dim: int, c: dict) -> int:
     bm, bn, s = c["block_m"], c["block_n"], c["num_stages"]
     if kernel == "fwd":  # Q resident; K and V streamed
         return 2 * head_dim * (bm + s * 2 * bn)
-    if kernel == "dkdv":  # K, V resident; Q and dO streamed
+    if kernel in ("dkdv", "dkdv_dq"):  # K, V resident; Q and dO streamed
         return 2 * head_dim * (2 * bn + s * 2 * bm)
     return 2 * head_dim * (2 * bm + s * 2 * bn)  # dq: Q, dO resident; K, V streamed
 
@@ -97,6 +97,8 @@ def compile_spec(op: str, kernel: str, key: str, c: dict, dtype: str = "bfloat16
         from kernels.nvidia import attention as A
 
         head_dim = int(key)
+        if kernel == "dkdv_dq":  # the dK/dV kernel with dQ accumulated in it
+            kernel, c = "dkdv", {**c, "dq_atomic": True}
         cfg = A.merge_config(A.heuristic(head_dim), {kernel: c})
         return next(s for s in A.kernel_specs(head_dim, cfg, dtype=dtype, causal=True)
                     if s.config["kernel"] == kernel)
@@ -133,19 +135,24 @@ def static_check(spec) -> dict:
     return {**facts, "ok": why is None, "why": why, "sass_sha1": digest}
 
 
-def refresh(op: str, recheck: bool = False, log=print) -> dict:
-    """Re-derive the candidate lists of ``op`` with this Triton and write them to the space file."""
+def refresh(op: str, recheck: bool = False, log=print, only: tuple[str, ...] | None = None) -> dict:
+    """Re-derive the candidate lists of ``op`` with this Triton and write them to the space file;
+    ``only`` names the kernels to re-derive (the others keep their lists)."""
     import triton
 
     table = load(op)
     version = triton.__version__
     rules = table.get("rules", {})
-    out_candidates: dict = {}
-    dropped: dict = table.get("dropped", {}) if recheck else {}
+    out_candidates: dict = {k: dict(v) for k, v in table["candidates"].items()} if only else {}
+    dropped: dict = table.get("dropped", {}) if recheck or only else {}
     for key, kernels in table["space"].items():
         for kernel, knobs in kernels.items():
+            if only and kernel not in only:
+                continue
             points = table["candidates"].get(key, {}).get(kernel, []) if recheck else grid(knobs)
             kept, seen = [], {}
+            if not recheck:
+                dropped.setdefault(key, {})[kernel] = []
             drops = dropped.setdefault(key, {}).setdefault(kernel, [])
             for point in points:
                 c = {k: v for k, v in point.items() if k != "static"}
@@ -209,8 +216,9 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("op", choices=OPS)
     parser.add_argument("--recheck", action="store_true", help="re-check the current candidates only")
+    parser.add_argument("--kernel", action="append", help="re-derive only this kernel's list (repeatable)")
     args = parser.parse_args(argv)
-    table = refresh(args.op, recheck=args.recheck)
+    table = refresh(args.op, recheck=args.recheck, only=tuple(args.kernel) if args.kernel else None)
     for key, kernels in table["candidates"].items():
         print(key, {k: len(v) for k, v in kernels.items()})
 
