@@ -80,6 +80,18 @@ def on_gpu() -> bool:
     return jax.default_backend() == "gpu"
 
 
+def jax_triton_unavailable() -> str | None:
+    """Why JAX arrays cannot reach the Triton kernels natively here, or None when they can
+    (JAX on a GPU with jax-triton installed)."""
+    import importlib.util
+
+    # find_spec, not import: importing jax-triton changes TRITON_CACHE_DIR for the process.
+    for name in ("jax", "jax_triton"):
+        if importlib.util.find_spec(name) is None:
+            return f"needs jax and jax-triton ({name} is not installed)"
+    return None if on_gpu() else "needs JAX on a GPU"
+
+
 def triton_call(*args, **kwargs):
     """``jax_triton.triton_call``: the one place the JAX launchers reach jax-triton through.
 

@@ -103,14 +103,9 @@ def busiest(per_program: list[int], copies: int, units: int, overhead_steps: flo
 
 
 def terms(shape: dict, config: dict, machine: Machine, dtype: str, launch_s: float) -> dict[str, float]:
-    b = int(shape.get("batch", shape.get("B", 1)))
-    h = int(shape.get("heads", shape.get("H", 1)))
-    sq = int(shape.get("seq_q", shape.get("S", shape.get("seq", 1))))
-    sk = int(shape.get("seq_k", sq))
-    d = int(shape.get("head_dim", shape.get("D", 64)))
-    problem = {**(config or {}), **shape}
-    causal = bool(problem.get("causal", False))
-    backward = str(problem.get("direction", "fwd")) == "bwd"
+    p = _work.attention_problem(shape, config)
+    b, h, sq, sk, d = p.batch, p.heads, p.seq_q, p.seq_k, p.head_dim
+    causal, backward = p.causal, p.backward
     size = _work.dtype_bytes(dtype)
     dpad = head_dim_pad(d)
     units = max(1, machine.units)
@@ -120,7 +115,12 @@ def terms(shape: dict, config: dict, machine: Machine, dtype: str, launch_s: flo
     per_sm_l2 = bw.get("l2", bw.get("hbm", 1.0)) / units
     t = tiles(machine, d, config)
     # (kernel, blocks per program, block rows, block cols, tensor FLOPs per element, rows loaded per step)
-    if backward:
+    dkdv_section = (config or {}).get("dkdv")
+    if backward and isinstance(dkdv_section, dict) and dkdv_section.get("dq_atomic"):
+        bm1, bn1 = t["dkdv"]  # dQ accumulated in the dK/dV kernel: 5 products, no dQ kernel
+        kernels = [(_cols_blocks(sq, sk, bm1, bn1, causal), bm1, bn1, 10 * dpad, 2 * bm1)]
+        launches = 2  # row statistics (O . dO), dK/dV with dQ
+    elif backward:
         bm1, bn1 = t["dkdv"]
         bm2, bn2 = t["dq"]
         kernels = [(_cols_blocks(sq, sk, bm1, bn1, causal), bm1, bn1, 8 * dpad, 2 * bm1),

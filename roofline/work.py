@@ -70,20 +70,39 @@ def gemm(shape: dict[str, Any], config: dict[str, Any] | None = None, dtype: str
     return Work(flops, levels)
 
 
-def attention(shape: dict[str, Any], config: dict[str, Any] | None = None, dtype: str | None = None) -> Work:
-    b = int(shape.get("batch", shape.get("B", 1)))
-    h = int(shape.get("heads", shape.get("H", 1)))
+@dataclass(frozen=True)
+class AttentionProblem:
+    batch: int
+    heads: int
+    seq_q: int
+    seq_k: int
+    head_dim: int
+    causal: bool
+    backward: bool
+
+
+def attention_problem(shape: dict[str, Any], config: dict[str, Any] | None = None) -> AttentionProblem:
+    """An attention record's problem from its shape (and config: records keep causality and
+    direction in one or the other)."""
     sq = int(shape.get("seq_q", shape.get("S", shape.get("seq", 1))))
-    sk = int(shape.get("seq_k", sq))
-    d = int(shape.get("head_dim", shape.get("D", 64)))
-    # causality and direction name the problem; records keep them in the shape or in the config
     problem = {**(config or {}), **shape}
-    causal = bool(problem.get("causal", False))
+    return AttentionProblem(
+        batch=int(shape.get("batch", shape.get("B", 1))),
+        heads=int(shape.get("heads", shape.get("H", 1))),
+        seq_q=sq,
+        seq_k=int(shape.get("seq_k", sq)),
+        head_dim=int(shape.get("head_dim", shape.get("D", 64))),
+        causal=bool(problem.get("causal", False)),
+        backward=str(problem.get("direction", "fwd")) == "bwd",
+    )
+
+
+def attention(shape: dict[str, Any], config: dict[str, Any] | None = None, dtype: str | None = None) -> Work:
+    p = attention_problem(shape, config)
     size = dtype_bytes(dtype or shape.get("dtype"))
-    pairs = sq * sk / (2 if causal else 1)
-    backward = str(problem.get("direction", "fwd")) == "bwd"
-    flops = (10.0 if backward else 4.0) * b * h * pairs * d  # fwd: QK^T and PV; bwd: 5 products
-    tensors = (8 if backward else 4) * b * h * max(sq, sk) * d
+    pairs = p.seq_q * p.seq_k / (2 if p.causal else 1)
+    flops = (10.0 if p.backward else 4.0) * p.batch * p.heads * pairs * p.head_dim  # fwd: QK^T and PV; bwd: 5 products
+    tensors = (8 if p.backward else 4) * p.batch * p.heads * max(p.seq_q, p.seq_k) * p.head_dim
     return Work(flops, {"hbm": size * tensors})
 
 

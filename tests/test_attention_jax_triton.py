@@ -18,6 +18,7 @@ import pytest
 import torch
 
 import kernels
+from kernels.jax_bridge import jax_triton_unavailable
 from kernels.attention import reference
 from kernels.nvidia import attention as flash
 from kernels.nvidia import attention_jax
@@ -156,17 +157,9 @@ def test_mqa_specialization_compiles():
 # ---------------------------------------------------------------------------- on a GPU
 
 
-def _jax_gpu() -> str | None:
-    import importlib.util
-
-    for name in ("jax", "jax_triton"):
-        if importlib.util.find_spec(name) is None:
-            return f"needs jax and jax-triton ({name} is not installed)"
-    return None if jax.default_backend() == "gpu" else "needs JAX on a GPU"
-
 
 @pytest.mark.gpu
-@pytest.mark.skipif(_jax_gpu() is not None, reason=_jax_gpu() or "")
+@pytest.mark.skipif(jax_triton_unavailable() is not None, reason=jax_triton_unavailable() or "")
 @pytest.mark.parametrize("head_dim,causal,bias_shape", [(128, True, (1, 8, 1000, 1000)), (64, False, (2, 8, 1, 1000)),
                                                          (80, True, None)])
 def test_jax_attention_on_gpu_through_jax_triton(head_dim, causal, bias_shape):

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import kernels
+from kernels.jax_bridge import jax_triton_unavailable
 from kernels.gemm.reference import gemm as reference_gemm
 from tests.numerics import assert_close_by_ratio
 
@@ -232,21 +233,9 @@ def test_pointer_path_compiles_with_hgmma():
     assert p.instruction_mix.get("LDGSTS", 0) > 0, "pointer loads are not pipelined through cp.async"
 
 
-def _jax_gpu() -> str | None:
-    """Why the JAX-on-GPU test cannot run here, or None when it can."""
-    import importlib.util
-
-    # find_spec, not import: importing jax-triton changes TRITON_CACHE_DIR for the process.
-    for name in ("jax", "jax_triton"):
-        if importlib.util.find_spec(name) is None:
-            return f"needs jax and jax-triton ({name} is not installed)"
-    import jax
-
-    return None if jax.default_backend() == "gpu" else "needs JAX on a GPU"
-
 
 @pytest.mark.gpu
-@pytest.mark.skipif(_jax_gpu() is not None, reason=_jax_gpu() or "")
+@pytest.mark.skipif(jax_triton_unavailable() is not None, reason=jax_triton_unavailable() or "")
 def test_jax_on_gpu_through_jax_triton():
     import jax
     import jax.numpy as jnp

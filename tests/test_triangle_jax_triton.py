@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import kernels
+from kernels.jax_bridge import jax_triton_unavailable
 from kernels.nvidia import triangle_attention_jax, triangle_multiplication_jax
 from kernels.nvidia.triangle_attention import config_for as attention_config
 from kernels.triangle import reference as ref
@@ -137,16 +138,8 @@ def test_jax_wrappers_every_kernel_sm90a(spec):
 # ---------------------------------------------------------------------------- on a GPU
 
 
-def _jax_gpu() -> str | None:
-    import importlib.util
 
-    for name in ("jax", "jax_triton"):
-        if importlib.util.find_spec(name) is None:
-            return f"needs jax and jax-triton ({name} is not installed)"
-    return None if jax.default_backend() == "gpu" else "needs JAX on a GPU"
-
-
-ON_JAX_GPU = pytest.mark.skipif(_jax_gpu() is not None, reason=_jax_gpu() or "")
+ON_JAX_GPU = pytest.mark.skipif(jax_triton_unavailable() is not None, reason=jax_triton_unavailable() or "")
 
 
 @pytest.mark.gpu

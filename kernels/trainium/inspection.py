@@ -29,25 +29,13 @@ def inspect_trainium(target: str, dtype: str = "bfloat16", config: dict | None =
             row.update(rules="fail", error=str(exc), op="gemm", target=target, dtype=dtype)
             rows.append(row)
             continue
-        counts = dict(report.instructions)
-        counts["total"] = sum(report.instructions.values())
         row.update(
-            rules="ok",
-            fraction_of_peak=report.fraction_of_peak,
-            estimated_s=report.estimated_s,
-            bottleneck=report.bottleneck,
-            instructions=counts,
-            sbuf_peak_bytes_per_partition=ctx.sbuf_peak,
-            psum_peak_banks=ctx.psum_peak,
-            sbuf_bytes_per_partition=ctx.target.sbuf_bytes_per_partition,
+            _estimate_fields(report, ctx),
             resolved={key: resolved[key] for key in ("TILES_IN_BLOCK_M", "TILES_IN_BLOCK_N", "TILES_IN_BLOCK_K", "RESIDENT_M_BLOCKS")},
-            dma_bytes=report.dma_bytes,
-            busy_s=dict(report.busy_s),
             tensor_peak_flops=report.tensor_peak_flops,
             op="gemm",
             target=target,
             dtype=dtype,
-            method="cost model over the emulator's dry-run instruction trace (not a measurement)",
         )
         rows.append(row)
     return rows
@@ -75,28 +63,31 @@ def inspect_trainium_attention(target: str, dtype: str = "bfloat16", config: dic
                 row.update(rules="fail", error=str(exc), config=(config or {}).get("name", "custom"))
                 rows.append(row)
                 continue
-            counts = dict(report.instructions)
-            counts["total"] = sum(report.instructions.values())
-            row.update(
-                config=resolved["name"],
-                resolved=resolved,
-                rules="ok",
-                fraction_of_peak=report.fraction_of_peak,
-                estimated_s=report.estimated_s,
-                bound_s=report.bound_s,
-                bottleneck=report.bottleneck,
-                instructions=counts,
-                busy_s=dict(report.busy_s),
-                dma_bytes=report.dma_bytes,
-                flops=report.flops,
-                tensor_peak_flops=report.tensor_peak_flops,
-                sbuf_peak_bytes_per_partition=ctx.sbuf_peak,
-                psum_peak_banks=ctx.psum_peak,
-                sbuf_bytes_per_partition=ctx.target.sbuf_bytes_per_partition,
-                method="cost model over the emulator's dry-run instruction trace (not a measurement)",
-            )
+            row.update(config=resolved["name"], resolved=resolved, **_estimate_fields(report, ctx),
+                       tensor_peak_flops=report.tensor_peak_flops)
             rows.append(row)
     return rows
+
+
+def _estimate_fields(report, ctx) -> dict:
+    """A kernel's row fields from its cost-model report and the emulator context it ran in."""
+    counts = dict(report.instructions)
+    counts["total"] = sum(report.instructions.values())
+    return dict(
+        rules="ok",
+        fraction_of_peak=report.fraction_of_peak,
+        estimated_s=report.estimated_s,
+        bound_s=report.bound_s,
+        bottleneck=report.bottleneck,
+        instructions=counts,
+        busy_s=dict(report.busy_s),
+        dma_bytes=report.dma_bytes,
+        flops=report.flops,
+        sbuf_peak_bytes_per_partition=ctx.sbuf_peak,
+        psum_peak_banks=ctx.psum_peak,
+        sbuf_bytes_per_partition=ctx.target.sbuf_bytes_per_partition,
+        method="cost model over the emulator's dry-run instruction trace (not a measurement)",
+    )
 
 
 def inspect_trainium_trimul(target: str, dtype: str = "bfloat16", config: dict | None = None, shape: dict | None = None) -> list[dict]:
@@ -119,22 +110,6 @@ def inspect_trainium_trimul(target: str, dtype: str = "bfloat16", config: dict |
             row.update(rules="fail", error=str(exc))
             rows.append(row)
             continue
-        counts = dict(report.instructions)
-        counts["total"] = sum(report.instructions.values())
-        row.update(
-            rules="ok",
-            estimated_s=report.estimated_s,
-            bound_s=report.bound_s,
-            bottleneck=report.bottleneck,
-            fraction_of_peak=report.fraction_of_peak,
-            instructions=counts,
-            busy_s=dict(report.busy_s),
-            dma_bytes=report.dma_bytes,
-            flops=report.flops,
-            sbuf_peak_bytes_per_partition=ctx.sbuf_peak,
-            psum_peak_banks=ctx.psum_peak,
-            sbuf_bytes_per_partition=ctx.target.sbuf_bytes_per_partition,
-            method="cost model over the emulator's dry-run instruction trace (not a measurement)",
-        )
+        row.update(_estimate_fields(report, ctx))
         rows.append(row)
     return rows
