@@ -581,3 +581,22 @@ def test_correctness_smoke_of_ceiling_run():
     results = smoke.triangle_attention_smoke("nvidia", "cpu", 1) + smoke.trimul_smoke("nvidia", "cpu", 1)
     assert len(results) == 9
     assert all(r.passed for r in results), [r.as_dict() for r in results if not r.passed]
+
+
+def test_triangle_attention_memory_grows_as_n_squared():
+    """Forward and backward, the bias gradient included, without O(N^3) memory: doubling N must
+    about quadruple the peak of the CPU allocations (an N x N x N tensor would make it 8x)."""
+    from microbench.benchmarks.runner import cpu_peak_bytes
+
+    peaks = {}
+    for n in (16, 32):
+        q, k, v, bias, mask = attention_inputs(1, n, 2, 16, seed=3)
+        leaves = [t.detach().requires_grad_() for t in (q, k, v, bias)]
+        dout = torch.randn_like(q)
+        with cpu_peak_bytes() as peak:
+            out = kernels.triangle_attention(*leaves, mask, backend="nvidia")
+            torch.autograd.grad(out, leaves, dout)
+        if "bytes" not in peak:
+            pytest.skip("this PyTorch's profiler exposes no memory events")
+        peaks[n] = peak["bytes"]
+    assert peaks[32] / peaks[16] < 5.0, peaks
