@@ -85,6 +85,14 @@ def _run(inputs: dict, direction: str, cfgs: dict | None, backward: bool, backen
     return [out, *torch.autograd.grad(out, [x, *weights.values()], inputs["dout"])]
 
 
+def thunk(n: int, cfgs: dict | None, backward: bool = True, c_z: int = 128, dtype: torch.dtype = torch.bfloat16,
+          direction: str = "outgoing", device: str = "cuda"):
+    """A no-argument call of the op (forward, and backward when ``backward``) at ``cfgs`` on
+    fresh inputs: what a profiler runs to see where the time goes."""
+    inputs = make_inputs(n, c_z, dtype, 0, device)
+    return lambda: _run(inputs, direction, cfgs, backward)
+
+
 def _error(results, exact) -> float:
     """The largest of the relative max-norm errors of each result against ``exact``."""
     return max(((r.double() - e.double()).abs().max() / e.double().abs().max().clamp_min(1e-30)).item()

@@ -45,6 +45,18 @@ def tune_trimul(*, n: int, budget_s: float, rep_ms: int, out: Path, apply: bool,
                           json.dumps(top["config"]))
     Console().print(table)
     (out / "tuned-trimul.json").write_text(json.dumps(best, indent=1))
+    # Where one forward + backward spends its time, kernel by kernel, before and after.
+    from microbench.breakdown import kernel_times
+
+    breakdown = {label: kernel_times(T.thunk(n, cfgs), top=25)
+                 for label, cfgs in (("start", trimul.config_for(device, "bfloat16")), ("tuned", best))}
+    (out / "tune-trimul-breakdown.json").write_text(json.dumps(breakdown, indent=1))
+    split = Table(title="Trimul forward + backward at the tuned config, device time by kernel")
+    for col in ("kernel", "calls", "ms", "share"):
+        split.add_column(col)
+    for r in breakdown["tuned"][:12]:
+        split.add_row(r["name"][:60], str(r["calls"]), f"{r['total_ms']:.3f}", f"{r['share']:.0%}")
+    Console().print(split)
     if apply:
         reached = sorted({r["stage"] for r in rows if "median_ms" in r})
         if not reached:
