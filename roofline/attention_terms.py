@@ -130,14 +130,17 @@ def terms(shape: dict, config: dict, machine: Machine, dtype: str, launch_s: flo
         bm, bn = t["fwd"]
         kernels = [(_rows_blocks(sq, sk, bm, bn, causal), bm, bn, 4 * dpad, 2 * bn)]
         launches = 1
+    fwd_section = (config or {}).get("fwd")
+    # exp2_split: half of a forward step's exponentials run on the FMA pipe instead of the SFU
+    sfu_share = 0.5 if not backward and isinstance(fwd_section, dict) and fwd_section.get("exp2_split") else 1.0
     compute = exp = pipe = programs = 0.0
     for blocks, bm_, bn_, flops_per_elem, rows in kernels:
         elems = bm_ * bn_
-        step = max(elems * flops_per_elem / per_sm_peak, elems / per_sm_sfu)  # the slower unit paces a step
+        step = max(elems * flops_per_elem / per_sm_peak, sfu_share * elems / per_sm_sfu)  # the slower unit paces a step
         steps, n = busiest(blocks, b * h, units, PROGRAM_OVERHEAD_S / step)
         steps -= n * PROGRAM_OVERHEAD_S / step
         compute += steps * elems * flops_per_elem / per_sm_peak
-        exp += steps * elems / per_sm_sfu
+        exp += steps * sfu_share * elems / per_sm_sfu
         pipe += steps * rows * dpad * size / per_sm_l2
         programs += n
     w = _work.attention(shape, config, dtype)

@@ -7,11 +7,14 @@ import math
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 import kernels
 from kernels.attention import reference
 from kernels.attention.spec import InputError
 from kernels.nvidia import attention as flash
+from kernels.nvidia.attention import _exp2_fma
 from tests.numerics import assert_close_by_ratio
 
 BF16, FP16 = torch.bfloat16, torch.float16
@@ -156,6 +159,40 @@ def test_dq_accumulated_by_the_dkdv_kernel(case, monkeypatch):
     config = {**SMALL, "dkdv": {**SMALL["dkdv"], "dq_atomic": True}, "use_tma": tma}
     check_backend("nvidia", q, k, v, bias, mask, causal, config=config)
     assert "_attn_bwd_dkdv" in launched and "_attn_bwd_dq" not in launched, launched
+
+
+@pytest.mark.parametrize("case", ["causal-q>k-mqa-d80-mask", "tma-headbias-causal", "plain"])
+def test_forward_with_half_the_exponentials_on_the_fma_pipe(case):
+    """``exp2_split``: odd score columns through the polynomial exp2; masked scores (-inf) and
+    fully masked rows must still give exactly 0."""
+    b, sq, sk, h, hk, d, causal, bshape, mshape, dtype, tma = CASES[case]
+    q, k, v, bias, mask = make_inputs(b, sq, sk, h, hk, d, dtype, bshape, mshape, seed=hash(case) % 991)
+    if mask is not None:
+        mask[..., 3, :] = False  # a fully masked row
+    config = {**SMALL, "fwd": {**SMALL["fwd"], "exp2_split": True}, "use_tma": tma}
+    out, _, _ = check_backend("nvidia", q, k, v, bias, mask, causal, config=config)
+    if mask is not None:
+        assert not out[:, 3].any()
+
+
+@triton.jit
+def _exp2_fma_kernel(X, Y, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    tl.store(Y + offs, _exp2_fma(tl.load(X + offs)))
+
+
+def test_polynomial_exp2_matches_exp2():
+    from kernels.triton_runtime import interpreted
+
+    kernel = _exp2_fma_kernel
+    x = torch.cat([torch.linspace(-130.0, 0.0, 1022), torch.tensor([float("-inf"), -126.5])])
+    y = torch.full_like(x, float("nan"))
+    interpreted(kernel)[(1,)](x, y, N=1024)
+    exact = torch.exp2(x.double())
+    big = x >= -126.0
+    rel = ((y.double() - exact).abs() / exact)[big]
+    assert rel.max().item() < 8e-5, rel.max().item()
+    assert (y[~big] == 0).all()
 
 
 @pytest.mark.parametrize("d", [32, 64, 80, 96, 128, 256])

@@ -119,7 +119,7 @@ def test_apply_attention_writes_winners_causal_overrides_and_pins_narrow(tmp_pat
         for kernel in tune.ATTENTION_KERNELS:
             for k, v in before[kernel].items():
                 assert narrow[kernel][k] == v, (kernel, k)
-        assert A.fwd_knobs(narrow) == {"PRE_LOAD_V": False, "WARP_SPECIALIZE": False}
+        assert A.fwd_knobs(narrow) == {"PRE_LOAD_V": False, "WARP_SPECIALIZE": False, "EXP2_SPLIT": False}
         assert len(A.compile_specs()) == len(table["sm90"]) * 6
     finally:
         A._tuned.cache_clear()

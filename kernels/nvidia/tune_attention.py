@@ -88,7 +88,8 @@ def shipped(op: str, key: str, kernel: str, causal: bool = False) -> dict:
         section = {**cfg["dkdv"], "dq_atomic": True} if kernel == "dkdv_dq" else dict(cfg[kernel])
         if kernel == "fwd":
             knobs = A.fwd_knobs(cfg)
-            section.update(pre_load_v=knobs["PRE_LOAD_V"], warp_specialize=knobs["WARP_SPECIALIZE"])
+            section.update(pre_load_v=knobs["PRE_LOAD_V"], warp_specialize=knobs["WARP_SPECIALIZE"],
+                           exp2_split=knobs["EXP2_SPLIT"])
         return section
     from kernels.nvidia import triangle_attention as T
 
@@ -629,7 +630,8 @@ def apply_attention(rows: list[dict], provenance: str, path=None) -> dict:
         if fresh.get("causal"):
             entry["causal"] = fresh["causal"]
         narrow = {k: dict(old_narrow[k]) for k in ATTENTION_KERNELS}
-        narrow["fwd"].update({"pre_load_v": bool(old_narrow.get("pre_load_v", False)), "warp_specialize": False})
+        narrow["fwd"].update({"pre_load_v": bool(old_narrow.get("pre_load_v", False)), "warp_specialize": False,
+                              "exp2_split": False})
         narrow["dkdv"]["dq_atomic"] = False  # its narrow tiles were never checked with the extra dot
         entry["narrow"] = narrow
         sm90[key] = entry
