@@ -121,6 +121,21 @@ def test_triangle_attention_bf16(backend, poisoned):
         assert_close_ratio(name, g, e, f, 2e-2)
 
 
+def test_triangle_attention_forward_exp2_split(poisoned):
+    """Half the exponentials as a cubic on the FMA pipe (bf16 inputs), fully masked rows included."""
+    from kernels.nvidia import triangle_attention as nv
+
+    B, N, H, D = 1, 13, 2, 32
+    q, k, v, bias, mask = attention_inputs(B, N, H, D, torch.bfloat16, seed=5)
+    cfg = nv.config_for(None, D, "bfloat16")
+    cfg["fwd"] = {**cfg["fwd"], "ROWS": 1, "EXP2_SPLIT": True}
+    out, _ = nv.triangle_attention_fwd(q, k, v, bias, mask, 1.0 / math.sqrt(D), cfg)
+    exact_out, _ = exact_attention(q, k, v, bias, mask, torch.zeros_like(q))
+    fw_out, _ = framework_attention(q, k, v, bias, mask, torch.zeros_like(q))
+    assert_close_ratio("out", out, exact_out, fw_out, 1e-2)
+    assert (out[:, 1] == 0).all()
+
+
 @pytest.mark.parametrize("rows", [2, 4])
 def test_triangle_attention_rows_forward(rows, poisoned):
     """The forward that shares each bias tile between several rows, N not a multiple of ROWS."""

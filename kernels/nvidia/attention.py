@@ -81,7 +81,7 @@ def _keep(rows, cols, seqlen_q, seqlen_k, causal_offset, CAUSAL: tl.constexpr):
 
 
 @triton.jit
-def _exp2_fma(x):
+def exp2_fma(x):
     """2^x on the FMA and integer pipes instead of the MUFU unit (whose ex2 runs at an eighth of
     the FMA rate on Hopper, so the softmax exponentials, not the tensor cores, can pace a
     step). x = n + f with n = round(x), taken from the low bits of x + 1.5 * 2^23, and
@@ -96,12 +96,12 @@ def _exp2_fma(x):
 
 
 @triton.jit
-def _softmax_exp2(x, EXP2_SPLIT: tl.constexpr):
-    """exp2 of a score tile; with EXP2_SPLIT the odd columns go to :func:`_exp2_fma`, so the
+def softmax_exp2(x, EXP2_SPLIT: tl.constexpr):
+    """exp2 of a score tile; with EXP2_SPLIT the odd columns go to :func:`exp2_fma`, so the
     MUFU and FMA pipes share the work (a thread holds column pairs, so the split moves no data)."""
     if EXP2_SPLIT:
         even, odd = tl.split(tl.reshape(x, (x.shape[0], x.shape[1] // 2, 2)))
-        return tl.reshape(tl.join(tl.math.exp2(even), _exp2_fma(odd)), (x.shape[0], x.shape[1]))
+        return tl.reshape(tl.join(tl.math.exp2(even), exp2_fma(odd)), (x.shape[0], x.shape[1]))
     return tl.math.exp2(x)
 
 
@@ -150,9 +150,9 @@ def _fwd_step(
     else:  # every score of an unmasked block is finite, so m_new is
         m_sub = m_new
     if HAS_BIAS:
-        p = _softmax_exp2(qk - m_sub[:, None], EXP2_SPLIT)
+        p = softmax_exp2(qk - m_sub[:, None], EXP2_SPLIT)
     else:
-        p = _softmax_exp2(qk * qk_scale - m_sub[:, None], EXP2_SPLIT)
+        p = softmax_exp2(qk * qk_scale - m_sub[:, None], EXP2_SPLIT)
     alpha = tl.math.exp2(m_i - m_sub)
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = acc * alpha[:, None]

@@ -45,6 +45,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.nvidia.attention import softmax_exp2
 from kernels.triton_runtime import launcher
 
 CONFIG_FILE = Path(__file__).with_name("configs") / "triangle_attention.json"
@@ -56,7 +57,12 @@ KERNELS = ("fwd", "bwd_dkdv", "bwd_dq", "bwd_dbias")
 @triton.jit
 def fwd_kernel(Q, K, V, Bias, Mask, O, LSE, N, H, D, qk_scale,
                HAS_MASK: tl.constexpr, PRECISION: tl.constexpr,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+               EXP2_SPLIT: tl.constexpr = False):
+    """Flash attention over one (batch, i, head) row of the pair stack, the fp32 bias added to
+    the scores. At head dim 32 a score costs 64 tensor-core multiply-adds but one exponential,
+    so the exponentials pace a step; ``EXP2_SPLIT`` computes half of them on the FMA pipe
+    (:func:`kernels.nvidia.attention.softmax_exp2`)."""
     pid_m = tl.program_id(0)
     r = tl.program_id(1).to(tl.int64)  # (b*N + i)*H + h
     h = r % H
@@ -91,7 +97,7 @@ def fwd_kernel(Q, K, V, Bias, Mask, O, LSE, N, H, D, qk_scale,
         s = tl.where(valid[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
+        p = softmax_exp2(s - m_new[:, None], EXP2_SPLIT)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
         m_i = m_new
@@ -414,7 +420,10 @@ def triangle_attention_fwd(q, k, v, bias, mask, scale, config=None, *, table=CON
             q, k, v, bias, mask_i8, out, lse, N, H, D, scale * LOG2E, ROWS=rows, **common)
     else:
         grid = (triton.cdiv(N, cfg["BLOCK_M"]), B * N * H)
-        launcher(fwd_kernel, on_gpu=on_gpu)[grid](q, k, v, bias, mask_i8, out, lse, N, H, D, scale * LOG2E, **common)
+        launcher(fwd_kernel, on_gpu=on_gpu)[grid](q, k, v, bias, mask_i8, out, lse, N, H, D, scale * LOG2E,
+                                                 # 16-bit inputs only: its error is below bf16's, not fp32's
+                                                 EXP2_SPLIT=bool(cfg.get("EXP2_SPLIT")) and q.dtype != torch.float32,
+                                                 **common)
     return out, lse
 
 
@@ -505,6 +514,8 @@ def kernel_spec(name: str, cfg: dict, dtype: str = "bfloat16", head_dim: int = 3
                   "HEAD_DIM": hd}
     if fn is fwd_rows_kernel:
         constexprs["ROWS"] = cfg["ROWS"]
+    if fn is fwd_kernel:
+        constexprs["EXP2_SPLIT"] = bool(cfg.get("EXP2_SPLIT", False))
     signature = {**signature, **{key: "constexpr" for key in constexprs}}
     opts = {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}
     for key in extra_keys:
