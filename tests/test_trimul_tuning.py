@@ -57,3 +57,29 @@ def test_table_entry_keeps_float32_overrides():
     assert entry["ln_gate_proj"]["BLOCK_N"] == 256
     assert entry["ln_gate_proj"]["float32"] == raw_default["ln_gate_proj"]["float32"]
     assert entry["bwd_rows"] == default["bwd_rows"]
+
+
+def test_tune_command_writes_rows_records_breakdown_and_the_table(tmp_path):
+    """``ceiling tune trimul`` end to end on the CPU (interpreted kernels, a made-up timer): what it
+    writes must be valid records and a config table the kernels then select."""
+    import json
+
+    from microbench.records import frame
+    from roofline.commands.tune_trimul import tune_trimul as run_tune
+
+    table = tmp_path / "table.json"
+    table.write_text(trimul.CONFIG_FILE.read_text())
+    # the last ln_out_gate candidate is the "fastest"
+    timer = _ranking_timer(lambda k: 10.0 - k)
+    rows = run_tune(n=9, c_z=16, dtype="float32", device="cpu", timer=timer, budget_s=600.0, rep_ms=1,
+                       out=tmp_path, apply=True, driver=None, table_path=table, stages=("ln_out_gate",))
+    assert rows and all(r.get("correct") for r in rows)
+    assert len(frame(tmp_path / "records")) == len(rows)
+    breakdown = json.loads((tmp_path / "tune-trimul-breakdown.json").read_text())
+    assert breakdown["start"] and breakdown["tuned"]
+    written = json.loads(table.read_text())
+    last = tune_trimul.candidates()["ln_out_gate"][-1]
+    assert all(written["cpu"]["ln_out_gate"][k] == v for k, v in last.items())
+    assert "ln_out_gate" in written["_measured"]["cpu"]
+    assert trimul.config_for("cpu", "bfloat16", table)["ln_out_gate"]["BLOCK_N"] == last["BLOCK_N"]
+

@@ -11,7 +11,11 @@ from rich.console import Console
 from rich.table import Table
 
 
-def tune_trimul(*, n: int, budget_s: float, rep_ms: int, out: Path, apply: bool, driver: str | None) -> list[dict]:
+def tune_trimul(*, n: int, budget_s: float, rep_ms: int, out: Path, apply: bool, driver: str | None,
+                c_z: int = 128, dtype: str = "bfloat16", device: str = "cuda", timer=None,
+                table_path: Path | None = None, stages: tuple[str, ...] | None = None) -> list[dict]:
+    """The sweep on a GPU. ``device="cpu"`` with a ``timer`` (and small ``n``, ``c_z``) runs the
+    same path with interpreted kernels: what the tests check of the bookkeeping around it."""
     import torch
     import triton
 
@@ -19,22 +23,25 @@ def tune_trimul(*, n: int, budget_s: float, rep_ms: int, out: Path, apply: bool,
     from kernels.nvidia import tune_trimul as T
     from microbench.records import Record, append, host_provenance
 
-    rows, best = T.sweep(n=n, budget_s=budget_s, rep_ms=rep_ms)
+    tdtype = getattr(torch, dtype)
+    rows, best = T.sweep(n=n, c_z=c_z, dtype=tdtype, budget_s=budget_s, rep_ms=rep_ms, device=device, timer=timer,
+                         stages=stages)
     (out / "tune-trimul-rows.json").write_text(json.dumps(rows, indent=1))
-    device = torch.cuda.get_device_name()
-    prov = host_provenance(device=device, driver=driver)
+    device_name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
+    prov = host_provenance(device=device_name, driver=driver)
     records = [
         Record(kind="kernel", op="triangle_multiplicative_update", name=f"ceiling.nvidia:{r['stage']}", metric="time",
                value=r["median_ms"] / 1e3, unit="s", backend="nvidia",
                shape={"n": r["n"], "c_z": r["c_z"], "dtype": r["dtype"], "direction": r["direction"],
                       "timed_on": r["timed_on"]},
-               config={"stage": r["stage"], "value": r["config"]}, method="cuda-graph", median=r["median_ms"] / 1e3,
+               config={"stage": r["stage"], "value": r["config"]}, method="cuda-graph" if device == "cuda" else "host-timer",
+               median=r["median_ms"] / 1e3,
                p20=r["p20_ms"] / 1e3, p80=r["p80_ms"] / 1e3, extra={"rel_error": r.get("rel_error")}, provenance=prov)
         for r in rows if "median_ms" in r
     ]
     if records:
         append(out / "records", records)
-    table = Table(title=f"Triangle multiplicative update tuning on {device} (bf16, N = {n}, c_z = c = 128)")
+    table = Table(title=f"Triangle multiplicative update tuning on {device_name} ({dtype}, N = {n}, c_z = c = {c_z})")
     for col in ("stage", "timed on", "first ms", "best ms", "best config"):
         table.add_column(col)
     for stage in T.candidates():
@@ -48,8 +55,9 @@ def tune_trimul(*, n: int, budget_s: float, rep_ms: int, out: Path, apply: bool,
     # Where one forward + backward spends its time, kernel by kernel, before and after.
     from microbench.breakdown import kernel_times
 
-    breakdown = {label: kernel_times(T.thunk(n, cfgs), top=25)
-                 for label, cfgs in (("start", trimul.config_for(device, "bfloat16")), ("tuned", best))}
+    start = trimul.config_for(device_name if device == "cuda" else None, dtype)
+    breakdown = {label: kernel_times(T.thunk(n, cfgs, c_z=c_z, dtype=tdtype, device=device), device=device, top=25)
+                 for label, cfgs in (("start", start), ("tuned", best))}
     (out / "tune-trimul-breakdown.json").write_text(json.dumps(breakdown, indent=1))
     split = Table(title="Trimul forward + backward at the tuned config, device time by kernel")
     for col in ("kernel", "calls", "ms", "share"):
@@ -62,17 +70,19 @@ def tune_trimul(*, n: int, budget_s: float, rep_ms: int, out: Path, apply: bool,
         if not reached:
             print("nothing was timed: the config table is left as it was")
             return rows
-        key = next((k for k in ("H200", "H100") if k.lower() in device.lower()), device)
-        stamp = (f"{device}, {prov.timestamp[:10]}, commit {prov.git_commit or 'unknown'}, "
+        key = next((k for k in ("H200", "H100") if k.lower() in device_name.lower()), device_name)
+        stamp = (f"{device_name}, {prov.timestamp[:10]}, commit {prov.git_commit or 'unknown'}, "
                  f"torch {torch.__version__}, triton {triton.__version__}")
-        path = trimul.CONFIG_FILE
+        path = table_path or trimul.CONFIG_FILE
         table_json = json.loads(path.read_text())
         table_json[key] = T.table_entry(best, table_json["default"])
         table_json.setdefault("_measured", {})[key] = (
             f"Stages {', '.join(reached)} are the fastest candidates of configs/triangle_multiplication_candidates.json "
-            f"that matched a float32 reference, timed by CUDA-graph replay with `ceiling tune trimul` at B = 1, "
-            f"N = {n}, c_z = c = 128, bf16, outgoing, 5% of pairs masked (forward stages on the forward, backward "
-            f"stages on forward + backward), one stage at a time from the default entry, on {stamp}. "
+            f"that matched a float32 reference, timed by CUDA-graph replay (CUDA events where a call could not be "
+            f"captured) with `ceiling tune trimul` at B = 1, "
+            f"N = {n}, c_z = c = {c_z}, {dtype}, outgoing, 5% of pairs masked (forward stages on the forward, backward "
+            f"stages on forward + backward), one stage at a time from the entry in force before (the default when the "
+            f"device had none), on {stamp}. "
             "Not measured: the float32 sub-entries (the default's)."
         )
         path.write_text(json.dumps(table_json, indent=1) + "\n")
