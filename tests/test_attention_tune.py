@@ -176,3 +176,47 @@ def test_apply_attention_picks_dq_in_dkdv_only_when_it_beats_the_pair(tmp_path, 
         assert not A.select_config(128, torch.device("cpu"), narrow=True)["dkdv"]["dq_atomic"]
     finally:
         A._tuned.cache_clear()
+
+
+def test_tune_command_turns_sweep_rows_into_records_and_applies(tmp_path, monkeypatch):
+    """The command around the sweep, with the sweep's rows made up (the sweep itself needs the GPU):
+    every timed row becomes a valid record, skipped and failed ones do not, and --apply writes."""
+    from microbench.records import frame
+    from roofline.commands import tune_attention as command
+
+    g = tune.attention_groups()[0]
+    cfg = {"block_m": 128, "block_n": 64, "num_warps": 8, "num_stages": 3, "pre_load_v": False, "exp2_split": True}
+    rows = [
+        {**_row(g, "fwd", cfg, 1.0), "method": "cuda-graph", "tflops": 500.0, "shipped": False},
+        {**_row(g, "dkdv", {"block_m": 32, "block_n": 128, "num_warps": 8, "num_stages": 2}, 1.2), "method": "cuda-graph"},
+        {**_row(g, "dq", {"block_m": 128, "block_n": 32, "num_warps": 8, "num_stages": 2}, 0.9), "method": "cuda-graph"},
+        {**_row(g, "dkdv_dq", {"block_m": 16, "block_n": 128, "num_warps": 8, "num_stages": 2}, 1.8),
+         "method": "cuda-graph"},
+        {**{k: v for k, v in _row(g, "fwd", cfg, 1.0).items() if "ms" not in k}, "skipped": "the time budget ran out"},
+        dict(op="attention", group=g.name, shape=list(g.shape), causal=False, dtype="bfloat16", config=None,
+             kernel="fwd", impl="sdpa", method="cuda-graph", median_ms=0.8, p20_ms=0.79, p80_ms=0.81),
+        dict(op="attention", group=g.name, kernel="bwd", impl="ceiling.nvidia-tuned", shape=list(g.shape), causal=False,
+             dtype="bfloat16", config={"dkdv": {}, "dq": {}}, method="cuda-events", median_ms=2.5, p20_ms=2.4,
+             p80_ms=2.6, tflops=None),
+    ]
+
+    class FakeSweep:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def run(self):
+            return rows
+
+    table = tmp_path / "attention.json"
+    table.write_text(A.CONFIG_FILE.read_text())
+    monkeypatch.setattr(tune, "Sweep", FakeSweep)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
+    monkeypatch.setattr(A, "CONFIG_FILE", table)
+    out = command.tune_attention("attention", budget_s=1.0, rep_ms=1, out=tmp_path, apply=True, workers=1, driver=None)
+    assert out is rows
+    records = frame(tmp_path / "records")
+    assert len(records) == sum("median_ms" in r for r in rows)
+    written = json.loads(table.read_text())["sm90"]["128"]
+    assert written["fwd"]["exp2_split"] is True
+    assert written["dkdv"]["dq_atomic"] is True  # 1.8 ms against 1.2 + 0.9 ms
+    A._tuned.cache_clear()
