@@ -10,7 +10,7 @@
 # Usage: scripts/h200_check.sh OUTDIR [tune|check|all]  -> OUTDIR/log.txt and OUTDIR/results.tgz,
 # refreshed after every stage so that a run cut short still returns what it finished.
 # Knobs: TEST_BUDGET_S (100), ATTN_TUNE_BUDGET_S (110), TRI_TUNE_BUDGET_S (40), TRIMUL_TUNE_BUDGET_S (45),
-# GEMM_TUNE_SHAPES (gemm-skinny), TUNE_BUDGET_S (25), CHECK_BUDGET_S (230), MICROBENCH=--microbench.
+# GEMM_TUNE_SHAPES (gemm-llm-skinny), TUNE_BUDGET_S (40), CHECK_BUDGET_S (230), MICROBENCH=--microbench.
 # About 8 minutes for `tune` and 5 for `check`.
 set -uo pipefail
 dest=${1:?usage: $0 OUTDIR [tune|check|all]}
@@ -44,8 +44,8 @@ if [ "$part" != check ]; then
   timeout $((m + 90)) python3 -m roofline.cli tune trimul --out "$work/tune" --budget-s "$m" --rep-ms 50 --apply 2>&1 | log
   cp kernels/nvidia/configs/triangle_multiplication.json "$work/tune/triangle-multiplication-table-after.json"
   save
-  g=${TUNE_BUDGET_S:-25}
-  timeout $((g + 90)) python3 -m roofline.cli tune gemm --shapes "${GEMM_TUNE_SHAPES:-gemm-skinny}" --out "$work/tune" --budget-s "$g" --rep-ms 25 --apply 2>&1 | log
+  g=${TUNE_BUDGET_S:-40}
+  timeout $((g + 90)) python3 -m roofline.cli tune gemm --shapes "${GEMM_TUNE_SHAPES:-gemm-llm-skinny}" --out "$work/tune" --budget-s "$g" --rep-ms 25 --apply 2>&1 | log
   cp kernels/nvidia/configs/gemm.json "$work/tune/gemm-table-after.json"
   save
 fi

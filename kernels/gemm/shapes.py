@@ -29,6 +29,10 @@ SUITES: dict[str, list[tuple[int, int, int]]] = {
 }
 
 
+# The benchmark suite's own skinny shapes (M <= 128): what to re-tune when the skinny path changes.
+SUITES["gemm-llm-skinny"] = [s for s in SUITES["gemm-llm"] if s[0] <= 128]
+
+
 def suite(name: str) -> list[tuple[int, int, int]]:
     if name not in SUITES:
         raise ValueError(f"shapes: expected one of {sorted(SUITES)}, got {name!r}")
