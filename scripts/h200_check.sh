@@ -1,56 +1,71 @@
 #!/usr/bin/env bash
-# The whole check of an NVIDIA GPU machine, in two parts that each fit one command of a few minutes:
-#   tune:  1. the tests marked `gpu` (compiled kernels against float64 on the device, PyTorch and JAX);
-#          2. the attention, triangle-attention, trimul and skinny-GEMM tuning sweeps (CUDA-graph timing
-#             of statically checked candidates, each checked against float32 first), applied to this
-#             tree's config tables (copied to OUTDIR/tune/*-table-after.json);
-#   check: 3. `ceiling device-check`: a correctness pass of every op, then the benchmarks of the configs
-#             in force against cuBLAS, SDPA/FlashAttention and the AlphaFold baselines.
-# Run `tune`, copy the tables it wrote into the tree, then run `check` (or `all` in one go).
-# Usage: scripts/h200_check.sh OUTDIR [tune|check|all]  -> OUTDIR/log.txt and OUTDIR/results.tgz,
+# The check of an NVIDIA GPU machine, in parts that each fit one command of under ten minutes:
+#   main  (default, about 9.5 minutes):
+#         1. the tests marked `gpu` (compiled kernels against float64 on the device, PyTorch and JAX);
+#         2. the attention, triangle-attention and trimul tuning sweeps (CUDA-graph timing of
+#            statically checked candidates, each checked against float32 first), applied to this
+#            tree's config tables (copies in OUTDIR's tune/*-table-after.json);
+#         3. `ceiling device-check` of those three ops with the tables just applied: a correctness
+#            pass, then the benchmarks against SDPA/FlashAttention and the AlphaFold baselines.
+#   gemm  (about 4 minutes): the skinny-GEMM sweep on the benchmark's own skinny shapes, applied,
+#         then `ceiling device-check --op gemm` against cuBLAS.
+#   check (about 7 minutes): `ceiling device-check` of every op with the tables in the tree.
+# A later command starts from the tree as committed, not from what an earlier one applied on the
+# machine: commit the tables a run returns before relying on them in another.
+# Usage: scripts/h200_check.sh OUTDIR [main|gemm|check]  -> OUTDIR/log.txt and OUTDIR/results.tgz,
 # refreshed after every stage so that a run cut short still returns what it finished.
-# Knobs: TEST_BUDGET_S (100), ATTN_TUNE_BUDGET_S (110), TRI_TUNE_BUDGET_S (40), TRIMUL_TUNE_BUDGET_S (45),
-# GEMM_TUNE_SHAPES (gemm-llm-skinny), TUNE_BUDGET_S (40), CHECK_BUDGET_S (230), MICROBENCH=--microbench.
-# About 8 minutes for `tune` and 5 for `check`.
+# Knobs: TEST_BUDGET_S (90), ATTN_TUNE_BUDGET_S (100), TRI_TUNE_BUDGET_S (35), TRIMUL_TUNE_BUDGET_S (40),
+# GEMM_TUNE_SHAPES (gemm-llm-skinny), TUNE_BUDGET_S (40), CHECK_BUDGET_S (150 for main, 120 for gemm,
+# 400 for check), MICROBENCH=--microbench (check only).
 set -uo pipefail
-dest=${1:?usage: $0 OUTDIR [tune|check|all]}
-part=${2:-all}
+dest=${1:?usage: $0 OUTDIR [main|gemm|check]}
+part=${2:-main}
 work=$(mktemp -d)
-mkdir -p "$dest"
+mkdir -p "$dest" "$work/tune"
 export PYTHONUNBUFFERED=1 TRITON_DEFAULT_FP_FUSION=1
 save() { cp "$work/log.txt" "$dest/log.txt"; tar czf "$dest/results.tgz" -C "$work" .; }
 log() { tee -a "$work/log.txt"; }
+# Each sweep stops starting candidates at its budget; the timeout only guards against a hang.
+sweep() {  # sweep OP BUDGET_S TABLE_FILE [extra args]
+  local op=$1 budget=$2 table=$3
+  shift 3
+  timeout $((budget + 90)) python3 -m roofline.cli tune "$op" --out "$work/tune" --budget-s "$budget" --apply "$@" 2>&1 | log
+  cp "kernels/nvidia/configs/$table" "$work/tune/${table%.json}-table-after.json"
+  save
+}
+check() {  # check BUDGET_S [device-check args]
+  local budget=$1
+  shift
+  python3 -m roofline.cli device-check --out "$work/device-check" --budget-s "$budget" "$@" 2>&1 | log
+  save
+}
 
 {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active --format=csv
   python3 -c "import torch, triton, jax; print('torch', torch.__version__, 'triton', triton.__version__, 'jax', jax.__version__, torch.cuda.get_device_name())"
 } 2>&1 | log
-if [ "$part" != check ]; then
-  timeout "${TEST_BUDGET_S:-100}" python3 -m pytest tests/test_gemm_nvidia.py tests/test_attention_gpu.py tests/test_triangle.py \
-    tests/test_attention_jax_triton.py tests/test_triangle_jax_triton.py \
-    -m gpu -q -p no:cacheprovider -rs -o addopts="" --junitxml="$work/gpu-tests.xml" 2>&1 | tail -40 | log
-  save
-  mkdir -p "$work/tune"
-  # Each sweep stops starting candidates at its budget; the timeout only guards against a hang.
-  a=${ATTN_TUNE_BUDGET_S:-110}
-  timeout $((a + 90)) python3 -m roofline.cli tune attention --out "$work/tune" --budget-s "$a" --rep-ms 10 --apply 2>&1 | log
-  cp kernels/nvidia/configs/attention.json "$work/tune/attention-table-after.json"
-  save
-  t=${TRI_TUNE_BUDGET_S:-40}
-  timeout $((t + 90)) python3 -m roofline.cli tune triangle-attention --out "$work/tune" --budget-s "$t" --rep-ms 10 --apply 2>&1 | log
-  cp kernels/nvidia/configs/triangle_attention.json "$work/tune/triangle-attention-table-after.json"
-  save
-  m=${TRIMUL_TUNE_BUDGET_S:-45}
-  timeout $((m + 90)) python3 -m roofline.cli tune trimul --out "$work/tune" --budget-s "$m" --rep-ms 50 --apply 2>&1 | log
-  cp kernels/nvidia/configs/triangle_multiplication.json "$work/tune/triangle-multiplication-table-after.json"
-  save
-  g=${TUNE_BUDGET_S:-40}
-  timeout $((g + 90)) python3 -m roofline.cli tune gemm --shapes "${GEMM_TUNE_SHAPES:-gemm-llm-skinny}" --out "$work/tune" --budget-s "$g" --rep-ms 25 --apply 2>&1 | log
-  cp kernels/nvidia/configs/gemm.json "$work/tune/gemm-table-after.json"
-  save
-fi
-if [ "$part" != tune ]; then
-  python3 -m roofline.cli device-check --out "$work/device-check" --budget-s "${CHECK_BUDGET_S:-230}" "${MICROBENCH:---no-microbench}" 2>&1 | log
-fi
+case "$part" in
+  main)
+    timeout "${TEST_BUDGET_S:-90}" python3 -m pytest tests/test_gemm_nvidia.py tests/test_attention_gpu.py tests/test_triangle.py \
+      tests/test_attention_jax_triton.py tests/test_triangle_jax_triton.py \
+      -m gpu -q -p no:cacheprovider -rs -o addopts="" --junitxml="$work/gpu-tests.xml" 2>&1 | tail -40 | log
+    save
+    sweep attention "${ATTN_TUNE_BUDGET_S:-100}" attention.json --rep-ms 10
+    sweep triangle-attention "${TRI_TUNE_BUDGET_S:-35}" triangle_attention.json --rep-ms 10
+    sweep trimul "${TRIMUL_TUNE_BUDGET_S:-40}" triangle_multiplication.json --rep-ms 50
+    check "${CHECK_BUDGET_S:-150}" --no-microbench --op attention --op triangle_attention --op triangle_multiplicative_update
+    ;;
+  gemm)
+    sweep gemm "${TUNE_BUDGET_S:-40}" gemm.json --shapes "${GEMM_TUNE_SHAPES:-gemm-llm-skinny}" --rep-ms 25
+    check "${CHECK_BUDGET_S:-120}" --no-microbench --op gemm
+    ;;
+  check)
+    check "${CHECK_BUDGET_S:-400}" "${MICROBENCH:---no-microbench}"
+    ;;
+  *)
+    echo "part: expected main, gemm or check, got $part" | log
+    exit 2
+    ;;
+esac
 nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active --format=csv 2>&1 | log
 save
