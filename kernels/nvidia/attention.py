@@ -86,8 +86,9 @@ def exp2_fma(x):
     the FMA rate on Hopper, so the softmax exponentials, not the tensor cores, can pace a
     step). x = n + f with n = round(x), taken from the low bits of x + 1.5 * 2^23, and
     f in [-0.5, 0.5]; 2^f by a cubic (relative error under 7.5e-5, below bf16's rounding of P)
-    whose exponent field n is added to. Scores at or below -126 (masked: -inf) give 0."""
-    xc = tl.maximum(x, -127.0)
+    whose exponent field n is added to. Scores at or below -126 (masked: -inf) give 0; a NaN
+    stays NaN, as the MUFU's would."""
+    xc = tl.maximum(x, -127.0, propagate_nan=tl.PropagateNan.ALL)  # a NaN goes on to give NaN bits
     j = xc + 12582912.0
     f = xc - (j - 12582912.0)
     p = 0.99992807 + f * (0.69326099 + f * (0.24261115 + f * 0.05517167))
