@@ -226,15 +226,10 @@ def trimul_exact(x, direction, mask, w, dout, compute):
     return out.detach(), dict(zip(["x", *names], grads))
 
 
-@pytest.mark.parametrize("backend,N,CZ,C,direction", [
-    (backend, n, cz, c, direction)
-    for backend, n, cz, c in (("reference", 37, 16, 8), ("nvidia", 7, 16, 16), ("nvidia", 11, 16, 8))
-    for direction in ("outgoing", "incoming")
-] + [("amd", 11, 16, 8, "incoming"), ("trainium", 11, 16, 8, "outgoing"), ("trainium", 9, 16, 8, "incoming")])
-def test_trimul_fp32(backend, N, CZ, C, direction, poisoned):
-    x, mask, w = trimul_inputs(1 if N != 11 else 2, N, CZ, C, seed=N + C)
+def check_trimul_fp32(x, direction, mask, w, backend, config=None):
+    """Output and all 13 gradients (random output gradient) against float64 by the error-ratio rule."""
     dout = torch.randn_like(x)
-    out, grads = trimul_run(x, direction, mask, w, backend, dout)
+    out, grads = trimul_run(x, direction, mask, w, backend, dout, config=config)
     exact_out, exact_grads = trimul_exact(x, direction, mask, w, dout, F64)
     fw_out, fw_grads = trimul_exact(x, direction, mask, w, dout, torch.float32)
     assert_close_ratio("out", out, exact_out, fw_out, 1e-6)
@@ -242,6 +237,17 @@ def test_trimul_fp32(backend, N, CZ, C, direction, poisoned):
     for name in grads:
         assert grads[name].shape == exact_grads[name].shape
         assert_close_ratio(f"d{name}", grads[name], exact_grads[name], fw_grads[name], 1e-5)
+    return out, grads
+
+
+@pytest.mark.parametrize("backend,N,CZ,C,direction", [
+    (backend, n, cz, c, direction)
+    for backend, n, cz, c in (("reference", 37, 16, 8), ("nvidia", 7, 16, 16), ("nvidia", 11, 16, 8))
+    for direction in ("outgoing", "incoming")
+] + [("amd", 11, 16, 8, "incoming"), ("trainium", 11, 16, 8, "outgoing"), ("trainium", 9, 16, 8, "incoming")])
+def test_trimul_fp32(backend, N, CZ, C, direction, poisoned):
+    x, mask, w = trimul_inputs(1 if N != 11 else 2, N, CZ, C, seed=N + C)
+    check_trimul_fp32(x, direction, mask, w, backend)
 
 
 def test_trimul_saving_residuals(poisoned):
@@ -249,14 +255,8 @@ def test_trimul_saving_residuals(poisoned):
     from kernels.nvidia.triangle_multiplication import config_for
 
     x, mask, w = trimul_inputs(1, 7, 16, 8, seed=12)
-    dout = torch.randn_like(x)
     config = {**config_for(None, "float32"), "save_for_backward": True, "bwd_rows": 16}
-    out, grads = trimul_run(x, "outgoing", mask, w, "nvidia", dout, config=config)
-    exact_out, exact_grads = trimul_exact(x, "outgoing", mask, w, dout, F64)
-    fw_out, fw_grads = trimul_exact(x, "outgoing", mask, w, dout, torch.float32)
-    assert_close_ratio("out", out, exact_out, fw_out, 1e-6)
-    for name in grads:
-        assert_close_ratio(f"d{name}", grads[name], exact_grads[name], fw_grads[name], 1e-5)
+    check_trimul_fp32(x, "outgoing", mask, w, "nvidia", config=config)
 
 
 @pytest.mark.parametrize("direction", ["outgoing", "incoming"])

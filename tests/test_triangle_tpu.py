@@ -79,18 +79,10 @@ def test_tpu_triangle_attention_exports_for_alphafold3_shape(target):
 @pytest.mark.parametrize("direction,B,N", [("outgoing", 1, 13), ("incoming", 2, 9)])
 def test_tpu_trimul_torch_fp32(direction, B, N):
     """Every gradient of the fused Pallas kernels against float64, odd N, a fully masked row."""
-    from tests.test_triangle import trimul_exact, trimul_inputs, trimul_run
+    from tests.test_triangle import check_trimul_fp32, trimul_inputs
 
     x, mask, w = trimul_inputs(B, N, 16, 8, seed=70 + N)
-    dout = torch.randn_like(x)
-    out, grads = trimul_run(x, direction, mask, w, "tpu", dout)
-    exact_out, exact_grads = trimul_exact(x, direction, mask, w, dout, torch.float64)
-    fw_out, fw_grads = trimul_exact(x, direction, mask, w, dout, torch.float32)
-    assert_close_ratio("out", out, exact_out, fw_out, 1e-6)
-    assert len(grads) == 13
-    for name in grads:
-        assert grads[name].shape == exact_grads[name].shape
-        assert_close_ratio(f"d{name}", grads[name], exact_grads[name], fw_grads[name], 1e-5)
+    check_trimul_fp32(x, direction, mask, w, "tpu")
 
 
 @pytest.mark.parametrize("target,direction,masked", [("tpu-v5e", "outgoing", False), ("tpu-v5p", "incoming", True)])

@@ -19,7 +19,8 @@ import pytest
 import torch
 
 from kernels.triangle.reference import TRIMUL_WEIGHTS
-from tests.test_triangle import assert_close_ratio, poisoned, trimul_exact, trimul_inputs, trimul_run  # noqa: F401
+from tests.test_triangle import (  # noqa: F401  (poisoned: fixture)
+    assert_close_ratio, check_trimul_fp32, poisoned, trimul_exact, trimul_inputs, trimul_run)
 
 F64 = torch.float64
 
@@ -27,15 +28,7 @@ F64 = torch.float64
 @pytest.mark.parametrize("direction,B,N", [("outgoing", 1, 13), ("incoming", 2, 9)])
 def test_trainium_trimul_fp32_every_gradient(direction, B, N, poisoned):  # noqa: F811
     x, mask, w = trimul_inputs(B, N, 16, 8, seed=100 + N)
-    dout = torch.randn_like(x)
-    out, grads = trimul_run(x, direction, mask, w, "trainium", dout)
-    exact_out, exact_grads = trimul_exact(x, direction, mask, w, dout, F64)
-    fw_out, fw_grads = trimul_exact(x, direction, mask, w, dout, torch.float32)
-    assert_close_ratio("out", out, exact_out, fw_out, 1e-6)
-    assert len(grads) == 13
-    for name in grads:
-        assert grads[name].shape == exact_grads[name].shape
-        assert_close_ratio(f"d{name}", grads[name], exact_grads[name], fw_grads[name], 1e-5)
+    check_trimul_fp32(x, direction, mask, w, "trainium")
 
 
 def _assert_every_gradient(grads, exact, framework, atol):
