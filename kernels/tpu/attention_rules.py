@@ -27,9 +27,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 
-from kernels.tpu.gemm_rules import ConfigError
+from kernels.tpu.gemm_rules import ConfigError, check_keys
 from kernels.tpu.generations import LANES, generation
 from kernels.tpu.vmem import VmemEstimate, dtype_name, itemsize, over_budget, sublane_multiple
 
@@ -124,12 +123,7 @@ def check_config(
     """Check ``config`` for kernel operands of ``dtype`` and a padded
     ``head_dim`` on ``target``; return the VMEM estimates or raise."""
     generation(target)  # an unknown target fails here, before the config is looked at
-    if not isinstance(config, dict) or not set(REQUIRED) <= set(config) or not set(config) <= set(REQUIRED + OPTIONAL):
-        got = sorted(config) if isinstance(config, dict) else type(config).__name__
-        raise AttentionConfigError("keys", config, f"keys {got}")
-    for key, value in config.items():
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-            raise AttentionConfigError("keys", config, f"{key}={value!r}")
+    check_keys(config, REQUIRED, OPTIONAL, AttentionConfigError)
     bq, bk, bqb, bkb = blocks(config)
     for key, value in (("block_k", bk), ("block_k_bwd", bkb)):
         if value % LANES:

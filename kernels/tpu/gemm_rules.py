@@ -70,16 +70,22 @@ def vmem_estimate(bm: int, bn: int, bk: int, dtype: Any, out_dtype: Any, has_bia
     })
 
 
+def check_keys(config: Any, required: tuple[str, ...], optional: tuple[str, ...], error: type[ConfigError]) -> None:
+    """The ``keys`` rule every TPU config shares: the required keys, perhaps some optional ones,
+    nothing else, and each value a positive integer; raises ``error`` (a ConfigError) if not."""
+    if not isinstance(config, dict) or not set(required) <= set(config) or not set(config) <= {*required, *optional}:
+        got = sorted(config) if isinstance(config, dict) else type(config).__name__
+        raise error("keys", config, f"keys {got}")
+    for key, value in config.items():
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+            raise error("keys", config, f"{key}={value!r}")
+
+
 def check_config(config: Any, dtype: Any, out_dtype: Any, target: str, has_bias: bool = True) -> VmemEstimate:
     """Check ``config`` for a GEMM with kernel operands of ``dtype`` writing
     ``out_dtype`` on ``target``; return its VMEM estimate or raise ConfigError."""
     generation(target)  # an unknown target fails here, before the config is looked at
-    if not isinstance(config, dict) or set(config) != {"bm", "bn", "bk"}:
-        raise ConfigError("keys", config, f"keys {sorted(config) if isinstance(config, dict) else type(config).__name__}")
-    for key in ("bm", "bn", "bk"):
-        value = config[key]
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-            raise ConfigError("keys", config, f"{key}={value!r}")
+    check_keys(config, ("bm", "bn", "bk"), (), ConfigError)
     bm, bn, bk = (int(config[k]) for k in ("bm", "bn", "bk"))
     for key, value in (("bn", bn), ("bk", bk)):
         if value % LANES:

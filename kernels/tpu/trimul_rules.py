@@ -29,9 +29,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 
-from kernels.tpu.gemm_rules import ConfigError
+from kernels.tpu.gemm_rules import ConfigError, check_keys
 from kernels.tpu.generations import LANES, SUBLANES, generation
 from kernels.tpu.vmem import VmemEstimate, itemsize, over_budget
 
@@ -110,12 +109,7 @@ def check_config(config: Any, dtype: Any, c_z: int, c: int, target: str) -> dict
     """Check ``config`` for kernel operands of ``dtype`` at widths (c_z, c) on ``target``;
     return the VMEM estimates or raise :class:`TrimulConfigError`."""
     generation(target)  # an unknown target is an InputError before anything else
-    if not isinstance(config, dict) or not set(REQUIRED) <= set(config) or not set(config) <= set(REQUIRED + OPTIONAL):
-        got = sorted(config) if isinstance(config, dict) else type(config).__name__
-        raise TrimulConfigError("keys", config, f"keys {got}")
-    for key, value in config.items():
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-            raise TrimulConfigError("keys", config, f"{key}={value!r}")
+    check_keys(config, REQUIRED, OPTIONAL, TrimulConfigError)
     bm, bmb = blocks(config)
     for key, value in (("block_rows", bm), ("block_rows_bwd", bmb)):
         if value % LANES:
