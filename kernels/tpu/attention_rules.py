@@ -27,7 +27,6 @@ from __future__ import annotations
 
 from typing import Any
 
-
 from kernels.tpu.gemm_rules import ConfigError, check_keys
 from kernels.tpu.generations import LANES, generation
 from kernels.tpu.vmem import VmemEstimate, dtype_name, itemsize, over_budget, sublane_multiple

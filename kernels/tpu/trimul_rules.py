@@ -29,7 +29,6 @@ from __future__ import annotations
 
 from typing import Any
 
-
 from kernels.tpu.gemm_rules import ConfigError, check_keys
 from kernels.tpu.generations import LANES, SUBLANES, generation
 from kernels.tpu.vmem import VmemEstimate, itemsize, over_budget
