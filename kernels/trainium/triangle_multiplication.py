@@ -118,6 +118,27 @@ def _pieces(n: int):
     return _chunks(n, GROUP)
 
 
+def _affine_columns(xT_ps, chunks, lnw_c, lnb_c, rs, kd):
+    """The LayerNorm affine of transposed normalized rows, leaving PSUM: per channel chunk, a
+    (chunk, rows) SBUF tile xhat^T * w + b in the kernel dtype, ready as a TensorE operand."""
+    out = []
+    for (c0, cc), ps, w_col, b_col in zip(chunks, xT_ps, lnw_c, lnb_c):
+        t = nl.ndarray((P, GROUP), dtype=kd, buffer=nl.sbuf)
+        nisa.tensor_scalar(dst=t[0:cc, 0:rs], data=ps[0:cc, 0:rs], op0=nl.multiply, operand0=w_col[0:cc, :],
+                           op1=nl.add, operand1=b_col[0:cc, :])
+        out.append(t)
+    return out
+
+
+def _mask_columns(mask, b, r0, rs, ones_row, parts):
+    """The pair mask of rows [r0, r0 + rs) of batch b, broadcast over ``parts`` partitions (channels)."""
+    mrow = nl.ndarray((1, GROUP), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=mrow[0:1, 0:rs], src=mask[b : b + 1, r0 : r0 + rs])
+    mask_b = nl.ndarray((P, GROUP), dtype=nl.float32, buffer=nl.sbuf)
+    _broadcast_rows(mask_b, ones_row, mrow[0:1, 0:rs], parts, rs)
+    return mask_b
+
+
 def _row_norm(xhat, xt, ts, eps_col):
     """xhat[0:ts] = LayerNorm of the rows of ``xt`` (rows on partitions, c_z along the free axis),
     without the affine; returns the per-row 1/std column. The mean by ``tensor_reduce`` on VectorE,
@@ -227,20 +248,9 @@ def trimul_in_kernel(x, mask, lnw, lnb, w_inT, b_in, wgoT, bgo, eps, has_mask):
                 _row_norm(xhat, xt, ts, eps_col)
                 for (d0, dc), ps in zip(d_chunks, xT_ps):
                     nisa.nc_transpose(dst=ps[0:dc, t0 : t0 + ts], data=xhat[0:ts, d0 : d0 + dc])
-            xnT = []
-            for (d0, dc), ps, w_col, b_col in zip(d_chunks, xT_ps, lnw_c, lnb_c):
-                t = nl.ndarray((P, GROUP), dtype=kd, buffer=nl.sbuf)
-                nisa.tensor_scalar(dst=t[0:dc, 0:rs], data=ps[0:dc, 0:rs], op0=nl.multiply, operand0=w_col[0:dc, :],
-                                   op1=nl.add, operand1=b_col[0:dc, :])
-                xnT.append(t)
+            xnT = _affine_columns(xT_ps, d_chunks, lnw_c, lnb_c, rs, kd)
             del xT_ps
-
-            mask_b = None
-            if has_mask:
-                mrow = nl.ndarray((1, GROUP), dtype=nl.float32, buffer=nl.sbuf)
-                nisa.dma_copy(dst=mrow[0:1, 0:rs], src=mask[b : b + 1, r0 : r0 + rs])
-                mask_b = nl.ndarray((P, GROUP), dtype=nl.float32, buffer=nl.sbuf)
-                _broadcast_rows(mask_b, ones_row, mrow[0:1, 0:rs], min(C, P), rs)
+            mask_b = _mask_columns(mask, b, r0, rs, ones_row, min(C, P)) if has_mask else None
 
             # [a; b] channel-first: per channel chunk, p and g on TensorE, the gate on ScalarE
             # straight from PSUM, bias and mask on VectorE.
@@ -651,20 +661,9 @@ def trimul_in_bwd_kernel(x, mask, da, db, dgl, lnw, lnb, w_inT, w_in32, b_in, wg
                 for (z0, zc), ps in zip(z_chunks, xT_ps):
                     nisa.nc_transpose(dst=ps[0:zc, t0 : t0 + ts], data=xaug[0:ts, z0 : z0 + zc])
                 tiles.append((t0, ts, xhat, xaug, rstd))
-            xnT = []
-            for (z0, zc), ps, w_col, b_col in zip(z_chunks, xT_ps, lnw_c, lnb_c):
-                t = nl.ndarray((P, GROUP), dtype=kd, buffer=nl.sbuf)
-                nisa.tensor_scalar(dst=t[0:zc, 0:rs], data=ps[0:zc, 0:rs], op0=nl.multiply, operand0=w_col[0:zc, :],
-                                   op1=nl.add, operand1=b_col[0:zc, :])
-                xnT.append(t)
+            xnT = _affine_columns(xT_ps, z_chunks, lnw_c, lnb_c, rs, kd)
             del xT_ps
-
-            mask_b = None
-            if has_mask:
-                mrow = nl.ndarray((1, GROUP), dtype=f32, buffer=nl.sbuf)
-                nisa.dma_copy(dst=mrow[0:1, 0:rs], src=mask[b : b + 1, r0 : r0 + rs])
-                mask_b = nl.ndarray((P, GROUP), dtype=f32, buffer=nl.sbuf)
-                _broadcast_rows(mask_b, ones_row, mrow[0:1, 0:rs], min(C, P), rs)
+            mask_b = _mask_columns(mask, b, r0, rs, ones_row, min(C, P)) if has_mask else None
 
             # [du; dv] channel-first: with u = p + b_p, s = sigmoid(g + b_g) recomputed from PSUM,
             # dab = [da; db] * mask: du = dab * s, dv = du * u * (1 - s).
