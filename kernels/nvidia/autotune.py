@@ -65,7 +65,7 @@ def best_config(a, b, bias, activation, out_dtype) -> GemmConfig:
     if not a.is_cuda:
         raise BackendUnavailable("config='autotune' times configs on a GPU; these tensors are on the CPU")
     from kernels.nvidia.gemm import gemm
-    from kernels.nvidia.tune import _time
+    from kernels.nvidia.tune import time_graph
 
     device_name = torch.cuda.get_device_name(a.device)
     path = cache_path(device_name)
@@ -78,7 +78,7 @@ def best_config(a, b, bias, activation, out_dtype) -> GemmConfig:
     timings = []
     for cfg in candidates(dtype, a.shape[-2] if a.dim() == 2 else None):
         try:
-            ms, _, _ = _time(lambda: gemm(a, b, bias, activation, out_dtype, cfg.as_dict()), 40)
+            ms, _, _ = time_graph(lambda: gemm(a, b, bias, activation, out_dtype, cfg.as_dict()), 40)
         except Exception:  # noqa: BLE001 - a config the compiler rejects for this shape is skipped
             continue
         timings.append((ms, cfg))

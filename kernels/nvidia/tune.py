@@ -18,13 +18,23 @@ import torch
 from kernels.nvidia import gemm as hopper
 
 
-def _time(fn, rep_ms: int) -> tuple[float, float, float]:
+def time_graph(fn, rep_ms: int) -> tuple[float, float, float]:
     """Median (p20, p80) milliseconds of CUDA-graph replays: device time without host launch gaps,
-    which would otherwise dominate kernels of a few microseconds."""
+    which would otherwise dominate kernels of a few microseconds. The tuning sweeps' timer."""
     import triton.testing
 
     fn()  # compile outside the capture
     p20, p50, p80 = triton.testing.do_bench_cudagraph(fn, rep=rep_ms, quantiles=[0.2, 0.5, 0.8])
+    return p50, p20, p80
+
+
+def time_events(fn, rep_ms: int) -> tuple[float, float, float]:
+    """Median (p20, p80) milliseconds by CUDA events around eager calls (``triton.testing.do_bench``,
+    which flushes the L2 between calls), for calls that cannot be graph-captured."""
+    import triton.testing
+
+    fn()
+    p20, p50, p80 = triton.testing.do_bench(fn, rep=rep_ms, quantiles=[0.2, 0.5, 0.8])
     return p50, p20, p80
 
 
@@ -47,14 +57,14 @@ def sweep(shapes: Iterable[tuple[int, int, int]], dtype: torch.dtype = torch.bfl
              else torch.randn(k, n, dtype=dtype, device="cuda", generator=gen))
         flops = 2.0 * m * n * k
         ref = torch.matmul(a.float(), b.float())
-        ms, p20, p80 = _time(lambda: torch.matmul(a, b), rep_ms)
+        ms, p20, p80 = time_graph(lambda: torch.matmul(a, b), rep_ms)
         rows.append(dict(shape=[m, n, k], dtype=name, layout=b_layout, impl="torch.matmul", config=None,
                          median_ms=ms, p20_ms=p20, p80_ms=p80, tflops=flops / ms / 1e9))
         for cfg in hopper_candidates(name, m):
             try:
                 out = hopper.gemm(a, b, None, None, dtype, cfg.as_dict())
                 err = ((out.float() - ref).abs().max() / ref.abs().max()).item()
-                ms, p20, p80 = _time(lambda: hopper.gemm(a, b, None, None, dtype, cfg.as_dict()), rep_ms)
+                ms, p20, p80 = time_graph(lambda: hopper.gemm(a, b, None, None, dtype, cfg.as_dict()), rep_ms)
             except Exception as exc:  # noqa: BLE001 - a config that fails on this shape is reported, not fatal
                 rows.append(dict(shape=[m, n, k], dtype=name, layout=b_layout, impl="ceiling.nvidia",
                                  config=cfg.as_dict(), error=f"{type(exc).__name__}: {exc}"[:300]))

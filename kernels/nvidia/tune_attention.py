@@ -33,6 +33,8 @@ import os
 import time
 from dataclasses import dataclass, field
 
+from kernels.nvidia.tune import time_events, time_graph
+
 ATTENTION_KERNELS = ("fwd", "dkdv", "dq")
 # "dkdv_dq" is the dK/dV kernel with dQ accumulated in it ("dq_atomic"), which replaces dkdv + dq:
 # timed as a kernel of its own, and chosen over the pair when it beats their sum.
@@ -305,24 +307,6 @@ def default_workers() -> int:
 # ---------------------------------------------------------------------------------------------
 # Step 2 and 3: timing
 # ---------------------------------------------------------------------------------------------
-
-
-def time_graph(fn, rep_ms: int) -> tuple[float, float, float]:
-    """Median, p20, p80 milliseconds of CUDA-graph replays."""
-    import triton.testing
-
-    fn()
-    p20, p50, p80 = triton.testing.do_bench_cudagraph(fn, rep=rep_ms, quantiles=[0.2, 0.5, 0.8])
-    return p50, p20, p80
-
-
-def time_events(fn, rep_ms: int) -> tuple[float, float, float]:
-    """Median, p20, p80 milliseconds by CUDA events around eager calls (for autograd baselines)."""
-    import triton.testing
-
-    fn()
-    p20, p50, p80 = triton.testing.do_bench(fn, rep=rep_ms, quantiles=[0.2, 0.5, 0.8])
-    return p50, p20, p80
 
 
 def flops(group: Group, kernel: str) -> float:

@@ -102,20 +102,17 @@ def _error(results, exact) -> float:
 
 
 def _time(fn, rep_ms: int) -> tuple[float, float, float]:
-    """Median (p20, p80) ms by CUDA-graph replay; by CUDA events (triton's do_bench, which
-    flushes the L2 between calls) if the call cannot be captured. Every candidate of a stage
-    goes through the same path, so their ranking is like for like."""
-    import triton.testing
+    """CUDA-graph replay, or CUDA events if the call cannot be captured; every candidate of a
+    stage goes through the same path, so their ranking is like for like."""
+    from kernels.nvidia.tune import time_events, time_graph
 
-    fn()  # compile outside the capture
     try:
-        p20, p50, p80 = triton.testing.do_bench_cudagraph(fn, rep=rep_ms, quantiles=[0.2, 0.5, 0.8])
+        return time_graph(fn, rep_ms)
     except RuntimeError:
         import torch
 
         torch.cuda.synchronize()
-        p20, p50, p80 = triton.testing.do_bench(fn, rep=rep_ms, quantiles=[0.2, 0.5, 0.8])
-    return p50, p20, p80
+        return time_events(fn, rep_ms)
 
 
 def sweep(n: int = 768, c_z: int = 128, dtype: torch.dtype = torch.bfloat16, direction: str = "outgoing",
