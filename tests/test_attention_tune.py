@@ -14,6 +14,8 @@ import torch
 
 from kernels.nvidia import attention as A
 from kernels.nvidia import triangle_attention as T
+from kernels.triton import attention as flash
+from kernels.triton import triangle_attention as triangle
 from kernels.nvidia import tune_attention as tune
 from kernels.nvidia import tune_space as space
 
@@ -119,7 +121,7 @@ def test_apply_attention_writes_winners_causal_overrides_and_pins_narrow(tmp_pat
         for kernel in tune.ATTENTION_KERNELS:
             for k, v in before[kernel].items():
                 assert narrow[kernel][k] == v, (kernel, k)
-        assert A.fwd_knobs(narrow) == {"PRE_LOAD_V": False, "WARP_SPECIALIZE": False, "EXP2_SPLIT": False}
+        assert flash.fwd_knobs(narrow) == {"PRE_LOAD_V": False, "WARP_SPECIALIZE": False, "EXP2_SPLIT": False}
         assert len(A.compile_specs()) == len(table["sm90"]) * 6
     finally:
         A._tuned.cache_clear()
@@ -135,14 +137,14 @@ def test_apply_triangle_writes_the_faster_forward_and_keeps_float32(tmp_path):
             _row(g, "fwd_rows", rows_cfg, 0.2),
             _row(g, "bwd_dq", {"BLOCK_M": 128, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2}, 0.1)]
     table = tune.apply_triangle(rows, "measured here", path=path)
-    T._table.cache_clear()
+    triangle._table.cache_clear()
     assert table["_doc"] == "measured here"
     bf16 = T.config_for("H200", 32, "bfloat16", path)
     assert bf16["fwd"] == rows_cfg and bf16["fwd_rows"] == rows_cfg and bf16["bwd_dq"]["BLOCK_M"] == 128
     new32 = T.config_for("H200", 32, "float32", path)
     assert {k: {n: v for n, v in c.items() if (n, v) != ("ROWS", 1)} for k, c in new32.items()} == old32
     assert T.config_for("H100", 32, "bfloat16", path) == T.config_for("H100", 32, "bfloat16")
-    T._table.cache_clear()
+    triangle._table.cache_clear()
 
 
 def test_flops_count_the_dots_each_kernel_runs():

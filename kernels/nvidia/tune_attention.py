@@ -82,14 +82,15 @@ def shipped(op: str, key: str, kernel: str, causal: bool = False) -> dict:
     """The config the kernels would use today, for the sweep to time first and compare with."""
     if op == "attention":
         from kernels.nvidia import attention as A
+        from kernels.triton import attention as flash
 
         tuned = dict(A._tuned().get("sm90", {}).get(key, {}))
         tuned.pop("narrow", None)
         causal_only = tuned.pop("causal", None)
-        cfg = A.merge_config(A.heuristic(int(key)), tuned, causal_only if causal else None)
+        cfg = flash.merge_config(A.heuristic(int(key)), tuned, causal_only if causal else None)
         section = {**cfg["dkdv"], "dq_atomic": True} if kernel == "dkdv_dq" else dict(cfg[kernel])
         if kernel == "fwd":
-            knobs = A.fwd_knobs(cfg)
+            knobs = flash.fwd_knobs(cfg)
             section.update(pre_load_v=knobs["PRE_LOAD_V"], warp_specialize=knobs["WARP_SPECIALIZE"],
                            exp2_split=knobs["EXP2_SPLIT"])
         return section
@@ -155,8 +156,9 @@ def attention_saved(x, causal: bool):
 
 def triangle_saved(x):
     from kernels.nvidia import triangle_attention as T
+    from kernels.triton import triangle_attention as triangle
 
-    return T.triangle_attention_fwd(x["q"], x["k"], x["v"], x["bias"], x["mask"], T.default_scale(x["q"].shape[-1]))
+    return T.triangle_attention_fwd(x["q"], x["k"], x["v"], x["bias"], x["mask"], triangle.default_scale(x["q"].shape[-1]))
 
 
 def thunk(group: Group, kernel: str, cfg: dict, x: dict, saved):
@@ -164,27 +166,29 @@ def thunk(group: Group, kernel: str, cfg: dict, x: dict, saved):
     cfg = _plain(cfg)
     if group.op == "attention":
         from kernels.nvidia import attention as A
+        from kernels.triton import attention as flash
 
         d = x["q"].shape[-1]
         scale = 1.0 / math.sqrt(d)
         if kernel == "dkdv_dq":  # the dK/dV launch then writes dQ too
             kernel, cfg = "dkdv", {**cfg, "dq_atomic": True}
-        full = A.merge_config(A.select_config(d, x["q"].device, causal=group.causal), {kernel: cfg})
+        full = flash.merge_config(A.select_config(d, x["q"].device, causal=group.causal), {kernel: cfg})
         if kernel == "fwd":
-            return lambda: A.forward(x["q"], x["k"], x["v"], None, None, group.causal, scale, full, True)
+            return lambda: flash.forward(x["q"], x["k"], x["v"], None, None, group.causal, scale, full, True)
         o, lse = saved
-        return lambda: A.backward(x["do"], x["q"], x["k"], x["v"], o, lse, None, None, group.causal, scale, False,
+        return lambda: flash.backward(x["do"], x["q"], x["k"], x["v"], o, lse, None, None, group.causal, scale, False,
                                   full, True, only=kernel)
     from kernels.nvidia import triangle_attention as T
+    from kernels.triton import triangle_attention as triangle
 
     d = x["q"].shape[-1]
     full = T.config_for("H200", d, "bfloat16")
     if kernel in ("fwd", "fwd_rows"):
         full["fwd"] = cfg
-        return lambda: T.triangle_attention_fwd(x["q"], x["k"], x["v"], x["bias"], x["mask"], T.default_scale(d), full)
+        return lambda: T.triangle_attention_fwd(x["q"], x["k"], x["v"], x["bias"], x["mask"], triangle.default_scale(d), full)
     full[kernel] = cfg
     out, lse = saved
-    return lambda: T.triangle_attention_bwd(x["q"], x["k"], x["v"], x["bias"], x["mask"], T.default_scale(d), out, lse,
+    return lambda: T.triangle_attention_bwd(x["q"], x["k"], x["v"], x["bias"], x["mask"], triangle.default_scale(d), out, lse,
                                             x["do"], full, only=kernel)
 
 
@@ -495,18 +499,20 @@ class Sweep:
 def _full_backward(g: Group, cfgs: dict, x: dict, saved):
     if g.op == "attention":
         from kernels.nvidia import attention as A
+        from kernels.triton import attention as flash
 
         d = x["q"].shape[-1]
-        full = A.merge_config(A.select_config(d, x["q"].device, causal=g.causal), cfgs)
+        full = flash.merge_config(A.select_config(d, x["q"].device, causal=g.causal), cfgs)
         o, lse = saved
-        return lambda: A.backward(x["do"], x["q"], x["k"], x["v"], o, lse, None, None, g.causal, 1.0 / math.sqrt(d),
+        return lambda: flash.backward(x["do"], x["q"], x["k"], x["v"], o, lse, None, None, g.causal, 1.0 / math.sqrt(d),
                                   False, full, True)
     from kernels.nvidia import triangle_attention as T
+    from kernels.triton import triangle_attention as triangle
 
     d = x["q"].shape[-1]
     full = {**T.config_for("H200", d, "bfloat16"), **cfgs}
     out, lse = saved
-    return lambda: T.triangle_attention_bwd(x["q"], x["k"], x["v"], x["bias"], x["mask"], T.default_scale(d), out, lse,
+    return lambda: T.triangle_attention_bwd(x["q"], x["k"], x["v"], x["bias"], x["mask"], triangle.default_scale(d), out, lse,
                                             x["do"], full)
 
 
@@ -599,13 +605,14 @@ def apply_attention(rows: list[dict], provenance: str, path=None) -> dict:
     import json
 
     from kernels.nvidia import attention as A
+    from kernels.triton import attention as flash
 
     path = path or A.CONFIG_FILE
     table = json.loads(path.read_text())
     sm90 = table.setdefault("sm90", {})
     for key, fresh in attention_entries(rows).items():
         old = sm90.get(key, {})
-        old_narrow = A.merge_config(A.heuristic(int(key)), A.heuristic_narrow(int(key)),
+        old_narrow = flash.merge_config(A.heuristic(int(key)), A.heuristic_narrow(int(key)),
                                     {k: v for k, v in old.items() if k not in ("narrow", "causal")}, old.get("narrow"))
         entry = {k: v for k, v in old.items() if k not in ("narrow", "causal")}
         for k in ATTENTION_KERNELS:
@@ -633,6 +640,7 @@ def apply_triangle(rows: list[dict], provenance: str, device_key: str = "H200", 
     import json
 
     from kernels.nvidia import triangle_attention as T
+    from kernels.triton import triangle_attention as triangle
 
     path = path or T.CONFIG_FILE
     table = json.loads(path.read_text())
@@ -650,7 +658,7 @@ def apply_triangle(rows: list[dict], provenance: str, device_key: str = "H200", 
     key = "_doc" if "_doc" in table else "_about"
     table[key] = provenance
     _write_json(path, table, indent=1)
-    T._table.cache_clear()
+    triangle._table.cache_clear()
     return table
 
 

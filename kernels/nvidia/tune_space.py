@@ -95,14 +95,15 @@ def compile_spec(op: str, kernel: str, key: str, c: dict, dtype: str = "bfloat16
     triangle attention with a mask, bf16, head dim ``key``."""
     if op == "attention":
         from kernels.nvidia import attention as A
+        from kernels.triton import attention as flash
 
         head_dim = int(key)
         if kernel == "dkdv_dq":  # the dK/dV kernel with dQ accumulated in it
             kernel, c = "dkdv", {**c, "dq_atomic": True}
-        cfg = A.merge_config(A.heuristic(head_dim), {kernel: c})
-        return next(s for s in A.kernel_specs(head_dim, cfg, dtype=dtype, causal=True)
+        cfg = flash.merge_config(A.heuristic(head_dim), {kernel: c})
+        return next(s for s in flash.kernel_specs(head_dim, cfg, dtype=dtype, causal=True)
                     if s.config["kernel"] == kernel)
-    from kernels.nvidia import triangle_attention as T
+    from kernels.triton import triangle_attention as T
 
     return T.kernel_spec(kernel, c, dtype, int(key), aligned=True)
 

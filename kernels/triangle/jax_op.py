@@ -4,9 +4,9 @@ The forward saves only what the backward needs (triangle attention: out and lse;
 the triangle multiplicative update: its inputs) and the backward recomputes. The
 reference computes in ``jnp`` (float32, HIGHEST precision). The Triton backends
 (``nvidia``, ``amd``) run the same kernel sources on JAX arrays: on a GPU through
-jax-triton (:mod:`kernels.nvidia.triangle_attention_jax`,
-:mod:`kernels.nvidia.triangle_multiplication_jax`, with the multiplicative update's
-weight-gradient GEMMs and reductions in ``jnp``); on the CPU through a host callback
+jax-triton (:mod:`kernels.triton.triangle_attention_jax`,
+:mod:`kernels.triton.triangle_multiplication_jax`, with the multiplicative update's
+weight-gradient GEMMs and reductions in ``jnp``, at the backend's own table entry); on the CPU through a host callback
 into the interpreted kernels (see ``kernels.jax_bridge``). Trainium's kernels are reached
 the same way on the CPU, running on the NKI emulator.
 """
@@ -63,21 +63,29 @@ class _TorchBackendJax:
         self.trimul = backends.implementation("triangle_multiplicative_update", backend)
         self.gpu = jax_bridge.on_gpu() and backend in TRITON_BACKENDS
 
+    def _gpu_config(self, vendor, *shape_key, dtype) -> dict:
+        """``config``, else the entry for JAX's GPU of the table of ``vendor`` (the backend's
+        module for the op, whose ``config_for`` reads that vendor's table)."""
+        from kernels import jax_bridge
+
+        return self.config or vendor.config_for(jax_bridge.device_name(), *shape_key, jnp.dtype(dtype).name)
+
     def triangle_attention_fwd_jax(self, q, k, v, bias, mask, scale):
         if self.gpu:
-            from kernels.nvidia import triangle_attention_jax
+            from kernels.triton import triangle_attention_jax
 
-            return triangle_attention_jax.triangle_attention_fwd(q, k, v, bias, mask, scale, self.config, self.backend)
+            cfgs = self._gpu_config(self.attention, q.shape[-1], dtype=q.dtype)
+            return triangle_attention_jax.triangle_attention_fwd(q, k, v, bias, mask, scale, cfgs)
         shapes = (_struct(q), jax.ShapeDtypeStruct(q.shape[:-1], jnp.float32))
         return _on_host(lambda *t: self.attention.triangle_attention_fwd(*t, scale, config=self.config), shapes,
                         q, k, v, bias, mask, backend=self.backend)
 
     def triangle_attention_bwd_jax(self, q, k, v, bias, mask, scale, out, lse, dout):
         if self.gpu:
-            from kernels.nvidia import triangle_attention_jax
+            from kernels.triton import triangle_attention_jax
 
-            return triangle_attention_jax.triangle_attention_bwd(q, k, v, bias, mask, scale, out, lse, dout,
-                                                                 self.config, self.backend)
+            cfgs = self._gpu_config(self.attention, q.shape[-1], dtype=q.dtype)
+            return triangle_attention_jax.triangle_attention_bwd(q, k, v, bias, mask, scale, out, lse, dout, cfgs)
 
         def run(q, k, v, bias, mask, out, lse, dout):
             return self.attention.triangle_attention_bwd(q, k, v, bias, mask, scale, out, lse, dout,
@@ -88,9 +96,10 @@ class _TorchBackendJax:
 
     def trimul_fwd_jax(self, x, direction, mask, weights, eps):
         if self.gpu:
-            from kernels.nvidia import triangle_multiplication_jax
+            from kernels.triton import triangle_multiplication_jax
 
-            return triangle_multiplication_jax.trimul_fwd(x, direction, mask, weights, eps, self.config, self.backend)
+            cfgs = self._gpu_config(self.trimul, dtype=x.dtype)
+            return triangle_multiplication_jax.trimul_fwd(x, direction, mask, weights, eps, cfgs)
 
         def run(x, mask, *w):
             return (self.trimul.trimul_fwd(x, direction, mask, w, eps, config=self.config)[0],)
@@ -99,10 +108,10 @@ class _TorchBackendJax:
 
     def trimul_bwd_jax(self, x, direction, mask, weights, eps, dout):
         if self.gpu:
-            from kernels.nvidia import triangle_multiplication_jax
+            from kernels.triton import triangle_multiplication_jax
 
-            return triangle_multiplication_jax.trimul_bwd(x, direction, mask, weights, eps, dout, self.config,
-                                                          self.backend)
+            cfgs = self._gpu_config(self.trimul, dtype=x.dtype)
+            return triangle_multiplication_jax.trimul_bwd(x, direction, mask, weights, eps, dout, cfgs)
 
         def run(x, mask, dout, *w):
             _, saved = self.trimul.trimul_fwd(x, direction, mask, w, eps, config=self.config)

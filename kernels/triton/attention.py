@@ -1,4 +1,5 @@
-"""Flash attention, forward and backward, in Triton for Hopper (sm_90).
+"""Flash attention, forward and backward, in Triton: the kernels and their launches, for Hopper
+(TMA) and CDNA3 (pointer loads) alike.
 
 Layout (batch, seq, heads, head_dim) for q, k, v, o and their gradients; the
 log-sum-exp is (batch, heads, q_len) in float32, natural log.
@@ -29,15 +30,13 @@ broadcast batch/head dimensions (see ``_dbias_mode``). Nothing of size
 q_len x k_len is stored except the bias gradient itself.
 
 Every kernel also runs on the CPU under the Triton interpreter
-(``kernels.triton_runtime.launcher``). ``kernels.amd.attention`` launches the same
-source with pointer loads and CDNA3 tiling.
+(``kernels.triton_runtime.launcher``). No config table lives here: :func:`forward` and
+:func:`backward` take a resolved config and ``use_tma``; ``kernels.nvidia.attention`` (Hopper:
+TMA, its tuned tiles) and ``kernels.amd.attention`` (CDNA3: pointer loads, its tiling and
+launch options) choose them, and :func:`kernel_specs` gives either one's compile specs.
 """
 
 from __future__ import annotations
-
-import functools
-import json
-from pathlib import Path
 
 import torch
 import triton
@@ -584,46 +583,12 @@ def _attn_bwd_dq(
 # ----------------------------------------------------------------------------------------------
 
 KERNELS = {"fwd": _attn_fwd, "preprocess": _attn_bwd_preprocess, "dkdv": _attn_bwd_dkdv, "dq": _attn_bwd_dq}
-CONFIG_FILE = Path(__file__).parent / "configs" / "attention.json"
 SECTIONS = ("fwd", "dkdv", "dq")
 
 
 def head_dim_pad(head_dim: int) -> int:
     """The power of two the kernels compute on (padded columns are masked to 0)."""
     return max(16, 1 << (head_dim - 1).bit_length())
-
-
-@functools.cache
-def _tuned() -> dict:
-    return json.loads(CONFIG_FILE.read_text())
-
-
-def device_key(device: torch.device | str) -> str:
-    """The key of the tuned table for ``device``: 'sm90' on Hopper, 'interpreter' on the CPU;
-    a string is already a key (JAX callers, see ``kernels.jax_bridge.device_key``)."""
-    if isinstance(device, str):
-        return device
-    if device.type != "cuda":
-        return "interpreter"
-    major, minor = torch.cuda.get_device_capability(device)
-    return f"sm{major}{minor}"
-
-
-def heuristic(head_dim_padded: int) -> dict:
-    """Tiles for a device or head dim nobody tuned: 128-row query tiles while the accumulators
-    fit in registers, narrower key tiles and fewer stages as the head dim grows."""
-    big = head_dim_padded > 128
-    return {
-        "fwd": {"block_m": 64 if big else 128, "block_n": 64 if head_dim_padded >= 128 else 128,
-                "num_warps": 8 if head_dim_padded >= 64 else 4, "num_stages": 2 if big else 3},
-        "dkdv": {"block_m": 32 if big else 64, "block_n": 64 if big else 128, "num_warps": 8, "num_stages": 2},
-        "dq": {"block_m": 64 if big else 128, "block_n": 32 if big else 64, "num_warps": 8, "num_stages": 2},
-    }
-
-
-def heuristic_narrow(head_dim_padded: int) -> dict:
-    """Narrower tiles when a bias/mask tile is live next to the scores, or loads use pointers."""
-    return {"fwd": {"block_n": 32}, "dkdv": {"block_m": 16}, "dq": {"block_n": 32}}
 
 
 def merge_config(base: dict, *overrides: dict | None) -> dict:
@@ -637,25 +602,6 @@ def merge_config(base: dict, *overrides: dict | None) -> dict:
             else:
                 chosen[s] = v
     return chosen
-
-
-def select_config(head_dim: int, device: torch.device | str, config: dict | None = None, narrow: bool = False,
-                  pointer_bias: bool = False, causal: bool = False) -> dict:
-    """The tuned entry for (device, padded head dim) over the heuristic, then its ``"causal"``
-    overrides for causal attention (the tuning sweep measures both), then its ``"narrow"``
-    overrides when more registers are live per tile (a bias or mask tile next to the scores, or
-    pointer loads instead of TMA), then its ``"pointer_bias"`` overrides when both hold, then
-    ``config``."""
-    pad = head_dim_pad(head_dim)
-    base = heuristic(pad)
-    tuned = dict(_tuned().get(device_key(device), {}).get(str(pad), {}))
-    narrower = tuned.pop("narrow", None)
-    narrowest = tuned.pop("pointer_bias", None)
-    causal_only = tuned.pop("causal", None)
-    if narrow:
-        base = merge_config(base, heuristic_narrow(pad))
-    return merge_config(base, tuned, causal_only if causal else None, narrower if narrow else None,
-                        narrowest if pointer_bias else None, config)
 
 
 def _empty(shape, like: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -756,7 +702,7 @@ class _Skip:
 _skip = _Skip()
 
 
-def _native(t: torch.Tensor, vendor: str) -> bool:
+def on_vendor_gpu(t: torch.Tensor, vendor: str) -> bool:
     """Whether ``t`` lives on a GPU of ``vendor``, where the kernel is compiled; anywhere else
     (the CPU, or the other vendor's GPU) the interpreter runs it."""
     return t.is_cuda and (vendor == "amd") == bool(getattr(torch.version, "hip", None))
@@ -786,7 +732,7 @@ def forward(q, k, v, bias, mask, causal: bool, scale: float, cfg: dict, use_tma:
     else:
         dq_, dk_, dv_ = q, k, v
     grid = (triton.cdiv(seqlen_q, bm), batch * heads)
-    launcher(_attn_fwd, on_gpu=_native(q, vendor))[grid](
+    launcher(_attn_fwd, on_gpu=on_vendor_gpu(q, vendor))[grid](
         q, k, v, bias4 if bias4 is not None else q, mask4 if mask4 is not None else q, o, lse, dq_, dk_, dv_,
         *_bshd_strides(q), *_bshd_strides(k), *_bshd_strides(v), *_bshd_strides(o), *sb, *sm,
         heads, heads // kv_heads, seqlen_q, seqlen_k, float(scale),
@@ -810,7 +756,7 @@ def backward(do, q, k, v, o, lse, bias, mask, causal: bool, scale: float, bias_g
     seqlen_k, kv_heads = k.shape[1], k.shape[2]
     group = heads // kv_heads
     pad = head_dim_pad(head_dim)
-    on_gpu = _native(q, vendor)
+    on_gpu = on_vendor_gpu(q, vendor)
     full = (batch, heads, seqlen_q, seqlen_k)
     bias4, sb = _broadcast4(bias, full)
     mask4, sm = _broadcast4(mask, full)
@@ -889,58 +835,6 @@ def backward(do, q, k, v, o, lse, bias, mask, causal: bool, scale: float, bias_g
 
 
 # ----------------------------------------------------------------------------------------------
-# The backend entry points (torch tensors in and out; validated by kernels.attention.spec)
-# ----------------------------------------------------------------------------------------------
-
-
-def _wants_tma(cfg: dict, q: torch.Tensor) -> bool:
-    wanted = cfg.get("use_tma")
-    if wanted is None:  # TMA on Hopper; the interpreter runs the pointer path unless asked
-        wanted = _native(q, "nvidia") and torch.cuda.get_device_capability(q.device)[0] >= 9
-    return bool(wanted)
-
-
-def _for_tma(t: torch.Tensor, pad: int) -> torch.Tensor:
-    """``t`` as a 16-byte-aligned contiguous (batch, seq, heads, pad) tensor. On Hopper the
-    pointer path keeps K/V tiles (and their addresses) in registers and spills, so padded
-    head dims and strided inputs are copied once into the TMA layout instead."""
-    if t.shape[-1] != pad:
-        t = torch.nn.functional.pad(t, (0, pad - t.shape[-1]))
-    if not t.is_contiguous():
-        t = t.contiguous()
-    if t.data_ptr() % 16:
-        t = t.clone()
-    return t
-
-
-def attention_fwd(q, k, v, bias, mask, causal, scale, config=None):
-    head_dim = q.shape[-1]
-    biased = bias is not None or mask is not None
-    use_tma = _wants_tma(select_config(head_dim, q.device, config), q)
-    cfg = select_config(head_dim, q.device, config, narrow=biased or not use_tma, pointer_bias=biased and not use_tma,
-                        causal=causal)
-    if not use_tma:
-        return forward(q, k, v, bias, mask, causal, scale, cfg, False)
-    pad = head_dim_pad(head_dim)
-    o, lse = forward(_for_tma(q, pad), _for_tma(k, pad), _for_tma(v, pad), bias, mask, causal, scale, cfg, True)
-    return o[..., :head_dim], lse
-
-
-def attention_bwd(do, q, k, v, o, lse, bias, mask, causal, scale, bias_grad, config=None):
-    head_dim = q.shape[-1]
-    biased = bias is not None or mask is not None
-    use_tma = _wants_tma(select_config(head_dim, q.device, config), q)
-    cfg = select_config(head_dim, q.device, config, narrow=biased or not use_tma, pointer_bias=biased and not use_tma,
-                        causal=causal)
-    if not use_tma:
-        return backward(do, q, k, v, o, lse, bias, mask, causal, scale, bias_grad, cfg, False)
-    pad = head_dim_pad(head_dim)
-    padded = [_for_tma(t, pad) for t in (do, q, k, v, o)]
-    dq, dk, dv, dbias = backward(*padded, lse, bias, mask, causal, scale, bias_grad, cfg, True)
-    return dq[..., :head_dim], dk[..., :head_dim], dv[..., :head_dim], dbias
-
-
-# ----------------------------------------------------------------------------------------------
 # Cross-compilation specs (static checks: tensor-core instructions, spills, shared memory)
 # ----------------------------------------------------------------------------------------------
 
@@ -1014,21 +908,4 @@ def kernel_specs(head_dim: int, cfg: dict, *, dtype: str = "bfloat16", causal: b
                                  config={"head_dim": head_dim, "kernel": section, "causal": causal, "bias": bias,
                                          "mask": mask, "tma": use_tma, **c},
                                  divisible_by_16=_divisible(kernel, head_dim)))
-    return specs
-
-
-def compile_specs(dtype: str = "bfloat16") -> list:
-    """The shipped Hopper configs: every tuned head dim, causal, TMA; the same with a bias and
-    a mask (their ``"narrow"`` tiles). Other head dims run zero-padded to these on Hopper."""
-    table = _tuned()["sm90"]
-    specs = []
-    for pad in table:
-        entry = {k: v for k, v in table[pad].items() if k not in ("narrow", "pointer_bias", "causal")}
-        specs += kernel_specs(int(pad), merge_config(heuristic(int(pad)), entry, table[pad].get("causal")), dtype=dtype)
-    for pad in table:
-        entry = {k: v for k, v in table[pad].items() if k != "pointer_bias"}
-        narrower = entry.pop("narrow", None)
-        entry.pop("causal", None)
-        cfg = merge_config(heuristic(int(pad)), heuristic_narrow(int(pad)), entry, narrower)
-        specs += kernel_specs(int(pad), cfg, dtype=dtype, causal=False, bias=True, mask=True)
     return specs

@@ -1,4 +1,5 @@
-"""Triangle attention, forward and backward, in Triton (flash-style, Hopper first).
+"""Triangle attention, forward and backward, in Triton (flash-style): the kernels and their launches,
+which Hopper and CDNA3 both run.
 
 The problem is B*N*H independent attentions of length N and head dim D (32 in
 AlphaFold 3), one per (batch, row i, head), that share one (B, 1, H, N, N) bias.
@@ -30,8 +31,10 @@ the same work as a forward pass), accumulates dS in fp32 registers and writes th
 tile once: deterministic, no extra memory beyond the (B, 1, H, N, N) output, and
 the q/k/v/dO tiles it rereads stay in L2. The price is one more exp pass.
 
-Configs per device are data (``configs/triangle_attention.json``); the launcher
-falls back to the ``default`` entry for devices nobody tuned.
+Configs per device are data, one table per vendor (``kernels/nvidia/configs/`` and
+``kernels/amd/configs/triangle_attention.json``, chosen by ``kernels.nvidia.triangle_attention``
+and ``kernels.amd.triangle_attention``, which pass it in as ``table``); a table falls back to its
+``default`` entry for devices nobody tuned.
 """
 
 from __future__ import annotations
@@ -45,10 +48,9 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.nvidia.attention import softmax_exp2
+from kernels.triton.attention import softmax_exp2
 from kernels.triton_runtime import launcher
 
-CONFIG_FILE = Path(__file__).with_name("configs") / "triangle_attention.json"
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 KERNELS = ("fwd", "bwd_dkdv", "bwd_dq", "bwd_dbias")
@@ -62,7 +64,7 @@ def fwd_kernel(Q, K, V, Bias, Mask, O, LSE, N, H, D, qk_scale,
     """Flash attention over one (batch, i, head) row of the pair stack, the fp32 bias added to
     the scores. At head dim 32 a score costs 64 tensor-core multiply-adds but one exponential,
     so the exponentials pace a step; ``EXP2_SPLIT`` computes half of them on the FMA pipe
-    (:func:`kernels.nvidia.attention.softmax_exp2`)."""
+    (:func:`kernels.triton.attention.softmax_exp2`)."""
     pid_m = tl.program_id(0)
     r = tl.program_id(1).to(tl.int64)  # (b*N + i)*H + h
     h = r % H
@@ -344,8 +346,9 @@ def head_dim_block(d: int) -> int:
     return max(16, triton.next_power_of_2(d))
 
 
-def config_for(device_name: str | None, head_dim: int, dtype: str, table_path: Path = CONFIG_FILE) -> dict:
-    """The config of each kernel: the device's entry for this head dim, else ``default``.
+def config_for(device_name: str | None, head_dim: int, dtype: str, table_path: Path) -> dict:
+    """The config of each kernel in the table at ``table_path``: the device's entry for this head
+    dim, else ``default``.
 
     Keys are ``"<device substring>"`` -> ``{"d<=32": {...}, "d<=64": ..., "any": ...}``.
     """
@@ -400,8 +403,9 @@ class _Skipped:
         return lambda *args, **kwargs: None
 
 
-def triangle_attention_fwd(q, k, v, bias, mask, scale, config=None, *, table=CONFIG_FILE, extra_keys=()):
-    """(out, lse) for contiguous q, k, v (B, N, H, N, D); lse (B, N, H, N) float32."""
+def triangle_attention_fwd(q, k, v, bias, mask, scale, config=None, *, table: Path, extra_keys=()):
+    """(out, lse) for contiguous q, k, v (B, N, H, N, D); lse (B, N, H, N) float32. ``config``, else
+    the device's entry of ``table``; ``extra_keys``: the vendor's launch options beyond warps and stages."""
     B, N, H, _, D = q.shape
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     bias = bias.contiguous()
@@ -427,7 +431,7 @@ def triangle_attention_fwd(q, k, v, bias, mask, scale, config=None, *, table=CON
     return out, lse
 
 
-def triangle_attention_bwd(q, k, v, bias, mask, scale, out, lse, dout, config=None, *, table=CONFIG_FILE,
+def triangle_attention_bwd(q, k, v, bias, mask, scale, out, lse, dout, config=None, *, table: Path,
                            extra_keys=(), only: str | None = None):
     """(dq, dk, dv, dbias); dbias in float32 before the cast to bias's dtype. ``only`` (a kernel
     name: "bwd_dkdv", "bwd_dq", "bwd_dbias") runs the preprocess and that kernel alone, for the
@@ -473,9 +477,9 @@ def triangle_attention_bwd(q, k, v, bias, mask, scale, out, lse, dout, config=No
 _TRITON_DTYPE = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 
-def compile_specs(dtype: str = "bfloat16", head_dim: int = 32, device: str = "H200", *, table=CONFIG_FILE,
-                  prefix: str = "triangle_attention", extra_keys=()) -> list:
-    """A ``kernels.isa.CompileSpec`` per kernel at the shipped config for ``device``, specialized as
+def compile_specs(dtype: str, head_dim: int, device: str, *, table: Path, prefix: str = "triangle_attention",
+                  extra_keys=()) -> list:
+    """A ``kernels.isa.CompileSpec`` per kernel at ``table``'s config for ``device``, specialized as
     a launch at the AlphaFold sizes (N = 384 or 768, head dim 32: multiples of 16) specializes it."""
     cfgs = config_for(device, head_dim, dtype, table)
     return [kernel_spec(name, cfgs[name], dtype, head_dim, prefix=prefix, extra_keys=extra_keys,

@@ -1,4 +1,5 @@
-"""The triangle multiplicative update, forward and backward, in Triton.
+"""The triangle multiplicative update, forward and backward, in Triton: the kernels and their
+launches, which Hopper and CDNA3 both run.
 
 Three stages, each one kernel, with the row-wise work fused around the GEMMs so
 that LayerNorm outputs, projections and gates stay in registers:
@@ -47,8 +48,6 @@ import triton
 import triton.language as tl
 
 from kernels.triton_runtime import launcher
-
-CONFIG_FILE = Path(__file__).with_name("configs") / "triangle_multiplication.json"
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -335,7 +334,9 @@ def _table(path: str) -> dict:
     return json.loads(Path(path).read_text())
 
 
-def config_for(device_name: str | None, dtype: str, table_path: Path = CONFIG_FILE) -> dict:
+def config_for(device_name: str | None, dtype: str, table_path: Path) -> dict:
+    """Each stage's config in the table at ``table_path``: the device's entry, else ``default``;
+    a stage's ``float32`` sub-entry overrides it for float32 inputs."""
     table = _table(str(table_path))
     entry = table["default"]
     if device_name:
@@ -398,7 +399,7 @@ def _saves(cfgs: dict) -> bool:
     return bool(cfgs.get("save_for_backward", False))
 
 
-def trimul_saved_shapes(x, c, config=None, *, table=CONFIG_FILE):
+def trimul_saved_shapes(x, c, config=None, *, table: Path):
     """Shapes of the residuals :func:`trimul_fwd` returns for ``x`` (for the op's fake)."""
     B, N, _, _ = x.shape
     return [(B, 2 * c, N, N), (B, c, N, N)] if _saves(_cfgs(x, config, table)) else []
@@ -424,7 +425,7 @@ def _project_and_contract(x, direction, mask_rows, has_mask, weights, eps, cfgs,
     return ab, y
 
 
-def trimul_fwd(x, direction, mask, weights, eps, config=None, *, table=CONFIG_FILE, extra_keys=()):
+def trimul_fwd(x, direction, mask, weights, eps, config=None, *, table: Path, extra_keys=()):
     """(out, residuals): out (B, N, N, c_z).
 
     With ``save_for_backward`` in the config the residuals are ab (B, 2c, N, N) and
@@ -458,7 +459,7 @@ def _row_blocks(M: int, rows: int, block_m: int):
         yield start, min(rows, M - start)
 
 
-def trimul_bwd(x, direction, mask, weights, eps, saved, dout, config=None, *, table=CONFIG_FILE, extra_keys=()):
+def trimul_bwd(x, direction, mask, weights, eps, saved, dout, config=None, *, table: Path, extra_keys=()):
     """(dx, d norm_in_w, d norm_in_b, dWp, dbp, dWg, dbg, d norm_out_w, d norm_out_b, dWpo, dbpo, dWgo, dbgo)."""
     weights = tuple(w.contiguous() for w in weights)
     lnw, lnb, wp, bp, wg, bg, lnw_o, lnb_o, wpo, bpo, wgo, bgo = weights
@@ -586,9 +587,9 @@ def _wgrad(d, inp):
 _TRITON_DTYPE = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 
-def compile_specs(dtype: str = "bfloat16", c_z: int = 128, c: int = 128, device: str = "H200", *,
-                  n: int = 768, direction: str = "outgoing", cfgs: dict | None = None,
-                  table=CONFIG_FILE, prefix: str = "trimul", extra_keys=()) -> list:
+def compile_specs(dtype: str, c_z: int, c: int, device: str, *, table: Path, n: int = 768,
+                  direction: str = "outgoing", cfgs: dict | None = None, prefix: str = "trimul",
+                  extra_keys=()) -> list:
     """A ``kernels.isa.CompileSpec`` per kernel at the shipped config (AlphaFold 3 widths by default),
     specialized as a launch on a (1, n, n, c_z) input specializes it (unit strides constant,
     multiples of 16 marked), so that the profile describes the kernel that runs. ``cfgs``
