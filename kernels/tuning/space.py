@@ -1,17 +1,17 @@
 """Candidate configs for the attention and triangle-attention tuning sweeps, filtered on the CPU.
 
-A search space is plain data (``configs/<op>_space.json``): for each kernel a grid of values
+A search space is plain data (``kernels/nvidia/configs/<op>_space.json``): for each kernel a grid of values
 per knob, and the rules that drop a grid point without compiling it (shared memory that cannot
 fit, tile shapes the Triton tutorial's own Hopper filter drops). :func:`refresh` compiles every
 remaining point for sm_90a with ``kernels.isa`` and keeps those that use tensor-core instructions
 and spill nothing; a point whose SASS is byte-for-byte that of a point already kept (a knob the
 compiler ignored at that shape) is dropped as a duplicate, so the device never times the same
 binary twice. The survivors, the dropped points with their reason, and the Triton versions that
-checked them are written back to the same file, and the device sweep (``kernels.nvidia.tune_attention``)
+checked them are written back to the same file, and the device sweep (``kernels.tuning.attention``)
 reads only the survivors.
 
-    python -m kernels.nvidia.tune_space attention            # from the grid, with this Triton
-    python -m kernels.nvidia.tune_space attention --recheck  # re-check the survivors only
+    python -m kernels.tuning.space attention            # from the grid, with this Triton
+    python -m kernels.tuning.space attention --recheck  # re-check the survivors only
 
 Run it once with each Triton that matters (the device's and CI's): ``--recheck`` under a second
 version keeps only what passes under both.
@@ -26,7 +26,7 @@ import json
 import time
 from pathlib import Path
 
-CONFIG_DIR = Path(__file__).parent / "configs"
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "nvidia" / "configs"  # the sm_90a spaces sit by the tables
 OPS = ("attention", "triangle_attention")
 SMEM_LIMIT = 232448  # bytes of shared memory one block may use on sm_90 (227 KiB)
 
