@@ -15,8 +15,8 @@ over (batch * seq, heads * head_dim), ``USE_TMA``); the loop is software-
 pipelined (``num_stages``) and ``tl.dot`` lowers to wgmma. The same source has a
 masked pointer-load path (``USE_TMA=False``, head dims padded in registers): the
 interpreter and CDNA3 run it; on Hopper it keeps K/V tiles and their 64-bit
-addresses in registers and spills, so there other head dims (80, 96, ...) and
-strided inputs are copied once, zero-padded, into the TMA layout instead.
+addresses in registers and spills, so the Hopper entry points copy other head dims
+(80, 96, ...) and strided inputs once, zero-padded, into the TMA layout instead.
 
 Backward (as the Triton tutorial): a preprocess computes
 ``delta = rowsum(dO * O)``; one kernel owns a block of keys and loops over
