@@ -65,13 +65,15 @@ def _library_twins():
 
 
 def _interpreter_fixes() -> None:
-    """Make the interpreter's bfloat16 arithmetic match the GPU's.
+    """Make the interpreter's bfloat16 and FP8 arithmetic match the GPU's.
 
     The interpreter stores bfloat16 as raw uint16 bits. In Triton 3.9 its
     ``tl.dot`` multiplies those bits as integers, and its float32 -> bfloat16
     cast truncates where the GPU rounds to nearest even. Here the dot widens the
-    bits to float32 first (exact), and the cast rounds to nearest even. Applied
-    once; each is a no-op where operands are not stored that way.
+    bits to float32 first (exact), and the cast rounds to nearest even. FP8 values (uint8 bits
+    in the interpreter) are decoded and encoded through PyTorch's own conversions
+    (see ``_fp8_decode``). Applied once; each is a no-op where operands are not
+    stored that way.
     """
     import numpy as np
     import triton.language as tl
@@ -100,10 +102,74 @@ def _interpreter_fixes() -> None:
             return interpreter.TensorHandle(rounded.reshape(src.data.shape), dst_type.scalar)
         return original_cast(self, src, dst_type)
 
-    builder.create_dot = create_dot
-    builder.cast_impl = cast_impl
+    def create_dot_fp8(self, a, b, d, input_precision, max_num_imprecise_acc):
+        if _fp8_torch_dtype(a.dtype) or _fp8_torch_dtype(b.dtype):
+            a, b = _fp8_decode(a), _fp8_decode(b)
+        return create_dot(self, a, b, d, input_precision, max_num_imprecise_acc)
+
+    def cast_impl_fp8(self, src, dst_type):
+        if _fp8_torch_dtype(src.dtype):
+            src = _fp8_decode(src)
+            if dst_type.scalar == tl.float32:
+                return src
+        if _fp8_torch_dtype(dst_type):
+            return _fp8_encode(src, dst_type)
+        return cast_impl(self, src, dst_type)
+
+    original_fp_to_fp = builder.create_fp_to_fp
+
+    def create_fp_to_fp(self, src, dst_type, rounding_mode):
+        if _fp8_torch_dtype(src.dtype) or _fp8_torch_dtype(dst_type):
+            return self.cast_impl(src, dst_type)
+        return original_fp_to_fp(self, src, dst_type, rounding_mode)
+
+    builder.create_dot = create_dot_fp8
+    builder.cast_impl = cast_impl_fp8
+    builder.create_fp_to_fp = create_fp_to_fp
     builder.create_fp_trunc = lambda self, src, dst_type: self.cast_impl(src, dst_type)
     builder._ceiling_fixed = True
+
+
+# The interpreter's FP8 conversions (Triton 3.9) go bit by bit through float16: they round
+# ties away from zero, carry a rounded-up mantissa into the exponent with an OR instead of an
+# add, read e4m3fn's NaN as 480 and FNUZ's NaN (0x80) as -0.0, and write out-of-range values
+# as NaN codes. Its tl.dot on FP8 operands takes that same path (exact for finite values,
+# since every FP8 value is a float16, but NaN inputs come out finite). The fix decodes and
+# encodes through PyTorch's own FP8 conversions: exact, round-to-nearest-even, NaN kept.
+_FP8_TORCH = {"fp8e4nv": "float8_e4m3fn", "fp8e5": "float8_e5m2", "fp8e4b8": "float8_e4m3fnuz",
+              "fp8e5b16": "float8_e5m2fnuz"}
+
+
+def _fp8_torch_dtype(tl_dtype):
+    import torch
+
+    name = _FP8_TORCH.get(getattr(tl_dtype.scalar, "name", ""))
+    return getattr(torch, name) if name else None
+
+
+def _fp8_decode(h):
+    """An FP8 tensor handle (uint8 bits) as the float32 handle of the same values."""
+    import numpy as np
+    import torch
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    dtype = _fp8_torch_dtype(h.dtype)
+    if dtype is None:
+        return h
+    bits = torch.from_numpy(np.ascontiguousarray(h.data).view(np.uint8))
+    return interpreter.TensorHandle(bits.view(dtype).float().numpy().reshape(h.data.shape), tl.float32)
+
+
+def _fp8_encode(h, dst_type):
+    """A float handle cast to FP8 the way the GPU's cvt.rn does for in-range values (nearest even)."""
+    import numpy as np
+    import torch
+    from triton.runtime import interpreter
+
+    values = torch.from_numpy(np.ascontiguousarray(h.data).astype(np.float32))
+    bits = values.to(_fp8_torch_dtype(dst_type)).view(torch.uint8).numpy()
+    return interpreter.TensorHandle(bits.reshape(h.data.shape), dst_type.scalar)
 
 
 def _twin_class():

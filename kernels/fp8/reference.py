@@ -1,0 +1,103 @@
+"""The quantization oracle: scales and FP8 codes computed in float32 with plain PyTorch.
+
+Same rules as the Triton quantizers (:mod:`kernels.fp8.triton_quantize`), written the obvious way:
+
+* a group's scale is ``amax / fmt.max`` over the group's finite elements (NaN and
+  infinities do not count, so one bad element does not flatten its whole group), floored
+  at ``AMAX_FLOOR / fmt.max`` so an all-zero group gets a finite, nonzero scale;
+  with ``pow2=True`` it is rounded up to a power of two (DeepGEMM's UE8M0 scales:
+  dequantization is then exact in any precision);
+* a finite element becomes ``round_to_nearest_even(clamp(x * (1 / scale), -max, max))``;
+  NaN stays NaN; an infinity stays infinite where the format has one (e5m2) and becomes
+  NaN where it has none (e4m3fn and the FNUZ formats), never a finite number.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernels.fp8.formats import Format, format_of
+
+GRANULARITIES = ("tensor", "row", "1x128", "128x128")
+GROUP = 128  # elements along K (and rows, for 128x128) that share one scale
+AMAX_FLOOR = 2.0**-100  # far inside float32: its reciprocal and products of two scales stay finite
+
+
+def scale_shape(granularity: str, rows: int, cols: int) -> tuple[int, ...]:
+    """Shape of the scales of a (rows, cols) operand quantized along cols (its K)."""
+    cdiv = lambda a, b: -(-a // b)  # noqa: E731
+    return {"tensor": (), "row": (rows, 1), "1x128": (rows, cdiv(cols, GROUP)),
+            "128x128": (cdiv(rows, GROUP), cdiv(cols, GROUP))}[granularity]
+
+
+def pow2_ceil(x: torch.Tensor) -> torch.Tensor:
+    """The smallest power of two >= x, for positive normal float32 x (exact, by the bits)."""
+    bits = x.float().view(torch.int32)
+    exponent = ((bits >> 23) & 0xFF) + ((bits & 0x7FFFFF) != 0).int()
+    return (exponent.clamp(1, 254) << 23).view(torch.float32)
+
+
+def scales_from_amax(amax: torch.Tensor, fmt: Format, pow2: bool = False) -> torch.Tensor:
+    scale = torch.clamp(amax.float(), min=AMAX_FLOOR) / fmt.max
+    return pow2_ceil(scale) if pow2 else scale
+
+
+def encode(x: torch.Tensor, scale: torch.Tensor, fmt: Format) -> torch.Tensor:
+    """``x`` (float32) times ``1/scale`` (broadcast), as FP8 codes of ``fmt`` by the rules above."""
+    y = torch.clamp(x * (1.0 / scale), -fmt.max, fmt.max)
+    special = torch.full_like(x, float("nan"))
+    if fmt.has_inf:
+        special = torch.where(torch.isinf(x), x, special)
+    return torch.where(torch.isfinite(x), y, special).to(fmt.dtype)
+
+
+def _group_amax(a: torch.Tensor, granularity: str) -> torch.Tensor:
+    """Per-group max of ``a`` (finite |x|, zero elsewhere), in the scale shape."""
+    rows, cols = a.shape
+    if granularity == "tensor":
+        return a.amax() if a.numel() else a.new_zeros(())
+    if granularity == "row":
+        return a.amax(dim=1, keepdim=True) if cols else a.new_zeros(rows, 1)
+    pr = -(-rows // GROUP) * GROUP if granularity == "128x128" else rows
+    pc = -(-cols // GROUP) * GROUP
+    padded = a.new_zeros(pr, pc)
+    padded[:rows, :cols] = a
+    if granularity == "1x128":
+        return padded.view(rows, pc // GROUP, GROUP).amax(dim=2)
+    return padded.view(pr // GROUP, GROUP, pc // GROUP, GROUP).amax(dim=(1, 3))
+
+
+def expand(scale: torch.Tensor, granularity: str, rows: int, cols: int) -> torch.Tensor:
+    """Scales broadcast to every element of a (rows, cols) operand."""
+    if granularity == "tensor":
+        return scale.reshape(1, 1).expand(rows, cols)
+    if granularity == "row":
+        return scale.reshape(rows, 1).expand(rows, cols)
+    # An index gather, not repeat_interleave + slice: torch.compile (Inductor, CPU, PyTorch 2.13)
+    # miscompiles the latter's slice.
+    s = scale[:, torch.arange(cols, device=scale.device) // GROUP]
+    if granularity == "128x128":
+        s = s[torch.arange(rows, device=scale.device) // GROUP]
+    return s
+
+
+def quantize(x: torch.Tensor, granularity: str = "1x128", dtype=torch.float8_e4m3fn, *, transpose: bool = False,
+             pow2: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """(codes, scales) of a 2-D ``x`` quantized along its last dimension (or of ``x.T`` if
+    ``transpose``); ``codes.float() * expand(scales)`` approximates it."""
+    fmt = format_of(dtype)
+    xf = x.float().T if transpose else x.float()
+    finite = torch.where(torch.isfinite(xf), xf.abs(), torch.zeros_like(xf))
+    scale = scales_from_amax(_group_amax(finite, granularity), fmt, pow2)
+    rows, cols = xf.shape
+    codes = encode(xf, expand(scale, granularity, rows, cols), fmt).contiguous()
+    # 1x128 scales column-major, like the kernels write them (one row block's scales adjacent)
+    if granularity == "1x128":
+        return codes, scale.new_empty(scale.shape[::-1]).T.copy_(scale)
+    return codes, scale.contiguous()
+
+
+def dequantize(q: torch.Tensor, scale: torch.Tensor, granularity: str) -> torch.Tensor:
+    """``q`` (rows, cols) FP8 codes times their scales, in float32."""
+    rows, cols = q.shape
+    return q.float() * expand(scale.float(), granularity, rows, cols)
