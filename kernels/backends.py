@@ -26,6 +26,16 @@ OPS: dict[str, dict[str, str]] = {
         "tpu": "kernels.tpu.gemm",
         "trainium": "kernels.trainium.gemm",
     },
+    "scaled_gemm": {
+        "reference": "kernels.scaled_gemm.reference",
+        "nvidia": "kernels.nvidia.gemm_fp8",
+        "amd": "kernels.amd.gemm_fp8",
+    },
+    "fp8_quantize": {
+        "reference": "kernels.fp8.reference",
+        "nvidia": "kernels.fp8.triton_quantize",
+        "amd": "kernels.fp8.triton_quantize",
+    },
     "attention": {
         "reference": "kernels.attention.reference",
         "nvidia": "kernels.nvidia.attention",
@@ -47,6 +57,23 @@ OPS: dict[str, dict[str, str]] = {
         "tpu": "kernels.tpu.triangle_multiplication",
         "trainium": "kernels.trainium.triangle_multiplication",
     },
+}
+
+
+# Why an op has no kernel on a backend, where the reason is more than "not written yet".
+MISSING: dict[tuple[str, str], str] = {
+    ("scaled_gemm", "tpu"): (
+        "no FP8 kernel: the MXUs of the TPU generations targeted here (v5e, v5p, v6e) multiply FP8 only as "
+        "e5m2 or e4m3b11fnuz (Mosaic's is_matmul_supported), and OCP e4m3fn, the operand format, only on "
+        "TPU7x; backend='reference' runs the dequantized product through XLA"
+    ),
+    ("scaled_gemm", "trainium"): (
+        "no FP8 kernel yet: trn2's TensorE multiplies e4m3/e5m2 (and the NKI emulator accepts them), but "
+        "the fine-grained scales need a PSUM tile per 128-deep K step rescaled on VectorE, which is not "
+        "written; backend='reference' runs the dequantized product"
+    ),
+    ("fp8_quantize", "tpu"): "the quantizers are Triton kernels; JAX callers get the jnp oracle (kernels.fp8.reference)",
+    ("fp8_quantize", "trainium"): "the quantizers are Triton kernels; backend='reference' runs the float32 oracle",
 }
 
 
@@ -154,7 +181,7 @@ def op_availability(op: str, backend: str) -> Availability:
     if impls is None:
         raise ValueError(f"op: expected one of {sorted(OPS)}, got {op!r}")
     if backend not in impls:
-        return Availability(backend, "unavailable", f"{op} has no {backend} kernel yet")
+        return Availability(backend, "unavailable", MISSING.get((op, backend), f"{op} has no {backend} kernel yet"))
     base = availability(backend)
     if not base.runs:
         return base

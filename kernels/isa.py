@@ -4,7 +4,7 @@
 ``cuobjdump`` that the Triton wheel ships); ``compile_for(spec, "gfx942")`` an
 hsaco with its AMDGCN text. :func:`profile` turns either into a
 :class:`StaticProfile`: registers, spills, shared memory or LDS, the count of
-tensor-core instructions (HGMMA, HMMA, v_mfma), and the instruction mix. These
+tensor-core instructions (HGMMA, FP8's QGMMA, HMMA, v_mfma), and the instruction mix. These
 are facts about the real ISA, computed without a GPU; CI checks them, and the
 performance model and search templates consume them.
 """
@@ -162,7 +162,8 @@ def profile(spec: CompileSpec, target: str) -> StaticProfile:
         usage = _resource_usage(cubin)
         mix = sass_mix(sass(cubin))
         spills = usage.get("LOCAL", 0) + usage.get("STACK", 0)
-        tc = mix.get("HGMMA", 0) + mix.get("HMMA", 0)
+        # HGMMA: 16-bit and TF32 wgmma; QGMMA: FP8 wgmma (cuobjdump's name for it); HMMA: mma.sync
+        tc = mix.get("HGMMA", 0) + mix.get("QGMMA", 0) + mix.get("HMMA", 0)
         return StaticProfile(
             name=spec.name,
             target=target,
@@ -173,7 +174,8 @@ def profile(spec: CompileSpec, target: str) -> StaticProfile:
             instruction_mix=dict(mix.most_common()),
             num_warps=num_warps,
             threads=num_warps * 32,
-            extra={"ldl_stl": mix.get("LDL", 0) + mix.get("STL", 0), "hgmma": mix.get("HGMMA", 0)},
+            extra={"ldl_stl": mix.get("LDL", 0) + mix.get("STL", 0), "hgmma": mix.get("HGMMA", 0),
+                   "qgmma": mix.get("QGMMA", 0)},
             config=dict(spec.config),
         )
     text = kernel.asm["amdgcn"]
@@ -208,6 +210,8 @@ def profile(spec: CompileSpec, target: str) -> StaticProfile:
 INSPECTORS: dict[tuple[str, str], str] = {
     ("gemm", "sm_90a"): "kernels.nvidia.gemm:compile_specs",
     ("gemm", "gfx942"): "kernels.amd.gemm:compile_specs",
+    ("scaled_gemm", "sm_90a"): "kernels.nvidia.gemm_fp8:compile_specs",
+    ("scaled_gemm", "gfx942"): "kernels.amd.gemm_fp8:compile_specs",
     ("attention", "sm_90a"): "kernels.nvidia.attention:compile_specs",
     ("attention", "gfx942"): "kernels.amd.attention:compile_specs",
     ("gemm", "tpu-v5e"): "kernels.tpu.gemm:inspect_tpu",

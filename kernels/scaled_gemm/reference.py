@@ -1,0 +1,72 @@
+"""The scaled-GEMM oracle: dequantize both operands (codes times their scales), then the plain
+GEMM and epilogue, in float32 (or float64 for the tests' ground truth)."""
+
+from __future__ import annotations
+
+from kernels.fp8 import reference as fp8_reference
+from kernels.gemm.reference import activate_torch
+from kernels.scaled_gemm.spec import kinds
+
+
+def dequantize_a(a, a_scale, kind: str, dtype=None):
+    """(M, K) values of ``a``: codes times the scales of ``kind`` (in ``dtype``, float32 by default)."""
+    import torch
+
+    dtype = dtype or torch.float32
+    m, k = a.shape
+    scale = a_scale.to(dtype).reshape(()) if kind == "tensor" else a_scale.to(dtype)
+    return a.to(dtype) * fp8_reference.expand(scale, kind, m, k).to(dtype)
+
+
+def dequantize_b(b, b_scale, kind: str, dtype=None):
+    """(K, N) values of ``b``; its scales are laid out over (K, N), so expand them as for b.T."""
+    scale = b_scale.reshape(()) if kind == "tensor" else b_scale.mT
+    return dequantize_a(b.mT, scale, kind, dtype).mT
+
+
+def scaled_gemm(a, b, a_scale, b_scale, bias=None, activation=None, out_dtype=None, config=None, compute_dtype=None):
+    """activation(deq(a) @ deq(b) + bias) on torch tensors, computed in ``compute_dtype`` (float32)."""
+    import torch
+
+    compute = compute_dtype or torch.float32
+    ka, kb = kinds(a.shape, b.shape, a_scale.shape, b_scale.shape)
+    z = torch.matmul(dequantize_a(a, a_scale, ka, compute), dequantize_b(b, b_scale, kb, compute))
+    if bias is not None:
+        z = z + bias.to(compute)
+    return activate_torch(z, activation).to(out_dtype or torch.bfloat16)
+
+
+def scaled_gemm_jax(a, b, a_scale, b_scale, bias=None, activation=None, out_dtype=None, config=None):
+    """The same on JAX arrays, in float32 at full precision."""
+    import jax
+    import jax.numpy as jnp
+
+    ka, kb = kinds(a.shape, b.shape, a_scale.shape, b_scale.shape)
+    da = a.astype(jnp.float32) * expand_jax(a_scale, ka, *a.shape)
+    db = (b.T.astype(jnp.float32) * expand_jax(b_scale.reshape(()) if kb == "tensor" else b_scale.T, kb,
+                                               b.shape[1], b.shape[0])).T
+    z = jnp.matmul(da, db, precision=jax.lax.Precision.HIGHEST)
+    if bias is not None:
+        z = z + bias.astype(jnp.float32)
+    if activation == "relu":
+        z = jax.nn.relu(z)
+    elif activation == "gelu":
+        z = jax.nn.gelu(z, approximate=False)
+    elif activation == "silu":
+        z = jax.nn.silu(z)
+    return z.astype(out_dtype or jnp.bfloat16)
+
+
+def expand_jax(scale, kind: str, rows: int, cols: int):
+    """``kernels.fp8.reference.expand`` on JAX arrays."""
+    import jax.numpy as jnp
+
+    scale = scale.astype(jnp.float32)
+    if kind == "tensor":
+        return jnp.broadcast_to(scale.reshape(1, 1), (rows, cols))
+    if kind == "row":
+        return jnp.broadcast_to(scale.reshape(rows, 1), (rows, cols))
+    s = scale[:, jnp.arange(cols) // fp8_reference.GROUP]
+    if kind == "128x128":
+        s = s[jnp.arange(rows) // fp8_reference.GROUP]
+    return s
