@@ -23,6 +23,8 @@ def to_torch(x: np.ndarray):
     # A copy: arrays handed over by JAX are read-only, and a kernel's tensors must be writable.
     if x.dtype.name == "bfloat16":
         return torch.from_numpy(np.array(x).view(np.uint16)).view(torch.bfloat16)
+    if x.dtype.name.startswith("float8"):  # ml_dtypes FP8: through the bits
+        return torch.from_numpy(np.array(x).view(np.uint8)).view(getattr(torch, x.dtype.name))
     return torch.from_numpy(np.array(x))
 
 
@@ -33,6 +35,8 @@ def to_numpy(t) -> np.ndarray:
     t = t.detach().cpu().contiguous()
     if t.dtype == torch.bfloat16:
         return t.view(torch.uint16).numpy().view(ml_dtypes.bfloat16)
+    if t.dtype.is_floating_point and t.element_size() == 1:  # FP8
+        return t.view(torch.uint8).numpy().view(getattr(ml_dtypes, str(t.dtype).removeprefix("torch.")))
     return t.numpy()
 
 

@@ -101,3 +101,62 @@ def dequantize(q: torch.Tensor, scale: torch.Tensor, granularity: str) -> torch.
     """``q`` (rows, cols) FP8 codes times their scales, in float32."""
     rows, cols = q.shape
     return q.float() * expand(scale.float(), granularity, rows, cols)
+
+
+# --------------------------------------------------------------------------- JAX
+
+
+def quantize_jax(x, granularity: str = "1x128", dtype=None, *, transpose: bool = False, pow2: bool = False):
+    """:func:`quantize` on JAX arrays: the same rules, JAX's quantizer on every device. XLA's float32
+    division on the CPU is not correctly rounded, so a scale can differ from the torch oracle's in
+    its last bit (and a code on a rounding boundary by one step)."""
+    import jax
+    import jax.numpy as jnp
+
+    name = jnp.dtype(dtype or jnp.float8_e4m3fn).name
+    fmt = format_of(name)
+    xf = x.astype(jnp.float32).T if transpose else x.astype(jnp.float32)
+    rows, cols = xf.shape
+    mag = jnp.where(jnp.isfinite(xf), jnp.abs(xf), 0.0)
+    if granularity == "tensor":
+        amax = mag.max() if mag.size else jnp.zeros((), jnp.float32)
+    elif granularity == "row":
+        amax = mag.max(axis=1, keepdims=True) if cols else jnp.zeros((rows, 1), jnp.float32)
+    else:
+        pr = -(-rows // GROUP) * GROUP if granularity == "128x128" else rows
+        pc = -(-cols // GROUP) * GROUP
+        padded = jnp.zeros((pr, pc), jnp.float32).at[:rows, :cols].set(mag)
+        if granularity == "1x128":
+            amax = padded.reshape(rows, pc // GROUP, GROUP).max(axis=2)
+        else:
+            amax = padded.reshape(pr // GROUP, GROUP, pc // GROUP, GROUP).max(axis=(1, 3))
+    scale = jnp.maximum(amax, AMAX_FLOOR) / fmt.max
+    if pow2:
+        bits = jax.lax.bitcast_convert_type(scale, jnp.int32)
+        exponent = ((bits >> 23) & 0xFF) + ((bits & 0x7FFFFF) != 0).astype(jnp.int32)
+        scale = jax.lax.bitcast_convert_type(jnp.clip(exponent, 1, 254) << 23, jnp.float32)
+    full = expand_jax(scale, granularity, rows, cols)
+    y = jnp.clip(xf * (1.0 / full), -fmt.max, fmt.max)
+    special = jnp.where(jnp.isinf(xf), xf, jnp.nan) if fmt.has_inf else jnp.full_like(xf, jnp.nan)
+    return jnp.where(jnp.isfinite(xf), y, special).astype(name), scale
+
+
+def expand_jax(scale, granularity: str, rows: int, cols: int):
+    """:func:`expand` on JAX arrays."""
+    import jax.numpy as jnp
+
+    scale = scale.astype(jnp.float32)
+    if granularity == "tensor":
+        return jnp.broadcast_to(scale.reshape(1, 1), (rows, cols))
+    if granularity == "row":
+        return jnp.broadcast_to(scale.reshape(rows, 1), (rows, cols))
+    s = scale[:, jnp.arange(cols) // GROUP]
+    if granularity == "128x128":
+        s = s[jnp.arange(rows) // GROUP]
+    return s
+
+
+def dequantize_jax(q, scale, granularity: str):
+    import jax.numpy as jnp
+
+    return q.astype(jnp.float32) * expand_jax(scale, granularity, *q.shape)

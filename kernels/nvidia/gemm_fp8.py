@@ -46,6 +46,7 @@ import triton
 import triton.language as tl
 
 from kernels.errors import InputError
+from kernels.fp8.scales import K_VARYING, k_block_scales, output_scales
 from kernels.nvidia import stream_k
 from kernels.nvidia.gemm import (INTERPRETED_PROGRAMS, SMEM_LIMIT_SM90, _aligned, _descriptor, _device_name, _pad_rows,
                                  _sm_count, cdiv, device_key, epilogue, grouped_tile)
@@ -56,34 +57,9 @@ from kernels.triton_runtime import launcher
 CONFIG_FILE = Path(__file__).with_name("configs") / "gemm_fp8.json"
 CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_stages", "num_warps", "PROMOTE_STEPS", "STREAM_K",
                "EPILOGUE_SUBTILE")
-K_VARYING = ("1x128", "128x128")  # scale kinds that change along K: applied at each promotion
-SCALE_GROUP = tl.constexpr(128)
 
 
 # --------------------------------------------------------------------------- kernel
-
-
-@triton.jit
-def k_block_scales(a_scale_ptr, b_scale_ptr, offs_m, offs_n, k0, M, N,
-                   stride_sam, stride_sak, stride_sbk, stride_sbn,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, A_SCALE: tl.constexpr, B_SCALE: tl.constexpr):
-    """The (BLOCK_M, BLOCK_N) factor of the K-varying scales for the 128-deep K block holding k0."""
-    kb = k0 // SCALE_GROUP
-    rows = offs_m + tl.arange(0, BLOCK_M)
-    cols = offs_n + tl.arange(0, BLOCK_N)
-    if A_SCALE == "1x128":
-        sa = tl.load(a_scale_ptr + rows * stride_sam + kb * stride_sak, mask=rows < M, other=0.0)
-    elif A_SCALE == "128x128":
-        sa = tl.load(a_scale_ptr + (rows // SCALE_GROUP) * stride_sam + kb * stride_sak, mask=rows < M, other=0.0)
-    else:
-        sa = tl.full((BLOCK_M,), 1.0, tl.float32)
-    if B_SCALE == "1x128":
-        sb = tl.load(b_scale_ptr + kb * stride_sbk + cols * stride_sbn, mask=cols < N, other=0.0)
-    elif B_SCALE == "128x128":
-        sb = tl.load(b_scale_ptr + kb * stride_sbk + (cols // SCALE_GROUP) * stride_sbn, mask=cols < N, other=0.0)
-    else:
-        sb = tl.full((BLOCK_N,), 1.0, tl.float32)
-    return sa[:, None] * sb[None, :]
 
 
 @triton.jit
@@ -107,23 +83,6 @@ def k_group(a, b, acc, a_scale_ptr, b_scale_ptr, offs_m, offs_n, group, M, N,
                                            stride_sam, stride_sak, stride_sbk, stride_sbn,
                                            BLOCK_M, BLOCK_N, A_SCALE, B_SCALE)
     return acc + part
-
-
-@triton.jit
-def output_scales(acc, a_scale_ptr, b_scale_ptr, offs_m, offs_n, M, N, stride_sam, stride_sbn,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, A_SCALE: tl.constexpr, B_SCALE: tl.constexpr):
-    """The K-invariant scales, once per output element."""
-    if A_SCALE == "tensor":
-        acc = acc * tl.load(a_scale_ptr)
-    elif A_SCALE == "row":
-        rows = offs_m + tl.arange(0, BLOCK_M)
-        acc = acc * tl.load(a_scale_ptr + rows * stride_sam, mask=rows < M, other=0.0)[:, None]
-    if B_SCALE == "tensor":
-        acc = acc * tl.load(b_scale_ptr)
-    elif B_SCALE == "row":
-        cols = offs_n + tl.arange(0, BLOCK_N)
-        acc = acc * tl.load(b_scale_ptr + cols * stride_sbn, mask=cols < N, other=0.0)[None, :]
-    return acc
 
 
 @triton.jit

@@ -42,8 +42,8 @@ def scaled_gemm_jax(a, b, a_scale, b_scale, bias=None, activation=None, out_dtyp
     import jax.numpy as jnp
 
     ka, kb = kinds(a.shape, b.shape, a_scale.shape, b_scale.shape)
-    da = a.astype(jnp.float32) * expand_jax(a_scale, ka, *a.shape)
-    db = (b.T.astype(jnp.float32) * expand_jax(b_scale.reshape(()) if kb == "tensor" else b_scale.T, kb,
+    da = a.astype(jnp.float32) * fp8_reference.expand_jax(a_scale, ka, *a.shape)
+    db = (b.T.astype(jnp.float32) * fp8_reference.expand_jax(b_scale.reshape(()) if kb == "tensor" else b_scale.T, kb,
                                                b.shape[1], b.shape[0])).T
     z = jnp.matmul(da, db, precision=jax.lax.Precision.HIGHEST)
     if bias is not None:
@@ -55,18 +55,3 @@ def scaled_gemm_jax(a, b, a_scale, b_scale, bias=None, activation=None, out_dtyp
     elif activation == "silu":
         z = jax.nn.silu(z)
     return z.astype(out_dtype or jnp.bfloat16)
-
-
-def expand_jax(scale, kind: str, rows: int, cols: int):
-    """``kernels.fp8.reference.expand`` on JAX arrays."""
-    import jax.numpy as jnp
-
-    scale = scale.astype(jnp.float32)
-    if kind == "tensor":
-        return jnp.broadcast_to(scale.reshape(1, 1), (rows, cols))
-    if kind == "row":
-        return jnp.broadcast_to(scale.reshape(rows, 1), (rows, cols))
-    s = scale[:, jnp.arange(cols) // fp8_reference.GROUP]
-    if kind == "128x128":
-        s = s[jnp.arange(rows) // fp8_reference.GROUP]
-    return s
