@@ -16,9 +16,12 @@ from dataclasses import dataclass
 # against the device name, so more specific names come first.
 DATASHEETS: tuple[tuple[str, dict[str, float], float], ...] = (
     ("H100 PCIe", {"bfloat16": 756.0e12, "float16": 756.0e12, "float32": 378.0e12}, 2.0e12),
-    ("H200", {"bfloat16": 989.4e12, "float16": 989.4e12, "float32": 494.7e12}, 4.8e12),
-    ("H100", {"bfloat16": 989.4e12, "float16": 989.4e12, "float32": 494.7e12}, 3.35e12),
-    ("MI300X", {"bfloat16": 1307.4e12, "float16": 1307.4e12, "float32": 653.7e12}, 5.3e12),
+    ("H200", {"bfloat16": 989.4e12, "float16": 989.4e12, "float32": 494.7e12, "float8_e4m3fn": 1978.9e12,
+              "float8_e5m2": 1978.9e12}, 4.8e12),
+    ("H100", {"bfloat16": 989.4e12, "float16": 989.4e12, "float32": 494.7e12, "float8_e4m3fn": 1978.9e12,
+              "float8_e5m2": 1978.9e12}, 3.35e12),
+    ("MI300X", {"bfloat16": 1307.4e12, "float16": 1307.4e12, "float32": 653.7e12, "float8_e4m3fnuz": 2614.9e12,
+                "float8_e5m2fnuz": 2614.9e12}, 5.3e12),
 )
 
 

@@ -24,6 +24,8 @@ class Machine:
             return self.flops[dtype]
         if dtype == "float32" and "tf32" in self.flops:
             return self.flops["tf32"]
+        if dtype.startswith("float8") and "float8" in self.flops:  # e4m3fn, e5m2, their FNUZ twins
+            return self.flops["float8"]
         return max(self.flops.values())
 
 

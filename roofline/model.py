@@ -190,7 +190,7 @@ def generic_terms(op: str, shape: dict, config: dict, machine: Machine, dtype: s
 def terms(op: str, shape: dict, config: dict | None, machine: Machine, dtype: str | None = None,
           static: StaticFacts | None = None, extra: dict | None = None) -> dict[str, float]:
     dtype = str(dtype or _work.record_dtype(shape, config or {}, extra or {}))
-    if op == "gemm" and config and "BLOCK_M" in config:
+    if op in _work.GEMM_OPS and config and "BLOCK_M" in config:
         t = gemm_terms(shape, config, machine, dtype, static)
     elif op in ATTENTION_OPS:
         t = _attention.terms(shape, config or {}, machine, dtype, LAUNCH_S)
@@ -204,7 +204,7 @@ def terms(op: str, shape: dict, config: dict | None, machine: Machine, dtype: st
 def _underfilled(op: str, shape: dict, machine: Machine) -> bool:
     """A GEMM whose output, in 128x128 tiles, does not cover every SM once: a latency-bound regime
     (skinny M) with its own coefficients, apart from the throughput-bound one."""
-    if op != "gemm":
+    if op not in _work.GEMM_OPS:
         return False
     s = _work.normalize_shape("gemm", shape)
     try:

@@ -71,12 +71,14 @@ def comparisons(records: list[Record]) -> list[dict]:
         key = (_device_key(r), r.op, dims, work.record_dtype(r.shape, r.config, r.extra))
         groups[key]["ours" if role == "ours" else "baseline"].append(r)
     rows = []
+    hbm = _hbm_bandwidths(records)
     for (device, op, dims, dtype), g in sorted(groups.items()):
         ours = min(g["ours"], key=_seconds, default=None)
         base = min(g["baseline"], key=_seconds, default=None)
         w = work.count(op, (ours or base).shape, None, (ours or base).extra)
         def tflops(r):
             return w.flops / _seconds(r) / 1e12 if (r and w) else None
+        floor = _hbm_floor(w, hbm.get(device), dtype)
         rows.append(dict(
             device=device, op=op, shape=dims, dtype=dtype,
             ours=ours.name if ours else "-", ours_s=_seconds(ours) if ours else None, ours_tflops=tflops(ours),
@@ -84,8 +86,36 @@ def comparisons(records: list[Record]) -> list[dict]:
             baseline_tflops=tflops(base),
             speedup=(_seconds(base) / _seconds(ours)) if (ours and base) else None,
             method=(ours or base).method or "",
+            hbm_floor_s=floor, hbm_fraction=(floor / _seconds(ours)) if (floor and ours) else None,
         ))
     return rows
+
+
+def _hbm_bandwidths(records: list[Record]) -> dict[str, tuple[float, Any]]:
+    """device key -> (HBM bandwidth, its ceilings) from the run's records, measured first (4.34 TB/s read
+    on the H200 in the committed records), published otherwise."""
+    from roofline import ceilings
+
+    out = {}
+    for key in {_device_key(r) for r in records if r.kind == "kernel"}:
+        try:
+            dc = ceilings.for_device(records, key)
+        except KeyError:
+            continue
+        if "hbm" in dc.bandwidth:
+            out[key] = (dc.bandwidth["hbm"].value, dc)
+    return out
+
+
+def _hbm_floor(w, bandwidth: tuple[float, Any] | None, dtype: str) -> float | None:
+    """The roofline's HBM floor of a memory-bound problem (bytes of A + B + C over the HBM bandwidth);
+    None where the compute roof is the higher one."""
+    if w is None or bandwidth is None or "hbm" not in w.bytes:
+        return None
+    hbm, dc = bandwidth
+    peak = dc.peak("float8" if dtype.startswith("float8") else dtype)
+    memory = w.bytes["hbm"] / hbm
+    return memory if peak is None or w.flops / peak.value <= memory else None
 
 
 def static_rows(records: list[Record]) -> list[dict]:

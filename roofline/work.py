@@ -32,15 +32,17 @@ class Work:
 
 
 def dtype_bytes(dtype: str | None) -> int:
-    return DTYPE_BYTES.get(str(dtype or "bfloat16").removeprefix("torch."), 2)
+    name = str(dtype or "bfloat16").removeprefix("torch.")
+    return 1 if name.startswith("float8") else DTYPE_BYTES.get(name, 2)
 
 
 _GEMM_AXES = {"m": "M", "n": "N", "k": "K", "b": "batch"}
+GEMM_OPS = ("gemm", "scaled_gemm")  # ops counted as a GEMM (the scaled one with 1-byte operands)
 
 
 def normalize_shape(op: str, shape: dict[str, Any]) -> dict[str, Any]:
     """GEMM axes as ``M``, ``N``, ``K`` whatever case the record used."""
-    if op != "gemm":
+    if op not in GEMM_OPS:
         return dict(shape)
     return {_GEMM_AXES.get(k, k): v for k, v in shape.items()}
 
@@ -106,7 +108,8 @@ def attention(shape: dict[str, Any], config: dict[str, Any] | None = None, dtype
     return Work(flops, {"hbm": size * tensors})
 
 
-COUNTERS = {"gemm": gemm, "attention": attention, "attention_fwd": attention, "attention_bwd": attention}
+COUNTERS = {"gemm": gemm, "scaled_gemm": gemm, "attention": attention, "attention_fwd": attention,
+            "attention_bwd": attention}
 
 
 def count(op: str, shape: dict[str, Any], config: dict[str, Any] | None = None, extra: dict | None = None) -> Work | None:

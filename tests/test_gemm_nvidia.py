@@ -165,6 +165,30 @@ def test_split_k(split_k):
     check(a.float(), b.float(), config=dict(SMALL, SPLIT_K=split_k))
 
 
+@pytest.mark.parametrize("m", [1, 7, 16, 33, 64])
+def test_small_m_stream_k(m):
+    """The small-M schedule: tiles split between programs and fixed up in the same launch, odd N and
+    K, both B layouts, the epilogue after the fix-up, every output written, semaphores left at zero."""
+    from kernels.nvidia import stream_k
+
+    gen = torch.Generator().manual_seed(70 + m)
+    cfg = dict(SMALL, STREAM_K=True)
+    n, k = 37 + 2 * m, 75 + m  # odd, and no multiple of a tile
+    a = torch.randn(m, k, dtype=torch.bfloat16, generator=gen)
+    bias = torch.randn(n, dtype=torch.bfloat16, generator=gen)
+    check(a, operand((k, n), torch.bfloat16, True, gen), bias=bias, activation="gelu", config=cfg)
+    check(a, operand((k, n), torch.bfloat16, False, gen), config=dict(cfg, EPILOGUE_SUBTILE=True))
+    assert all(int(buf.abs().sum()) == 0 for buf in stream_k._semaphores.values())
+
+
+def test_small_m_heuristic_is_stream_k():
+    from kernels.nvidia.gemm import heuristic_config
+
+    for m in (1, 16, 64):
+        assert heuristic_config(m, 4096, 4096, "bfloat16").STREAM_K
+    assert not heuristic_config(128, 4096, 4096, "bfloat16").STREAM_K
+
+
 def test_jax_arrays_through_the_interpreter():
     jax = pytest.importorskip("jax")
     import jax.numpy as jnp

@@ -82,7 +82,7 @@ def test_shipped_configs_are_valid_best_points(bare):
 def test_constraints_reject_what_the_hardware_cannot_hold(bare):
     nvidia = bare["sm_90a"]
     big = {"BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 128, "GROUP_M": 8, "num_stages": 5, "num_warps": 8,
-           "EPILOGUE_SUBTILE": False, "WARP_SPECIALIZE": False, "SPLIT_K": 1}
+           "EPILOGUE_SUBTILE": False, "WARP_SPECIALIZE": False, "SPLIT_K": 1, "STREAM_K": False}
     why = nvidia.violations(big)
     assert any("shared-memory" in w for w in why) and any("accumulator-registers" in w for w in why)
     assert nvidia.violations({**big, "BLOCK_M": 96})[0].startswith("BLOCK_M=96 is outside")
@@ -191,3 +191,17 @@ def test_export_cites_only_the_timings_the_model_is_fit_by(tmp_path):
     assert t.measurements["cited"] == len(clean) and t.measurements["timing"] == {"synthetic": len(clean)}
     assert not (folder / "kernel_tuner" / "16x4096x4096.json").exists()
     assert len((folder / "records.jsonl").read_text().splitlines()) == len(clean) + len(polluted)  # the data stays
+
+
+def test_fp8_template_carries_promotion_scales_and_stream_k():
+    """The FP8 GEMM's space (family gemm_fp8): its knobs are parameters, the shipped FP8 configs are
+    valid points with their scaling, and a block-scaled point that never promotes is rejected."""
+    for target in export.targets("gemm_fp8"):
+        template = export.build("gemm_fp8", target, [])
+        assert {"PROMOTE_STEPS", "SCALES", "BLOCK_K", "num_stages"} <= set(template.names)
+        shipped = [b for b in template.best_points if b.source.startswith("shipped")]
+        assert shipped and all(template.violations(b.config, b.shape) == [] for b in shipped)
+        assert {b.config["SCALES"] for b in shipped} >= {"tensor/tensor", "1x128/128x128"}
+        point = dict(shipped[0].config, SCALES="1x128/128x128", PROMOTE_STEPS=0)
+        assert any("block-scale-promotion" in w for w in template.violations(point))
+    assert "STREAM_K" in export.build("gemm_fp8", "sm_90a", []).names

@@ -161,7 +161,8 @@ def select_config(m: int, a_kind: str, b_kind: str, device: str | None = None, c
         unknown = sorted(set(config) - set(CONFIG_KEYS))
         if unknown:
             raise InputError("config", f"keys among {CONFIG_KEYS}", f"unknown keys {unknown}")
-    cfg = {**entry["configs"][shape_class(m, a_kind, b_kind)], **(config or {})}
+    table = {k: v for k, v in entry["configs"][shape_class(m, a_kind, b_kind)].items() if k in CONFIG_KEYS}
+    cfg = {**table, **(config or {})}
     if (a_kind in K_VARYING or b_kind in K_VARYING) and cfg["PROMOTE_STEPS"] == 0 and "PROMOTE_STEPS" not in (config or {}):
         cfg["PROMOTE_STEPS"] = max(1, 128 // cfg["BLOCK_K"])
     why = why_invalid(cfg, a_kind, b_kind)
@@ -273,7 +274,8 @@ def compile_spec(config: dict, a_kind: str = "1x128", b_kind: str = "128x128", d
 def compile_specs(dtype: str = "float8_e4m3fnuz") -> list:
     """A spec per shipped config class of the default device, with the scale kinds it serves."""
     fp8, out = (dtype, "bfloat16") if format_of(dtype) is not None else ("float8_e4m3fnuz", dtype)
-    configs = device_entry(_table()["default_device"])["configs"]
+    configs = {cls: {k: v for k, v in c.items() if k in CONFIG_KEYS}
+               for cls, c in device_entry(_table()["default_device"])["configs"].items()}
     specs = []
     for cls, scales in (("skinny", ("tensor", "tensor")), ("skinny", ("1x128", "128x128")),
                         ("blockwise", ("1x128", "128x128")), ("large", ("tensor", "tensor")), ("large", ("row", "row"))):

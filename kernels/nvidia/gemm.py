@@ -19,6 +19,11 @@ The kernel follows the shape of an expert Hopper GEMM:
   memory and registers.
 * **Warp specialization** (``WARP_SPECIALIZE``) splits producer and consumer
   warps where the installed Triton supports it for the target.
+* **Stream-K for small M** (``STREAM_K``, :func:`gemm_streamk_kernel`): a decode-sized
+  GEMM (M <= 64) is a stream of weights. Every SM takes an equal run of (tile, K step)
+  pairs, many stages deep, and tiles split between SMs are summed in the same launch by
+  a semaphore-ordered fix-up (:mod:`kernels.nvidia.stream_k`), so there is neither an idle
+  SM in a partial wave nor a second launch to reduce split-K planes.
 
 Configs per device and shape live in ``configs/gemm.json``; shapes nobody tuned
 get :func:`heuristic_config`. ``config="autotune"`` is resolved above this module: the GEMM
@@ -39,11 +44,13 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.nvidia import stream_k
+from kernels.nvidia.stream_k import fixup, range_start
 from kernels.triton_runtime import launcher
 
 CONFIG_FILE = Path(__file__).with_name("configs") / "gemm.json"
 CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_stages", "num_warps", "EPILOGUE_SUBTILE",
-               "WARP_SPECIALIZE", "SPLIT_K")
+               "WARP_SPECIALIZE", "SPLIT_K", "STREAM_K")
 
 
 @triton.jit
@@ -236,6 +243,62 @@ def splitk_reduce_kernel(ws_ptr, c_ptr, bias_ptr, M, N, PLANE_ROWS, stride_ws, s
     tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :], acc.to(c_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def store_tile(acc, c, bias_ptr, offs_m, offs_n, M, N,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
+               EPILOGUE_SUBTILE: tl.constexpr):
+    """Epilogue and TMA store of one finished 2-D tile (in two halves if EPILOGUE_SUBTILE)."""
+    if EPILOGUE_SUBTILE:
+        halves = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
+        acc0, acc1 = tl.split(halves)
+        cols0 = offs_n + tl.arange(0, BLOCK_N // 2)
+        c.store([offs_m, offs_n], epilogue(acc0, bias_ptr, cols0, N, HAS_BIAS, ACTIVATION).to(c.dtype))
+        c.store([offs_m, offs_n + BLOCK_N // 2],
+                epilogue(acc1, bias_ptr, cols0 + BLOCK_N // 2, N, HAS_BIAS, ACTIVATION).to(c.dtype))
+    else:
+        cols = offs_n + tl.arange(0, BLOCK_N)
+        c.store([offs_m, offs_n], epilogue(acc, bias_ptr, cols, N, HAS_BIAS, ACTIVATION).to(c.dtype))
+
+
+@triton.jit
+def gemm_streamk_kernel(
+    a, b, c, bias_ptr, ws_ptr, sem_ptr, M, N, K,
+    A_TRANS: tl.constexpr, B_TRANS: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    NUM_SMS: tl.constexpr, EPILOGUE_SUBTILE: tl.constexpr,
+):
+    """The small-M schedule: program ``pid`` runs the steps [range_start(pid), range_start(pid + 1))
+    of the (tile, K step) space: whole tiles, and at most a split tile at each end, whose
+    partials the last contributor sums (:func:`kernels.nvidia.stream_k.fixup`). 2-D, TMA only."""
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    total = num_pid_m * num_pid_n * k_tiles
+    begin = range_start(pid, total, NUM_SMS)
+    end = range_start(pid + 1, total, NUM_SMS)
+    for tile in tl.range(begin // k_tiles, (end - 1) // k_tiles + 1, flatten=True):
+        k_lo = tl.maximum(begin - tile * k_tiles, 0)
+        k_hi = tl.minimum(end - tile * k_tiles, k_tiles)
+        pid_m, pid_n = grouped_tile(tile, num_pid_m, num_pid_n, GROUP_M)
+        offs_m = pid_m * BLOCK_M
+        offs_n = pid_n * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for ki in range(k_lo, k_hi):
+            a_tile = load_a(a, 0, offs_m, ki * BLOCK_K, M, K, 0, 0, 0, BLOCK_M, BLOCK_K, A_TRANS, False, True)
+            b_tile = load_b(b, 0, ki * BLOCK_K, offs_n, K, N, 0, 0, 0, BLOCK_K, BLOCK_N, B_TRANS, False, True)
+            acc = tl.dot(a_tile, b_tile, acc)
+        if (k_lo == 0) & (k_hi == k_tiles):  # the whole tile ran here
+            store_tile(acc, c, bias_ptr, offs_m, offs_n, M, N, BLOCK_M, BLOCK_N, HAS_BIAS, ACTIVATION,
+                       EPILOGUE_SUBTILE)
+        else:
+            is_last, summed = fixup(acc, tile, pid, begin, k_tiles, total, ws_ptr, sem_ptr, M - offs_m,
+                                    NUM_SMS, BLOCK_M, BLOCK_N)
+            if is_last:
+                store_tile(summed, c, bias_ptr, offs_m, offs_n, M, N, BLOCK_M, BLOCK_N, HAS_BIAS, ACTIVATION,
+                           EPILOGUE_SUBTILE)
+
+
 # --------------------------------------------------------------------------- configs
 
 
@@ -255,6 +318,7 @@ class GemmConfig:
     EPILOGUE_SUBTILE: bool = False
     WARP_SPECIALIZE: bool = False
     SPLIT_K: int = 1  # K slices for skinny M; >1 adds a reduction launch
+    STREAM_K: bool = False  # the small-M schedule (2-D problems; SPLIT_K is then ignored)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "GemmConfig":
@@ -272,7 +336,7 @@ class GemmConfig:
         """Pipeline buffers plus the epilogue's staging tile (what TMA stores read)."""
         stages = self.num_stages * (self.BLOCK_M + self.BLOCK_N) * self.BLOCK_K * elem_bytes
         epilogue_cols = self.BLOCK_N // 2 if self.EPILOGUE_SUBTILE else self.BLOCK_N
-        staged_bytes = 4 if self.SPLIT_K > 1 else out_bytes  # split-K stages fp32 partials
+        staged_bytes = 4 if self.SPLIT_K > 1 and not self.STREAM_K else out_bytes  # split-K stages fp32 partials
         return stages + self.BLOCK_M * epilogue_cols * staged_bytes
 
 
@@ -304,10 +368,14 @@ def heuristic_config(m: int, n: int, k: int, dtype: str) -> GemmConfig:
     wgmma wants BLOCK_M a multiple of 64 per warpgroup and a wide BLOCK_N; a tile
     grid that leaves most SMs idle is worse than a smaller tile. Skinny M (decode,
     small batches) is bound by streaming B: narrow tiles and split-K give every SM
-    a share of B to stream.
+    a share of B to stream. Up to M = 64 (one wgmma row block) that is the stream-K
+    schedule: 64x64 tiles, 128 deep, six stages, so each SM keeps 96 KB of weights in flight
+    and every SM streams an equal share of them (no partial wave, no reduction launch).
     """
     if dtype == "float32":  # 4-byte operands: half the K depth for the same shared memory
         return GemmConfig(128, 128, 32, 8, 3, 8) if m > 256 else GemmConfig(64, 64, 64, 8, 3, 4)
+    if m <= 64:
+        return GemmConfig(64, 64, 128, 8, 6, 4, STREAM_K=True)
     if m <= 256:
         tiles = cdiv(m, 64) * cdiv(n, 64)
         k_tiles = cdiv(k, 128)
@@ -435,6 +503,9 @@ def gemm(a: torch.Tensor, b: torch.Tensor, bias, activation, out_dtype, config=N
     split_k = cfg.SPLIT_K if not batched else 1  # batched problems have parallelism to spare
     a_view, a_trans = _tma_storage(a)
     b_view, b_trans = _tma_storage(b)
+    if cfg.STREAM_K and not batched:
+        _gemm_streamk(a_view, a_trans, b_view, b_trans, c, bias, activation, cfg, on_gpu)
+        return out
     if split_k > 1:
         # fp32 partial planes of m rows; N padded so each row starts on a 16-byte boundary.
         target = _pad_rows(torch.empty((split_k * m, n), dtype=torch.float32, device=a.device), copy=False)
@@ -481,6 +552,29 @@ def gemm(a: torch.Tensor, b: torch.Tensor, bias, activation, out_dtype, config=N
     return out
 
 
+def _gemm_streamk(a_view, a_trans, b_view, b_trans, c, bias, activation, cfg: GemmConfig, on_gpu: bool) -> None:
+    """Launch :func:`gemm_streamk_kernel` into ``c`` (2-D)."""
+    m, n = c.shape
+    k = a_view.shape[0] if a_trans else a_view.shape[1]
+    target = c if _aligned(c) else _pad_rows(c, copy=False)
+    tiles = cdiv(m, cfg.BLOCK_M) * cdiv(n, cfg.BLOCK_N)
+    sms = _sm_count(c.device.index or 0) if on_gpu else INTERPRETED_PROGRAMS
+    programs = stream_k.programs_for(tiles * cdiv(k, cfg.BLOCK_K), sms)
+    c_cols = cfg.BLOCK_N // 2 if cfg.EPILOGUE_SUBTILE else cfg.BLOCK_N
+    a_block = [cfg.BLOCK_K, cfg.BLOCK_M] if a_trans else [cfg.BLOCK_M, cfg.BLOCK_K]
+    b_block = [cfg.BLOCK_N, cfg.BLOCK_K] if b_trans else [cfg.BLOCK_K, cfg.BLOCK_N]
+    launcher(gemm_streamk_kernel, on_gpu=on_gpu)[(programs,)](
+        _descriptor(a_view, a_block), _descriptor(b_view, b_block), _descriptor(target, [cfg.BLOCK_M, c_cols]),
+        bias if bias is not None else target, stream_k.workspace(c.device, programs, cfg.BLOCK_M, cfg.BLOCK_N),
+        stream_k.semaphores(c.device, tiles), m, n, k,
+        A_TRANS=a_trans, B_TRANS=b_trans, HAS_BIAS=bias is not None, ACTIVATION=activation or "none",
+        BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, BLOCK_K=cfg.BLOCK_K, GROUP_M=cfg.GROUP_M, NUM_SMS=programs,
+        EPILOGUE_SUBTILE=cfg.EPILOGUE_SUBTILE, num_stages=cfg.num_stages, num_warps=cfg.num_warps,
+    )
+    if target.data_ptr() != c.data_ptr():
+        c.copy_(target)
+
+
 # --------------------------------------------------------------------------- static inspection
 
 _TRITON_DTYPE = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
@@ -497,6 +591,8 @@ def compile_spec(config: dict[str, Any], dtype: str = "bfloat16", b_trans: bool 
 
     cfg = GemmConfig.from_dict(config)
     t = _TRITON_DTYPE[dtype]
+    if cfg.STREAM_K:
+        return _streamk_spec(cfg, t, b_trans)
     c_cols = cfg.BLOCK_N // 2 if cfg.EPILOGUE_SUBTILE and cfg.SPLIT_K == 1 else cfg.BLOCK_N
     b_block = [cfg.BLOCK_N, cfg.BLOCK_K] if b_trans else [cfg.BLOCK_K, cfg.BLOCK_N]
     signature = {
@@ -525,6 +621,30 @@ def compile_spec(config: dict[str, Any], dtype: str = "bfloat16", b_trans: bool 
     )
     return CompileSpec(name, gemm_kernel, signature, constexprs,
                        {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}, cfg.as_dict())
+
+
+def _streamk_spec(cfg: GemmConfig, t: str, b_trans: bool):
+    from kernels.isa import CompileSpec
+
+    c_cols = cfg.BLOCK_N // 2 if cfg.EPILOGUE_SUBTILE else cfg.BLOCK_N
+    b_block = [cfg.BLOCK_N, cfg.BLOCK_K] if b_trans else [cfg.BLOCK_K, cfg.BLOCK_N]
+    signature = {
+        "a": f"tensordesc<{t}[{cfg.BLOCK_M},{cfg.BLOCK_K}]>", "b": f"tensordesc<{t}[{b_block[0]},{b_block[1]}]>",
+        "c": f"tensordesc<{t}[{cfg.BLOCK_M},{c_cols}]>", "bias_ptr": f"*{t}", "ws_ptr": "*fp32", "sem_ptr": "*i32",
+        "M": "i32", "N": "i32", "K": "i32",
+    }
+    constexprs = {
+        "A_TRANS": False, "B_TRANS": b_trans, "HAS_BIAS": True, "ACTIVATION": "gelu",
+        "BLOCK_M": cfg.BLOCK_M, "BLOCK_N": cfg.BLOCK_N, "BLOCK_K": cfg.BLOCK_K, "GROUP_M": cfg.GROUP_M,
+        "NUM_SMS": H100_H200_SMS, "EPILOGUE_SUBTILE": cfg.EPILOGUE_SUBTILE,
+    }
+    for key in constexprs:
+        signature[key] = "constexpr"
+    name = "gemm_streamk_{}x{}x{}_g{}_s{}_w{}{}".format(cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K, cfg.GROUP_M,
+                                                       cfg.num_stages, cfg.num_warps, "_sub" if cfg.EPILOGUE_SUBTILE else "")
+    aligned = ("bias_ptr", "ws_ptr", "sem_ptr", "N", "K")
+    return CompileSpec(name, gemm_streamk_kernel, signature, constexprs,
+                       {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}, cfg.as_dict(), divisible_by_16=aligned)
 
 
 @triton.jit

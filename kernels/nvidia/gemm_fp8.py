@@ -142,7 +142,7 @@ def gemm_fp8_kernel(
                 finish(acc, c, a_scale_ptr, b_scale_ptr, bias_ptr, offs_m, offs_n, M, N, stride_sam, stride_sbn,
                        BLOCK_M, BLOCK_N, A_SCALE, B_SCALE, HAS_BIAS, ACTIVATION, EPILOGUE_SUBTILE)
             else:
-                is_last, summed = fixup(acc, tile, pid, begin, k_groups, total, ws_ptr, sem_ptr,
+                is_last, summed = fixup(acc, tile, pid, begin, k_groups, total, ws_ptr, sem_ptr, M - offs_m,
                                         NUM_SMS, BLOCK_M, BLOCK_N)
                 if is_last:
                     finish(summed, c, a_scale_ptr, b_scale_ptr, bias_ptr, offs_m, offs_n, M, N,

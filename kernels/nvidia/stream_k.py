@@ -37,17 +37,20 @@ def owner(step, total, NUM_SMS: tl.constexpr):
 
 
 @triton.jit
-def fixup(acc, tile, pid, begin, k_iters, total, ws_ptr, sem_ptr,
+def fixup(acc, tile, pid, begin, k_iters, total, ws_ptr, sem_ptr, rows_valid,
           NUM_SMS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Contribute this program's fp32 partial ``acc`` of a split ``tile``; returns (is_last, sum):
     for the last contributor to arrive, the sum of every contributor's partial in program order
-    (its own read back too, so that order does not depend on who arrives last)."""
+    (its own read back too, so that order does not depend on who arrives last). Only the tile's
+    first ``rows_valid`` rows travel through the workspace: for M = 16 in a 64-row tile, a
+    quarter of it."""
     tile_start = tile * k_iters
     first = owner(tile_start, total, NUM_SMS)
     last = owner(tile_start + k_iters - 1, total, NUM_SMS)
     offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    rows = offs // BLOCK_N < rows_valid
     slot = pid * 2 + (begin < tile_start).to(tl.int32)  # 0: my range starts in this tile; 1: it ends in it
-    tl.store(ws_ptr + slot.to(tl.int64) * (BLOCK_M * BLOCK_N) + offs, acc)
+    tl.store(ws_ptr + slot.to(tl.int64) * (BLOCK_M * BLOCK_N) + offs, acc, mask=rows)
     # Every thread's partial is written before one thread's release increment publishes it
     # (a CTA barrier, then a gpu-scope acq_rel atomic: CUTLASS's semaphore pattern).
     tl.debug_barrier()
@@ -58,7 +61,8 @@ def fixup(acc, tile, pid, begin, k_iters, total, ws_ptr, sem_ptr,
         for q in range(first, last + 1):
             q_slot = q * 2 + (range_start(q, total, NUM_SMS) < tile_start).to(tl.int32)
             # .cg: from L2, never a stale L1 line (another SM wrote it)
-            summed += tl.load(ws_ptr + q_slot.to(tl.int64) * (BLOCK_M * BLOCK_N) + offs, cache_modifier=".cg")
+            summed += tl.load(ws_ptr + q_slot.to(tl.int64) * (BLOCK_M * BLOCK_N) + offs, mask=rows, other=0.0,
+                              cache_modifier=".cg")
         tl.atomic_xchg(sem_ptr + tile, 0)
     return is_last, summed
 

@@ -4,7 +4,7 @@
     for case in cases_for("gemm", "gemm-llm", device="cuda"):
         ...
 
-Each op has a module (``gemm``, ``attention``, ``triangle``) with
+Each op has a module (``gemm``, ``scaled_gemm``, ``attention``, ``triangle``) with
 ``suite_names()`` and a function ``(suite, device) -> list[Case]``; a module may
 also define ``unavailable()``, the reason it has no cases in this checkout.
 Generic suite names: ``default`` (the full suite), ``device`` (what ``ceiling
@@ -21,6 +21,7 @@ from microbench.benchmarks.cases import Case, Impl
 # op -> (module, function returning its cases)
 OPS: dict[str, tuple[str, str]] = {
     "gemm": ("microbench.benchmarks.gemm", "cases"),
+    "scaled_gemm": ("microbench.benchmarks.scaled_gemm", "cases"),
     "attention": ("microbench.benchmarks.attention", "cases"),
     "triangle_attention": ("microbench.benchmarks.triangle", "attention_cases"),
     "triangle_multiplicative_update": ("microbench.benchmarks.triangle", "trimul_cases"),

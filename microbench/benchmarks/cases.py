@@ -52,6 +52,7 @@ class Case:
     config: dict[str, Any] = field(default_factory=dict)  # causal, direction, ...
     select: Callable[[Any], Any] = lambda out: out  # the slice of an output the reference covers
     graphable: bool = True  # whether a CUDA graph may capture the thunks
+    out_dtype: str | None = None  # the output's dtype where it is not ``dtype`` (FP8 GEMMs): the checks' ulp
 
     @property
     def group(self) -> str:

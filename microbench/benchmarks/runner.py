@@ -218,7 +218,7 @@ def check_case(case: Case, device: str, *, seed: int = 0) -> tuple[CaseResult, A
         role = result.impls[name].impl.role
         try:
             result.impls[name].check = error_ratio(
-                name, out, framework if role == "ours" else None, ref, case.dtype
+                name, out, framework if role == "ours" else None, ref, case.out_dtype or case.dtype
             )
         except Exception as exc:  # noqa: BLE001 - a malformed output (shape, count) is a failure
             result.impls[name].error = _failure(exc)
@@ -435,6 +435,8 @@ class Row:
     baseline_s: float | None
     speedup: float | None
     note: str = ""
+    flops: float | None = None  # the case's work, for the roofline floors the summary shows
+    bytes: float | None = None
 
 
 def rows(result: CaseResult) -> list[Row]:
@@ -449,7 +451,8 @@ def rows(result: CaseResult) -> list[Row]:
     bases = [result.impls[b.name] for b in case.baselines if b.runs]
     if not ours:
         why = "; ".join(f"{o.name}: {o.skip}" for o in case.ours)
-        return [Row(case.op, shape, "-", None, b.impl.name, result.median(b.impl.name), None, why) for b in bases]
+        return [Row(case.op, shape, "-", None, b.impl.name, result.median(b.impl.name), None, why, case.flops, case.bytes)
+                for b in bases]
     out: list[Row] = []
     for mine in ours:
         for base in bases or [None]:
@@ -457,7 +460,8 @@ def rows(result: CaseResult) -> list[Row]:
             b = result.median(base.impl.name) if base else None
             notes = [f"{x.impl.name} {x.status}: {x.why}" for x in (mine, base) if x and x.status != "measured"]
             out.append(
-                Row(case.op, shape, mine.impl.name, a, base.impl.name if base else "-", b, b / a if a and b else None, "; ".join(notes))
+                Row(case.op, shape, mine.impl.name, a, base.impl.name if base else "-", b, b / a if a and b else None,
+                    "; ".join(notes), case.flops, case.bytes)
             )
     return out
 

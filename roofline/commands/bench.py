@@ -35,15 +35,45 @@ def console_for(stderr: bool = False) -> Console:
     return Console(stderr=stderr, width=None if stream.isatty() else 160)
 
 
-def print_table(outcome, console: Console, *, title: str = "Speed against the baselines (median)", max_problems: int = 12) -> None:
-    """The summary: one line per (shape, ours), a column per baseline with its time and our speedup over it."""
+def hbm_floor(device_name: str | None):
+    """``row -> seconds or None``: the roofline's HBM floor of a benchmark row, its bytes (A + B + C) over
+    the HBM bandwidth measured on this device in the committed records (4.34 TB/s read on the H200),
+    for rows the roofline puts under the memory roof (intensity below the ridge of the row's dtype);
+    None when the records know no HBM bandwidth for the device."""
+    from roofline import ceilings, store
+
+    try:
+        dc = ceilings.for_device(store.load(), device_name) if device_name else None
+    except KeyError:
+        return None
+    if dc is None or "hbm" not in dc.bandwidth:
+        return None
+    hbm = dc.bandwidth["hbm"].value
+
+    def floor(row) -> float | None:
+        if not row.bytes or not row.flops:
+            return None
+        dtype = next((d for d in sorted(dc.compute, key=len, reverse=True) if f"-{d}" in row.shape), "bfloat16")
+        dtype = "float8" if "float8" in row.shape and "float8" in dc.compute else dtype
+        peak = dc.peak(dtype)
+        if peak is not None and row.flops / peak.value > row.bytes / hbm:
+            return None  # under the compute roof: the HBM floor is not the bound
+        return row.bytes / hbm
+
+    return floor
+
+
+def print_table(outcome, console: Console, *, title: str = "Speed against the baselines (median)", max_problems: int = 12,
+                floor=None) -> None:
+    """The summary: one line per (shape, ours), a column per baseline with its time and our speedup over it;
+    with ``floor`` (:func:`hbm_floor`), the HBM floor of each memory-bound shape and our share of it."""
     if outcome.rows:
         baselines: list[str] = []
         lines: dict[tuple[str, str, str], dict] = {}
         for r in outcome.rows:
             if r.baseline != "-" and r.baseline not in baselines:
                 baselines.append(r.baseline)
-            line = lines.setdefault((r.op, r.shape, r.ours), {"ours_s": r.ours_s})
+            line = lines.setdefault((r.op, r.shape, r.ours), {"ours_s": r.ours_s, "floor_s": floor(r) if floor else None})
             if r.baseline != "-":
                 line[r.baseline] = (r.baseline_s, r.speedup)
         table = Table(title=title)
@@ -51,10 +81,16 @@ def print_table(outcome, console: Console, *, title: str = "Speed against the ba
         table.add_column("shape", overflow="fold")
         table.add_column("ours", overflow="fold")
         table.add_column("ours time", justify="right")
+        floors = any(line["floor_s"] for line in lines.values())
+        if floors:
+            table.add_column("HBM floor (ours at)", justify="right")
         for b in baselines:
             table.add_column(f"{b} (speedup)", justify="right", overflow="fold")
         for (op, shape, ours), line in lines.items():
             cells = []
+            if floors:
+                f, t = line["floor_s"], line["ours_s"]
+                cells.append("-" if not f else f"{_fmt_time(f)}" + (f" ({f / t:.0%})" if t else ""))
             for b in baselines:
                 t, x = line.get(b, (None, None))
                 speed = "" if x is None else f" ([{'green' if x >= 1 else 'red'}]{x:.2f}x[/])"
@@ -198,7 +234,9 @@ def bench(
         title = f"{', '.join(chosen_ops)} on {dev}, suite {suite}"
         if not on_gpu(dev):
             title += " (CPU: kernels interpreted; the times only show the harness runs)"
-        print_table(outcome, console, title=title)
+        from microbench.benchmarks.runner import device_name
+
+        print_table(outcome, console, title=title, floor=hbm_floor(device_name(dev)) if on_gpu(dev) else None)
         if out is not None:
             console.print(f"{outcome.records} records in {out}")
     if outcome.failed:

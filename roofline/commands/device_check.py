@@ -71,10 +71,14 @@ def gpu_refusal() -> str | None:
 def plan(out: Path, ops: list[str], microbench: bool = True) -> list[Part]:
     cli = ("-m", "roofline.cli", "bench")
     ceilings = str(out / "ceilings.json")
-    checked = [op for op in ops if op in ("gemm", "attention")]  # the ops with a "check" suite
+    if "gemm" in ops and "scaled_gemm" not in ops:  # the GEMM's suites are bf16 and FP8
+        ops = [*ops, "scaled_gemm"]
+    checked = [op for op in ops if op in ("gemm", "scaled_gemm", "attention")]  # the ops with a "check" suite
     parts = [Part("correctness", 50, (*cli, *checked, "--shapes", "check", "--check-only"))] if checked else []
     if "gemm" in ops:
         parts.append(Part("gemm", 100, (*cli, "gemm", "--shapes", "device", "--ceilings", ceilings)))
+    if "scaled_gemm" in ops:
+        parts.append(Part("scaled_gemm", 100, (*cli, "scaled_gemm", "--shapes", "device", "--ceilings", ceilings)))
     if "attention" in ops:
         parts.append(Part("attention", 100, (*cli, "attention", "--shapes", "device", "--ceilings", ceilings)))
     from microbench.benchmarks import unavailable
@@ -132,7 +136,7 @@ def device_check(
 
     from microbench.benchmarks import OPS
 
-    from roofline.commands.bench import print_table
+    from roofline.commands.bench import hbm_floor, print_table
 
     start = time.monotonic()
     out = (out or Path(f"device-check-{_dt.datetime.now(_dt.timezone.utc):%Y%m%dT%H%M%SZ}")).resolve()
@@ -170,7 +174,7 @@ def device_check(
         console.print(f"  {s}", highlight=False)
     if micro:
         console.print(f"  microbench: {len(micro)} records", highlight=False)
-    print_table(merged, console, title=f"{info['gpu']}: ours against the baselines (median)")
+    print_table(merged, console, title=f"{info['gpu']}: ours against the baselines (median)", floor=hbm_floor(info["gpu"]))
     if merged.failed or not clean:
         raise typer.Exit(1)
 

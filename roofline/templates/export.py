@@ -77,8 +77,10 @@ def shipped_points(data: Any, names: list[str], axes: list[str], dtype: str) -> 
     The vendor files are plain JSON written by the kernel authors; any dict that
     holds the template's tile parameters is a config. Its shape is read from the
     dict itself, its parent, or the key it sits under ("4096x4096x4096"); the
-    device from an enclosing key that names one ("H200", "MI300X"). Entries for
-    another dtype and candidate lists (``candidates``) are not best points.
+    device from an enclosing key that names one ("H200", "MI300X"). A parameter the
+    config leaves out is taken from an enclosing entry that names it (the FP8 table's
+    ``"scales"`` for ``SCALES``). Entries for another dtype and candidate lists
+    (``candidates``) are not best points.
     """
     found: list[dict[str, Any]] = []
 
@@ -91,10 +93,15 @@ def shipped_points(data: Any, names: list[str], axes: list[str], dtype: str) -> 
                     ctx[key] = node[key]
             if "BLOCK_M" in node and "BLOCK_N" in node:
                 if ctx.get("dtype", dtype) == dtype:
-                    found.append({"shape": ctx.get("shape"), "config": {k: node[k] for k in names if k in node},
+                    inherited = {k: v for k, v in ctx.get("params", {}).items() if k not in node}
+                    found.append({"shape": ctx.get("shape"),
+                                  "config": {**inherited, **{k: node[k] for k in names if k in node}},
                                   "device": ctx.get("device", ""), "label": ctx.get("label", ""),
                                   "source": ctx.get("source", "")})
                 return
+            params = {n: node[k] for n in names for k in (n, n.lower()) if isinstance(node.get(k), (str, int, bool))}
+            if params:
+                ctx["params"] = {**ctx.get("params", {}), **params}
             for key, value in node.items():
                 if key in ("candidates", "about"):
                     continue

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr
 
 from roofline.templates import expressions
 from roofline.work import dtype_bytes
@@ -93,6 +93,7 @@ class Template(BaseModel):
     measurements: dict[str, Any] = Field(default_factory=dict)
     records_file: str = "records.jsonl"
     provenance: dict[str, Any] = Field(default_factory=dict)
+    _valid_cache: Any = PrivateAttr(default=None)  # (space key, points that pass the shape-free constraints)
 
     # --- the questions -------------------------------------------------------------------------
 
@@ -153,9 +154,20 @@ class Template(BaseModel):
         return [dict(zip(self.names, combo)) for combo in itertools.product(*domains)]
 
     def valid_points(self, shape: dict[str, Any] | None = None) -> list[dict[str, Value]]:
+        # The constraints that do not mention a problem axis hold or fail for a point whatever the
+        # shape: they are evaluated once per template, the shape's own ones on what survives them.
         context = self.context(shape)
-        checks = self.constraints_for(shape)
-        return [c for c in self.points() if all(expressions.evaluate(k.expr, {**context, **c}) for k in checks)]
+        checks = [k for k in self.constraints_for(shape) if expressions.names(k.expr) & set(self.axes)]
+        return [c for c in self._shape_free_points() if all(expressions.evaluate(k.expr, {**context, **c}) for k in checks)]
+
+    def _shape_free_points(self) -> list[dict[str, Value]]:
+        key = (tuple((p.name, tuple(p.values)) for p in self.parameters), tuple(c.expr for c in self.constraints))
+        if self._valid_cache is None or self._valid_cache[0] != key:
+            context = self.context(None)
+            checks = [k for k in self.constraints_for(None) if not expressions.names(k.expr) & set(self.axes)]
+            points = [c for c in self.points() if all(expressions.evaluate(k.expr, {**context, **c}) for k in checks)]
+            self._valid_cache = (key, points)
+        return [dict(c) for c in self._valid_cache[1]]
 
     # --- files ---------------------------------------------------------------------------------
 
