@@ -8,17 +8,25 @@
 #         3. `ceiling device-check` of those three ops with the tables just applied: a correctness
 #            pass, then the benchmarks against SDPA/FlashAttention and the AlphaFold baselines.
 #   gemm  (about 4 minutes): the skinny-GEMM sweep on the benchmark's own skinny shapes, applied,
-#         then `ceiling device-check --op gemm` against cuBLAS.
+#         then `ceiling device-check --op gemm` against cuBLAS (and the FP8 suite against cuBLASLt).
+#   gemm-fp8 (about 7 minutes, at most 8): 1. the FP8 and small-M GEMM tests marked `gpu` (compiled
+#         kernels against float64 of the dequantized inputs, against torch._scaled_mm, poisoned
+#         outputs); 2. the FP8 sweep (ceiling tune gemm-fp8: per shape of fp8-device and scaling,
+#         every statically valid candidate against torch._scaled_mm / dequantize-then-cuBLAS),
+#         applied to configs/gemm_fp8.json; 3. the small-M bf16 sweep on the decode shapes (split-K
+#         and stream-K candidates), applied to configs/gemm.json; 4. `ceiling device-check --op gemm`
+#         with the tables just applied: the bf16 and FP8 suites, the small-M rows beside their HBM floor.
 #   check (about 7 minutes): `ceiling device-check` of every op with the tables in the tree.
 # A later command starts from the tree as committed, not from what an earlier one applied on the
 # machine: commit the tables a run returns before relying on them in another.
-# Usage: scripts/h200_check.sh OUTDIR [main|gemm|check]  -> OUTDIR/log.txt and OUTDIR/results.tgz,
+# Usage: scripts/h200_check.sh OUTDIR [main|gemm|gemm-fp8|check]  -> OUTDIR/log.txt and OUTDIR/results.tgz,
 # refreshed after every stage so that a run cut short still returns what it finished.
 # Knobs: TEST_BUDGET_S (90), ATTN_TUNE_BUDGET_S (100), TRI_TUNE_BUDGET_S (35), TRIMUL_TUNE_BUDGET_S (40),
-# GEMM_TUNE_SHAPES (gemm-llm-skinny), TUNE_BUDGET_S (40), CHECK_BUDGET_S (150 for main, 120 for gemm,
+# GEMM_TUNE_SHAPES (gemm-llm-skinny), TUNE_BUDGET_S (40; 45 for gemm-fp8), FP8_TUNE_BUDGET_S (110),
+# SWEEP_GUARD_S (90; 45 for gemm-fp8), CHECK_BUDGET_S (150 for main, 120 for gemm, 170 for gemm-fp8,
 # 400 for check), MICROBENCH=--microbench (check only).
 set -uo pipefail
-dest=${1:?usage: $0 OUTDIR [main|gemm|check]}
+dest=${1:?usage: $0 OUTDIR [main|gemm|gemm-fp8|check]}
 part=${2:-main}
 work=$(mktemp -d)
 mkdir -p "$dest" "$work/tune"
@@ -29,7 +37,7 @@ log() { tee -a "$work/log.txt"; }
 sweep() {  # sweep OP BUDGET_S TABLE_FILE [extra args]
   local op=$1 budget=$2 table=$3
   shift 3
-  timeout $((budget + 90)) python3 -m roofline.cli tune "$op" --out "$work/tune" --budget-s "$budget" --apply "$@" 2>&1 | log
+  timeout $((budget + ${SWEEP_GUARD_S:-90})) python3 -m roofline.cli tune "$op" --out "$work/tune" --budget-s "$budget" --apply "$@" 2>&1 | log
   cp "kernels/nvidia/configs/$table" "$work/tune/${table%.json}-table-after.json"
   save
 }
@@ -59,11 +67,20 @@ case "$part" in
     sweep gemm "${TUNE_BUDGET_S:-40}" gemm.json --shapes "${GEMM_TUNE_SHAPES:-gemm-llm-skinny}" --rep-ms 25
     check "${CHECK_BUDGET_S:-120}" --no-microbench --op gemm
     ;;
+  gemm-fp8)
+    timeout "${TEST_BUDGET_S:-60}" python3 -m pytest tests/test_scaled_gemm.py tests/test_gemm_nvidia.py -m gpu -k "not jax" \
+      -q -p no:cacheprovider -rs -o addopts="" --junitxml="$work/gpu-tests.xml" 2>&1 | tail -40 | log
+    save
+    export SWEEP_GUARD_S=${SWEEP_GUARD_S:-45}
+    sweep gemm-fp8 "${FP8_TUNE_BUDGET_S:-110}" gemm_fp8.json --shapes fp8-device --scalings tensor,block --rep-ms 10
+    sweep gemm "${TUNE_BUDGET_S:-45}" gemm.json --shapes gemm-llm-decode --rep-ms 10
+    check "${CHECK_BUDGET_S:-170}" --no-microbench --op gemm
+    ;;
   check)
     check "${CHECK_BUDGET_S:-400}" "${MICROBENCH:---no-microbench}"
     ;;
   *)
-    echo "part: expected main, gemm or check, got $part" | log
+    echo "part: expected main, gemm, gemm-fp8 or check, got $part" | log
     exit 2
     ;;
 esac

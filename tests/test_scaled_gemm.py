@@ -347,6 +347,37 @@ def test_fp8_gemm_bad_input():
         kernels.fp8_gemm(torch.randn(2, 4, 8), w)
 
 
+def test_fp8_sweep_rows_become_table_entries(tmp_path, monkeypatch):
+    """The FP8 sweep's winners (rows made up here; the sweep needs the GPU) become table entries
+    that select_config then picks for that device, scale kinds and shape; wrong ones never win."""
+    import shutil
+
+    from kernels.nvidia import gemm_fp8, tune_fp8
+
+    table = tmp_path / "gemm_fp8.json"
+    shutil.copy(gemm_fp8.CONFIG_FILE, table)
+    monkeypatch.setattr(gemm_fp8, "CONFIG_FILE", table)
+    fast, slow, wrong = (dict(NV_SMALL, BLOCK_M=bm) for bm in (64, 128, 256))
+    common = dict(shape=[16, 4096, 4096], dtype="float8_e4m3fn", scales="1x128/128x128", scaling="block")
+    rows = [dict(common, impl="dequant+torch.matmul", config=None, median_ms=0.05),
+            dict(common, impl="ceiling.nvidia", config=slow, median_ms=0.03, rel_error=1e-3),
+            dict(common, impl="ceiling.nvidia", config=fast, median_ms=0.02, rel_error=1e-3),
+            dict(common, impl="ceiling.nvidia", config=wrong, median_ms=0.01, rel_error=0.5),
+            dict(common, impl="ceiling.nvidia", config=fast, error="CompilationError: ...")]
+    best = tune_fp8.best_per_shape(rows)
+    (winner,) = best.values()
+    assert winner["config"] == fast and winner["speedup"] == pytest.approx(2.5)
+    tune_fp8.apply("H200", tune_fp8.table_entries(best, "NVIDIA H200", "2026-12-01", "abc1234"))
+    gemm_fp8._config_table.cache_clear()
+    gemm_fp8.select_config.cache_clear()
+    try:
+        cfg, source = gemm_fp8.select_config(16, 4096, 4096, "float8_e4m3fn", "1x128", "128x128", "NVIDIA H200")
+        assert cfg.as_dict() == fast and source == "tuned:H200"
+    finally:
+        gemm_fp8._config_table.cache_clear()
+        gemm_fp8.select_config.cache_clear()
+
+
 # ----------------------------------------------------------------------------- JAX
 
 
@@ -461,7 +492,10 @@ def test_on_gpu_against_float64_and_scaled_mm():
             aq, bq, a_s, b_s = (t.cuda() for t in operands(m, n, k, a_kind, b_kind, seed=m + k))
             check(aq, bq, a_s, b_s, "nvidia", None, bias=torch.randn(n, device="cuda"), activation="gelu")
     aq, bq, a_s, b_s = (t.cuda() for t in operands(2048, 2048, 2048, "row", "row", seed=1, outliers=False))
+    poison = torch.full((2048, 2048), float("nan"), device="cuda", dtype=torch.bfloat16)
+    del poison  # the caching allocator hands this NaN block to the output: every element must be written
     ours = kernels.scaled_gemm(aq, bq, a_s, b_s, backend="nvidia")
+    assert not ours.isnan().any()
     theirs = torch._scaled_mm(aq, bq, a_s, b_s, out_dtype=torch.bfloat16)
     exact = ref_mod.scaled_gemm(aq, bq, a_s, b_s, None, None, torch.float64, compute_dtype=torch.float64)
     assert_close_by_ratio(ours, theirs, exact, atol=1e-2)

@@ -31,6 +31,8 @@ SUITES: dict[str, list[tuple[int, int, int]]] = {
 
 # The benchmark suite's own skinny shapes (M <= 128): what to re-tune when the skinny path changes.
 SUITES["gemm-llm-skinny"] = [s for s in SUITES["gemm-llm"] if s[0] <= 128]
+# ... and its decode shapes (M <= 64), the stream-K schedule's.
+SUITES["gemm-llm-decode"] = [s for s in SUITES["gemm-llm"] if s[0] <= 64]
 
 
 def suite(name: str) -> list[tuple[int, int, int]]:

@@ -22,30 +22,18 @@ from __future__ import annotations
 
 import functools
 
+from kernels.scaled_gemm import shapes
 from microbench.benchmarks.cases import Case, Impl, our_impls, skipped
 
 SUITES: dict[str, list[tuple[int, int, int]]] = {
-    # Squares and the LLM projections of kernels.gemm.shapes' gemm-llm, at FP8.
-    "fp8-llm": [
-        (8192, 8192, 8192),
-        (4096, 4096, 4096),
-        (8192, 12288, 4096),
-        (8192, 14336, 4096),
-        (8192, 4096, 14336),
-        (4096, 28672, 8192),
-    ],
-    # Decode-sized M: a stream of one-byte weights, bound by HBM.
-    "fp8-skinny": [(1, 8192, 8192), (16, 4096, 4096), (32, 8192, 8192), (64, 14336, 4096)],
-    # What `ceiling device-check` times: the issue's headline shape and two of each kind.
-    "fp8-device": [(8192, 8192, 8192), (8192, 14336, 4096), (16, 4096, 4096), (64, 14336, 4096)],
+    **shapes.SUITES,  # fp8-llm, fp8-skinny, fp8-device, fp8-all (shared with the tuning sweep)
     "check": [(257, 383, 191), (1, 4096, 4096), (333, 4097, 513)],
     # Interpreter-sized: none a multiple of a block.
     "tiny": [(37, 45, 130)],
 }
-SUITES["fp8-all"] = SUITES["fp8-llm"] + SUITES["fp8-skinny"]
 ALIASES = {"default": "fp8-all", "device": "fp8-device"}
-SCALINGS = ("tensor", "row", "block")
-KINDS = {"tensor": ("tensor", "tensor"), "row": ("row", "row"), "block": ("1x128", "128x128")}
+SCALINGS = tuple(shapes.SCALINGS)
+KINDS = shapes.SCALINGS
 OUT_DTYPE = "bfloat16"
 
 

@@ -12,8 +12,10 @@ from rich.table import Table
 
 
 def tune(
-    op: str = typer.Argument("gemm", help="The op to tune: gemm, attention, triangle-attention, trimul."),
-    shapes: str = typer.Option("gemm-llm", help="Shape suite from kernels.gemm.shapes."),
+    op: str = typer.Argument("gemm", help="The op to tune: gemm, gemm-fp8, attention, triangle-attention, trimul."),
+    shapes: str = typer.Option(None, help="Shape suite: kernels.gemm.shapes for gemm (default gemm-llm), "
+                               "kernels.scaled_gemm.shapes for gemm-fp8 (default fp8-device)."),
+    scalings: str = typer.Option("tensor,row,block", help="gemm-fp8: the scalings to tune, comma-separated."),
     dtype: str = typer.Option("bfloat16", help="Input dtype."),
     layout: str = typer.Option("NT", help="NT: B is an nn.Linear weight viewed transposed; NN: row-major B."),
     rep_ms: int = typer.Option(60, help="Milliseconds of timed CUDA-graph replays per candidate."),
@@ -24,7 +26,8 @@ def tune(
     n: int = typer.Option(768, help="trimul: the pair dimension N it is tuned at."),
 ) -> None:
     """Time every candidate config of a Hopper kernel on this GPU next to its baseline: the GEMM
-    on each shape of a suite against torch.matmul (cuBLAS); attention (head dims 64 and 128,
+    on each shape of a suite against torch.matmul (cuBLAS); the FP8 GEMM (gemm-fp8) per shape and
+    scaling against torch._scaled_mm (cuBLASLt) or, for block scales, dequantize-then-cuBLAS; attention (head dims 64 and 128,
     S = 4096, then causal) and triangle attention (N = 384, then 768; 4 heads of 32) kernel by
     kernel, forward and each backward kernel, against SDPA and the eager PyTorch op; the triangle
     multiplicative update (trimul) stage by stage at N = 768, c_z = 128. Write every
@@ -37,8 +40,9 @@ def tune(
     from kernels.tuning.gemm import best_per_shape, sweep
     from microbench.records import Record, append, host_provenance
 
-    if op not in ("gemm", "attention", "triangle-attention", "trimul"):
-        raise typer.BadParameter(f"expected gemm, attention, triangle-attention or trimul, got {op!r}", param_hint="op")
+    if op not in ("gemm", "gemm-fp8", "attention", "triangle-attention", "trimul"):
+        raise typer.BadParameter(f"expected gemm, gemm-fp8, attention, triangle-attention or trimul, got {op!r}",
+                                 param_hint="op")
     if gpu_vendor() != "nvidia":
         typer.echo("ceiling tune needs an NVIDIA GPU: none is visible to PyTorch here.", err=True)
         raise typer.Exit(2)
@@ -48,13 +52,16 @@ def tune(
 
         tune_trimul(n=n, budget_s=budget_s, rep_ms=rep_ms, out=out, apply=apply, driver=_driver())
         return
+    if op == "gemm-fp8":
+        tune_fp8(shapes or "fp8-device", scalings.split(","), rep_ms, budget_s, out, apply)
+        return
     if op != "gemm":
         from roofline.commands.tune_attention import tune_attention
 
         tune_attention(op.replace("-", "_"), budget_s=budget_s, rep_ms=rep_ms, out=out, apply=apply, workers=workers,
                        driver=_driver())
         return
-    rows = sweep(suite(shapes), getattr(torch, dtype), layout, rep_ms=rep_ms, budget_s=budget_s)
+    rows = sweep(suite(shapes or "gemm-llm"), getattr(torch, dtype), layout, rep_ms=rep_ms, budget_s=budget_s)
     (out / "tune-rows.json").write_text(json.dumps(rows, indent=1))
     device = torch.cuda.get_device_name()
     prov = host_provenance(device=device, driver=_driver())
@@ -86,6 +93,50 @@ def tune(
         c = r["config"]
         table.add_row(*map(str, r["shape"]), f"{r['cublas_ms']:.4f}", f"{r['median_ms']:.4f}", f"{r['speedup']:.3f}",
                       f"{r['tflops']:.0f}", f"{c['BLOCK_M']}x{c['BLOCK_N']}x{c['BLOCK_K']} s{c['num_stages']} w{c['num_warps']}")
+    Console().print(table)
+
+
+def tune_fp8(shapes: str, scalings: list[str], rep_ms: int, budget_s: float, out: Path, apply: bool) -> None:
+    """The FP8 sweep (kernels.nvidia.tune_fp8): rows and records under ``out``, winners as table entries."""
+    import torch
+
+    from kernels.nvidia import gemm_fp8
+    from kernels.nvidia import tune_fp8 as fp8_sweep
+    from kernels.scaled_gemm.shapes import SCALINGS, suite
+    from microbench.records import Record, append, host_provenance
+
+    unknown = [s for s in scalings if s not in SCALINGS]
+    if unknown:
+        raise typer.BadParameter(f"expected scalings among {sorted(SCALINGS)}, got {unknown}", param_hint="--scalings")
+    rows = fp8_sweep.sweep(suite(shapes), scalings, rep_ms=rep_ms, budget_s=budget_s)
+    (out / "tune-fp8-rows.json").write_text(json.dumps(rows, indent=1))
+    device = torch.cuda.get_device_name()
+    prov = host_provenance(device=device, driver=_driver())
+    records = [
+        Record(kind="kernel", op="scaled_gemm", name=r["impl"], metric="time", value=r["median_ms"] / 1e3, unit="s",
+               backend="nvidia" if r["impl"] == "ceiling.nvidia" else "cublas",
+               shape=dict(zip("mnk", r["shape"]), dtype=r["dtype"], out_dtype="bfloat16"),
+               config={**(r["config"] or {}), "scales": r["scales"]}, method="cuda-graph", median=r["median_ms"] / 1e3,
+               p20=r["p20_ms"] / 1e3, p80=r["p80_ms"] / 1e3,
+               extra={"tflops": r["tflops"], "rel_error": r.get("rel_error"), "scaling": r["scaling"]}, provenance=prov)
+        for r in rows if "median_ms" in r
+    ]
+    append(out / "records", records)
+    best = fp8_sweep.best_per_shape(rows)
+    key = gemm_fp8.device_key(device) or device
+    entries = fp8_sweep.table_entries(best, device, prov.timestamp[:10], prov.git_commit)
+    (out / f"tuned-gemm-fp8-{key}.json").write_text(json.dumps(entries, indent=1))
+    if apply:
+        fp8_sweep.apply(key, entries)
+    table = Table(title=f"FP8 GEMM tuning on {device}")
+    for col in ("M", "N", "K", "scales", "baseline", "baseline ms", "ours ms", "speedup", "ours TFLOP/s", "config"):
+        table.add_column(col)
+    for r in best.values():
+        c = r["config"]
+        table.add_row(*map(str, r["shape"]), r["scales"], str(r["baseline"]), f"{r['baseline_ms'] or 0:.4f}",
+                      f"{r['median_ms']:.4f}", f"{r['speedup'] or 0:.3f}", f"{r['tflops']:.0f}",
+                      f"{c['BLOCK_M']}x{c['BLOCK_N']}x{c['BLOCK_K']} s{c['num_stages']} w{c['num_warps']} "
+                      f"p{c['PROMOTE_STEPS']}{' sk' if c['STREAM_K'] else ''}")
     Console().print(table)
 
 
