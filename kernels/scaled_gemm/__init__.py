@@ -25,16 +25,10 @@ from __future__ import annotations
 from typing import Any
 
 from kernels.errors import InputError
-from kernels.scaled_gemm.spec import FP8_DTYPES, SCALE_KINDS, ScaledGemmProblem, check, default_backend
+from kernels.scaled_gemm.spec import FP8_DTYPES, RECIPES, SCALE_KINDS, ScaledGemmProblem, check
 
 __all__ = ["scaled_gemm", "fp8_gemm", "RECIPES", "GRAD_PRECISIONS", "SCALE_KINDS", "FP8_DTYPES", "ScaledGemmProblem"]
 
-# recipe -> (scale kind of a, scale kind of b); b's kind is over b.T, the (N, K) weight.
-RECIPES = {
-    "tensor": ("tensor", "tensor"),  # one scale per operand (torchao's tensorwise)
-    "row": ("row", "row"),  # per token of a, per output channel of b (torchao's rowwise)
-    "block": ("1x128", "128x128"),  # DeepSeek-V3: 1x128 activation tiles, 128x128 weight blocks
-}
 GRAD_PRECISIONS = ("bf16", "fp8")
 BACKENDS = ("reference", "nvidia", "amd")
 

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 from kernels import backends
 from kernels.fp8.reference import dequantize_jax, quantize_jax
 from kernels.scaled_gemm import reference
+from kernels.scaled_gemm.spec import RECIPES
 
 
 def _impl(backend: str, config=None):
@@ -38,8 +39,6 @@ def _formats(backend: str):
 
 
 def _recipe(recipe: str):
-    from kernels.scaled_gemm import RECIPES
-
     return RECIPES[recipe]
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from kernels.scaled_gemm.spec import RECIPES
+
 SUITES: dict[str, list[tuple[int, int, int]]] = {
     # Squares and the LLM projections of kernels.gemm.shapes' gemm-llm, at FP8.
     "fp8-llm": [
@@ -19,8 +21,7 @@ SUITES: dict[str, list[tuple[int, int, int]]] = {
     "fp8-device": [(8192, 8192, 8192), (8192, 14336, 4096), (16, 4096, 4096), (64, 14336, 4096)],
 }
 SUITES["fp8-all"] = SUITES["fp8-llm"] + SUITES["fp8-skinny"]
-# recipe name (kernels.fp8_gemm's) -> (a's scale kind, b's)
-SCALINGS = {"tensor": ("tensor", "tensor"), "row": ("row", "row"), "block": ("1x128", "128x128")}
+SCALINGS = RECIPES  # the scalings benchmarked and tuned: kernels.fp8_gemm's recipes
 
 
 def suite(name: str) -> list[tuple[int, int, int]]:

@@ -47,6 +47,13 @@ FP8_DTYPES = OCP + FNUZ
 OUT_DTYPES = DTYPES
 SCALE_KINDS = ("tensor", "row", "1x128", "128x128")
 GROUP = 128
+# kernels.fp8_gemm's recipes: name -> (scale kind of a, scale kind of b); b's kind is over b.T,
+# the (N, K) weight.
+RECIPES = {
+    "tensor": ("tensor", "tensor"),  # one scale per operand (torchao's tensorwise)
+    "row": ("row", "row"),  # per token of a, per output channel of b (torchao's rowwise)
+    "block": ("1x128", "128x128"),  # DeepSeek-V3: 1x128 activation tiles, 128x128 weight blocks
+}
 
 
 def cdiv(a: int, b: int) -> int:
@@ -159,8 +166,3 @@ def kinds(a_shape, b_shape, a_scale_shape, b_scale_shape) -> tuple[str, str]:
     return (scale_kind("a_scale", tuple(a_scale_shape), m, k, True),
             scale_kind("b_scale", tuple(b_scale_shape), n, k, False))
 
-
-def default_backend(problem: ScaledGemmProblem) -> str:
-    from kernels.backends import default_for_device
-
-    return default_for_device(problem.device)

@@ -31,6 +31,7 @@ from kernels.fp8.torch_ops import empty_quantized, quantize_op
 from kernels.gemm.reference import activation_grad_torch
 from kernels.gemm.torch_op import decode_config, encode_config, gemm_op
 from kernels.scaled_gemm.reference import dequantize_a
+from kernels.scaled_gemm.spec import RECIPES
 
 
 def _run(a, b, a_scale, b_scale, bias, activation, out_dtype, backend, config):
@@ -103,8 +104,6 @@ def formats(backend: str) -> tuple[torch.dtype, torch.dtype]:
 
 
 def _recipe(recipe: str) -> tuple[str, str]:
-    from kernels.scaled_gemm import RECIPES
-
     return RECIPES[recipe]
 
 
