@@ -212,6 +212,8 @@ INSPECTORS: dict[tuple[str, str], str] = {
     ("gemm", "gfx942"): "kernels.amd.gemm:compile_specs",
     ("scaled_gemm", "sm_90a"): "kernels.nvidia.gemm_fp8:compile_specs",
     ("scaled_gemm", "gfx942"): "kernels.amd.gemm_fp8:compile_specs",
+    ("fp8_quantize", "sm_90a"): "kernels.fp8.triton_quantize:compile_specs",
+    ("fp8_quantize", "gfx942"): "kernels.fp8.triton_quantize:compile_specs_fnuz",
     ("attention", "sm_90a"): "kernels.nvidia.attention:compile_specs",
     ("attention", "gfx942"): "kernels.amd.attention:compile_specs",
     ("gemm", "tpu-v5e"): "kernels.tpu.gemm:inspect_tpu",

@@ -136,8 +136,36 @@ def trimul_smoke(backend: str, device: str, seed: int) -> list[SmokeResult]:
     return results
 
 
+def scaled_gemm_smoke(backend: str, device: str, seed: int) -> list[SmokeResult]:
+    """The FP8 GEMM with each scaling on an odd shape, against float64 of the dequantized inputs;
+    bounded by twice the error of the same dequantized product in float32 rounded to bf16."""
+    import kernels
+    from kernels import fp8
+    from kernels.scaled_gemm import RECIPES
+    from kernels.scaled_gemm.reference import scaled_gemm as reference
+
+    mode = backends.op_availability("scaled_gemm", backend).mode
+    gen = torch.Generator().manual_seed(seed)
+    m, n, k = (1000, 1000, 1000) if device != "cpu" else (37, 45, 130)
+    x, w = torch.randn(m, k, generator=gen).to(device), torch.randn(n, k, generator=gen).to(device)
+    dtype = torch.float8_e4m3fnuz if backend == "amd" else torch.float8_e4m3fn
+    results = []
+    for recipe, (ka, kb) in RECIPES.items():
+        aq, a_s = fp8.quantize(x, ka, dtype)
+        wq, w_s = fp8.quantize(w, kb, dtype)
+        b_s = w_s if kb == "tensor" else w_s.mT
+        out = kernels.scaled_gemm(aq, wq.mT, a_s, b_s, backend=backend)
+        exact = reference(aq, wq.mT, a_s, b_s, None, None, torch.float64, compute_dtype=torch.float64)
+        bound = 2 * _err(reference(aq, wq.mT, a_s, b_s), exact) + 1e-2 * max(1.0, exact.abs().max().item()) / 128
+        error = _err(out, exact)
+        results.append(SmokeResult("scaled_gemm", backend, mode, f"{m}x{n}x{k} {recipe} scales, e4m3 -> bf16",
+                                   error, bound, error <= bound))
+    return results
+
+
 SMOKES: dict[str, Callable[[str, str, int], list[SmokeResult]]] = {
     "gemm": gemm_smoke,
+    "scaled_gemm": scaled_gemm_smoke,
     "triangle_attention": triangle_attention_smoke,
     "triangle_multiplicative_update": trimul_smoke,
 }

@@ -130,3 +130,25 @@ def test_bad_input_is_named(args, kwargs, argument):
     with pytest.raises(kernels.InputError) as err:
         fp8.quantize(*args, **kwargs)
     assert err.value.argument == argument
+
+
+@pytest.mark.parametrize("target", ["sm_90a", "gfx942"])
+def test_quantizers_compile_to_the_hardware_fp8_convert_without_spills(target):
+    """Every quantizer compiles for the target with no spills; the cast is the hardware's FP8 convert
+    (sm_90a: F2FP.SATFINITE.E4M3; gfx942: v_cvt_pk_fp8_f32) wherever codes are written."""
+    import re
+
+    from kernels.fp8.triton_quantize import compile_specs, compile_specs_fnuz
+    from kernels.isa import compile_for, sass
+
+    specs = compile_specs() if target == "sm_90a" else compile_specs_fnuz()
+    for spec in specs:
+        kernel = compile_for(spec, target)
+        text = sass(kernel.asm["cubin"]) if target == "sm_90a" else kernel.asm["amdgcn"]
+        if target == "sm_90a":
+            assert "LDL" not in text and "STL" not in text, spec.name
+        else:
+            assert re.search(r"ScratchSize:\s+0\b", text), spec.name
+        if spec.config["kernel"] != "tensor_amax":
+            convert = r"F2FP\.SATFINITE\.E4M3" if target == "sm_90a" else r"v_cvt_pk_fp8_f32"
+            assert re.search(convert, text), f"{spec.name}: no hardware FP8 convert"

@@ -216,12 +216,20 @@ def scaled_gemm(a, b, a_scale, b_scale, bias, activation, out_dtype, config=None
 
 
 def scaled_gemm_jax(a, b, a_scale, b_scale, bias, activation, out_dtype, config=None):
-    """The same kernel on JAX arrays on the CPU, interpreted through a host callback."""
+    """The same kernel on JAX arrays on the CPU, interpreted through a host callback; refused, with
+    the reason, on a GPU."""
     import jax
 
     from kernels.arrays import torch_dtype
     from kernels.jax_bridge import call_on_cpu
 
+    if jax.default_backend() != "cpu":
+        from kernels.errors import BackendUnavailable
+
+        raise BackendUnavailable(
+            f"scaled_gemm on JAX arrays on a {jax.default_backend()} device: the FP8 kernel has no jax-triton "
+            "launcher (it reads its operands through TMA descriptors or, on CDNA3, FNUZ conversions PyTorch "
+            "does); use backend='reference', which XLA runs on the device")
     result = jax.ShapeDtypeStruct((a.shape[0], b.shape[1]), out_dtype)
     args = (a, b, a_scale, b_scale) if bias is None else (a, b, a_scale, b_scale, bias)
 
