@@ -35,7 +35,7 @@ import triton.language as tl
 from kernels.amd.gemm import ACTIVATION_CODES, COMPILE_KEYS, _arch, _epilogue, _grouped_tile, _xcd_contiguous
 from kernels.errors import InputError
 from kernels.fp8.formats import FORMATS, TO_FNUZ, format_of, ocp_to_fnuz
-from kernels.fp8.scales import K_VARYING, k_block_scales, output_scales
+from kernels.fp8.scales import K_VARYING, output_scales, promote
 from kernels.scaled_gemm.spec import kinds
 from kernels.triton_runtime import launcher
 
@@ -86,12 +86,8 @@ def gemm_fp8_kernel(
             else:
                 part = tl.dot(a, b, part)
         if PROMOTE_STEPS > 0:
-            if (A_SCALE == "1x128") or (A_SCALE == "128x128") or (B_SCALE == "1x128") or (B_SCALE == "128x128"):
-                acc += part * k_block_scales(a_scale_ptr, b_scale_ptr, pid_m * BLOCK_M, pid_n * BLOCK_N, k0, M, N,
-                                             stride_sam, stride_sak, stride_sbk, stride_sbn,
-                                             BLOCK_M, BLOCK_N, A_SCALE, B_SCALE)
-            else:
-                acc += part
+            acc = promote(acc, part, a_scale_ptr, b_scale_ptr, pid_m * BLOCK_M, pid_n * BLOCK_N, k0, M, N,
+                          stride_sam, stride_sak, stride_sbk, stride_sbn, BLOCK_M, BLOCK_N, A_SCALE, B_SCALE)
 
     rows = pid_m * BLOCK_M
     cols = pid_n * BLOCK_N

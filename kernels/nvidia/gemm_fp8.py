@@ -46,7 +46,7 @@ import triton
 import triton.language as tl
 
 from kernels.errors import InputError
-from kernels.fp8.scales import K_VARYING, k_block_scales, output_scales
+from kernels.fp8.scales import K_VARYING, output_scales, promote
 from kernels.nvidia import stream_k
 from kernels.nvidia.gemm import (INTERPRETED_PROGRAMS, SMEM_LIMIT_SM90, _aligned, _descriptor, _device_name, _pad_rows,
                                  _sm_count, cdiv, device_key, epilogue, grouped_tile)
@@ -78,11 +78,8 @@ def k_group(a, b, acc, a_scale_ptr, b_scale_ptr, offs_m, offs_n, group, M, N,
     for j in tl.static_range(1, PROMOTE_STEPS):
         kj = k0 + j * BLOCK_K
         part = tl.dot(a.load([offs_m, kj]), b.load([offs_n, kj]).T, part)
-    if (A_SCALE == "1x128") or (A_SCALE == "128x128") or (B_SCALE == "1x128") or (B_SCALE == "128x128"):
-        return acc + part * k_block_scales(a_scale_ptr, b_scale_ptr, offs_m, offs_n, k0, M, N,
-                                           stride_sam, stride_sak, stride_sbk, stride_sbn,
-                                           BLOCK_M, BLOCK_N, A_SCALE, B_SCALE)
-    return acc + part
+    return promote(acc, part, a_scale_ptr, b_scale_ptr, offs_m, offs_n, k0, M, N,
+                   stride_sam, stride_sak, stride_sbk, stride_sbn, BLOCK_M, BLOCK_N, A_SCALE, B_SCALE)
 
 
 @triton.jit
