@@ -33,8 +33,8 @@ OPS: dict[str, dict[str, str]] = {
     },
     "fp8_quantize": {
         "reference": "kernels.fp8.reference",
-        "nvidia": "kernels.fp8.triton_quantize",
-        "amd": "kernels.fp8.triton_quantize",
+        "nvidia": "kernels.triton.fp8_quantize",
+        "amd": "kernels.triton.fp8_quantize",
     },
     "attention": {
         "reference": "kernels.attention.reference",

@@ -138,7 +138,7 @@ def test_quantizers_compile_to_the_hardware_fp8_convert_without_spills(target):
     (sm_90a: F2FP.SATFINITE.E4M3; gfx942: v_cvt_pk_fp8_f32) wherever codes are written."""
     import re
 
-    from kernels.fp8.triton_quantize import compile_specs, compile_specs_fnuz
+    from kernels.triton.fp8_quantize import compile_specs, compile_specs_fnuz
     from kernels.isa import compile_for, sass
 
     specs = compile_specs() if target == "sm_90a" else compile_specs_fnuz()

@@ -352,7 +352,8 @@ def test_fp8_sweep_rows_become_table_entries(tmp_path, monkeypatch):
     that select_config then picks for that device, scale kinds and shape; wrong ones never win."""
     import shutil
 
-    from kernels.nvidia import gemm_fp8, tune_fp8
+    from kernels.nvidia import gemm_fp8
+    from kernels.tuning import gemm_fp8 as tune_fp8
 
     table = tmp_path / "gemm_fp8.json"
     shutil.copy(gemm_fp8.CONFIG_FILE, table)

@@ -32,10 +32,10 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.amd.gemm import ACTIVATION_CODES, COMPILE_KEYS, _arch, _epilogue, _grouped_tile, _xcd_contiguous
+from kernels.amd.gemm import ACTIVATION_CODES, COMPILE_KEYS, _epilogue, _grouped_tile, _xcd_contiguous
 from kernels.errors import InputError
 from kernels.fp8.formats import FORMATS, TO_FNUZ, format_of, ocp_to_fnuz
-from kernels.fp8.scales import K_VARYING, output_scales, promote
+from kernels.triton.fp8_scales import K_VARYING, output_scales, promote
 from kernels.scaled_gemm.spec import kinds
 from kernels.triton_runtime import launcher
 

@@ -6,7 +6,7 @@
     y = kernels.scaled_gemm(q, w_q.mT, s, w_s.mT)      # x @ w.T in FP8, bf16 out
     x_t, x_ts = fp8.quantize(x, "1x128", transpose=True)   # x.T grouped along M, for dW
 
-``quantize`` runs the Triton kernels of :mod:`kernels.fp8.triton_quantize` on a GPU (and under the
+``quantize`` runs the Triton kernels of :mod:`kernels.triton.fp8_quantize` on a GPU (and under the
 Triton interpreter for ``backend="nvidia"``/``"amd"`` on CPU tensors) and the float32
 oracle of :mod:`kernels.fp8.reference` otherwise. The package is the one home of FP8
 quantization; the GEMM itself is :func:`kernels.scaled_gemm`.
@@ -51,7 +51,7 @@ def quantize(x, granularity: str = "1x128", dtype=None, *, transpose: bool = Fal
 
     Args:
         x: (rows, K) float16, bfloat16 or float32.
-        granularity: "tensor", "row", "1x128" or "128x128" (see :mod:`kernels.fp8.triton_quantize`).
+        granularity: "tensor", "row", "1x128" or "128x128" (see :mod:`kernels.triton.fp8_quantize`).
         dtype: the FP8 dtype; ``torch.float8_e4m3fn`` by default (e5m2 for gradients,
             the FNUZ dtypes for AMD CDNA3).
         transpose: quantize ``x.T`` (written contiguous) instead of ``x``.

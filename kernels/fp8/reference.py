@@ -1,6 +1,6 @@
 """The quantization oracle: scales and FP8 codes computed in float32 with plain PyTorch.
 
-Same rules as the Triton quantizers (:mod:`kernels.fp8.triton_quantize`), written the obvious way:
+Same rules as the Triton quantizers (:mod:`kernels.triton.fp8_quantize`), written the obvious way:
 
 * a group's scale is ``amax / fmt.max`` over the group's finite elements (NaN and
   infinities do not count, so one bad element does not flatten its whole group), floored

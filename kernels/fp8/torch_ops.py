@@ -14,9 +14,9 @@ def quantize_op(x: torch.Tensor, granularity: str, dtype: torch.dtype, transpose
                 backend: str) -> tuple[torch.Tensor, torch.Tensor]:
     if backend == "reference":
         return reference.quantize(x, granularity, dtype, transpose=transpose, pow2=pow2)
-    from kernels.fp8 import triton_quantize
+    from kernels.triton import fp8_quantize
 
-    return triton_quantize.quantize(x, granularity, dtype, transpose=transpose, pow2=pow2)
+    return fp8_quantize.quantize(x, granularity, dtype, transpose=transpose, pow2=pow2)
 
 
 def empty_quantized(x: torch.Tensor, granularity: str, dtype: torch.dtype, transpose: bool):

@@ -46,9 +46,9 @@ import triton
 import triton.language as tl
 
 from kernels.errors import InputError
-from kernels.fp8.scales import K_VARYING, output_scales, promote
+from kernels.triton.fp8_scales import K_VARYING, output_scales, promote
 from kernels.nvidia import stream_k
-from kernels.nvidia.gemm import (INTERPRETED_PROGRAMS, SMEM_LIMIT_SM90, _aligned, _descriptor, _device_name, _pad_rows,
+from kernels.nvidia.gemm import (INTERPRETED_PROGRAMS, _aligned, _descriptor, _device_name, _pad_rows,
                                  _sm_count, cdiv, device_key, epilogue, grouped_tile)
 from kernels.nvidia.stream_k import fixup, range_start
 from kernels.scaled_gemm.spec import kinds
@@ -264,14 +264,6 @@ def shipped_configs() -> list[tuple[Fp8Config, str, str]]:
         for shape in ((16, 4096, 4096), (64, 8192, 8192), (1024, 1024, 4096), (8192, 8192, 8192)):
             seen[(heuristic_config(*shape, a_kind, b_kind), a_kind, b_kind)] = None
     return list(seen)
-
-
-def candidates(m: int | None = None) -> list[Fp8Config]:
-    """The sweep's candidate configs (``candidates`` in the table), skinny ones for M <= 64."""
-    table = _config_table()["candidates"]
-    entries = table["large"] + (table["skinny"] if m is None or m <= 64 else [])
-    return [c for c in dict.fromkeys(Fp8Config.from_dict(e) for e in entries)
-            if c.shared_memory_bytes() <= SMEM_LIMIT_SM90]
 
 
 # --------------------------------------------------------------------------- launch

@@ -97,11 +97,11 @@ def tune(
 
 
 def tune_fp8(shapes: str, scalings: list[str], rep_ms: int, budget_s: float, out: Path, apply: bool) -> None:
-    """The FP8 sweep (kernels.nvidia.tune_fp8): rows and records under ``out``, winners as table entries."""
+    """The FP8 sweep (kernels.tuning.gemm_fp8): rows and records under ``out``, winners as table entries."""
     import torch
 
     from kernels.nvidia import gemm_fp8
-    from kernels.nvidia import tune_fp8 as fp8_sweep
+    from kernels.tuning import gemm_fp8 as fp8_sweep
     from kernels.scaled_gemm.shapes import SCALINGS, suite
     from microbench.records import Record, append, host_provenance
 

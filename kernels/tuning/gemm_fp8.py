@@ -1,7 +1,7 @@
 """The tuning sweep behind ``configs/gemm_fp8.json``: time every candidate FP8 config on each shape of a
 suite and scaling on this GPU, next to the vendor's FP8 GEMM, and pick the fastest per shape.
 
-As the bf16 sweep (:mod:`kernels.nvidia.tune`): CUDA-graph replay (median, p20/p80), each
+As the bf16 sweep (:mod:`kernels.tuning.gemm`): CUDA-graph replay (median, p20/p80), each
 candidate checked against the float32 product of the dequantized inputs before it is timed.
 The baseline per scaling is ``torch._scaled_mm`` (cuBLASLt) for ``tensor`` and ``row`` and
 dequantize-then-``torch.matmul`` for ``block``. Candidates are the table's ``candidates`` (the
@@ -17,9 +17,19 @@ from typing import Iterable
 import torch
 
 from kernels.nvidia import gemm_fp8
+from kernels.nvidia.gemm import SMEM_LIMIT_SM90
 from kernels.scaled_gemm.shapes import SCALINGS
 
 MAX_REL_ERROR = 2e-2  # of max|reference|: a config past it is reported, never picked
+
+
+def candidates(m: int | None = None) -> list[gemm_fp8.Fp8Config]:
+    """The sweep's candidate configs (``candidates`` in the table), the skinny ones too for M <= 64,
+    each within Hopper's shared memory."""
+    table = gemm_fp8._config_table()["candidates"]
+    entries = table["large"] + (table["skinny"] if m is None or m <= 64 else [])
+    configs = dict.fromkeys(gemm_fp8.Fp8Config.from_dict(e) for e in entries)
+    return [c for c in configs if c.shared_memory_bytes() <= SMEM_LIMIT_SM90]
 
 
 def _inputs(m: int, n: int, k: int, scaling: str, gen: torch.Generator):
@@ -45,7 +55,7 @@ def _baseline(scaling: str, a, b, sa, sb):
 def sweep(shapes: Iterable[tuple[int, int, int]], scalings: Iterable[str] = tuple(SCALINGS), rep_ms: int = 25,
           budget_s: float | None = None, seed: int = 0) -> list[dict]:
     """One row per (shape, scaling, candidate) and per (shape, scaling, baseline): median/p20/p80 ms, TFLOP/s."""
-    from kernels.nvidia.tune import time_graph
+    from kernels.tuning.timers import time_graph
     from kernels.scaled_gemm.reference import scaled_gemm as reference
 
     gen = torch.Generator(device="cuda").manual_seed(seed)
@@ -66,7 +76,7 @@ def sweep(shapes: Iterable[tuple[int, int, int]], scalings: Iterable[str] = tupl
             ms, p20, p80 = time_graph(fn, rep_ms)
             rows.append(dict(common, impl=name, config=None, median_ms=ms, p20_ms=p20, p80_ms=p80,
                              tflops=flops / ms / 1e9))
-            for cfg in gemm_fp8.candidates(m):
+            for cfg in candidates(m):
                 if cfg.why_invalid(a_kind, b_kind):
                     continue
                 run = lambda c=cfg.as_dict(): gemm_fp8.scaled_gemm(a, b, sa, sb, None, None, torch.bfloat16, c)  # noqa: E731
