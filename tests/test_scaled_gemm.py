@@ -488,7 +488,7 @@ def test_on_gpu_against_float64_and_scaled_mm():
     """The compiled kernel on the device with the default configs: every scale kind pair on odd and
     LLM shapes against float64 of the dequantized inputs, and against torch._scaled_mm where it
     applies; the output fully written (poisoned), the trainable form's gradients finite."""
-    for m, n, k in ((1, 4096, 4096), (16, 4096, 4096), (333, 4097, 513), (2048, 2048, 2048)):
+    for m, n, k in ((1, 4096, 4096), (333, 4097, 513), (2048, 2048, 2048)):
         for a_kind, b_kind in (("tensor", "tensor"), ("row", "row"), ("1x128", "128x128"), ("128x128", "1x128")):
             aq, bq, a_s, b_s = (t.cuda() for t in operands(m, n, k, a_kind, b_kind, seed=m + k))
             check(aq, bq, a_s, b_s, "nvidia", None, bias=torch.randn(n, device="cuda"), activation="gelu")
