@@ -4,11 +4,14 @@
     out = kernels.triangle_attention(q, k, v, bias, mask=mask)
     z = kernels.triangle_multiplicative_update(x, "outgoing", mask=m, p_in_weight=..., ...)
 
-Both accept PyTorch tensors (a ``torch.library`` custom op with autograd) or JAX
-arrays (a ``jax.custom_vjp`` function). Modules that load OpenFold/Boltz weights
-are in :mod:`kernels.triangle.modules`; the direction conventions, and the swap
-that AlphaFold 3's released weights need, are in ``CONVENTIONS.md`` next to this
-file.
+    kernels.triangle.patch(boltz_or_openfold_model)   # their triangle layers -> ours, same weights
+
+Both ops accept PyTorch tensors (a ``torch.library`` custom op with autograd) or JAX
+arrays (a ``jax.custom_vjp`` function), in cuEquivariance's argument forms. Modules
+that load Boltz/OpenFold weights strictly are in :mod:`kernels.triangle.modules`;
+:func:`patch` swaps them into a model. The direction conventions, the swap that
+AlphaFold 3's released weights need and what padded positions get are in
+``CONVENTIONS.md`` next to this file.
 """
 
 from __future__ import annotations
@@ -20,7 +23,15 @@ from kernels.errors import InputError
 from kernels.triangle.reference import TRIMUL_WEIGHTS
 from kernels.triangle.spec import DIRECTIONS, check_attention, check_backend, check_trimul, default_backend
 
-__all__ = ["triangle_attention", "triangle_multiplicative_update", "DIRECTIONS", "TRIMUL_WEIGHTS"]
+__all__ = ["triangle_attention", "triangle_multiplicative_update", "patch", "DIRECTIONS", "TRIMUL_WEIGHTS"]
+
+
+def patch(model, backend: str | None = None):
+    """Replace every Boltz/OpenFold triangle layer inside ``model`` with ours, in place; see
+    :func:`kernels.triangle.patching.patch` (returns (qualified name, replaced class, new module))."""
+    from kernels.triangle.patching import patch as _patch
+
+    return _patch(model, backend)
 
 
 def _backend(backend: str | None, device: str) -> str:
