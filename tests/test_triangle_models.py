@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import copy
 import inspect
-import math
 
 import pytest
 import torch
 
+import kernels.backends
 import kernels.triangle
 from kernels.triangle.modules import TriangleAttention, TriangleMultiplication, openfold_to_boltz_trimul
 from tests.model_sources import openfold, require_boltz
@@ -359,38 +359,31 @@ def test_patch_boltz_pairformer_layer_with_a_padded_token():
     assert not torch.allclose(z1[~pair], z2[~pair])  # the padded positions do differ (see the module docs)
 
 
-def boltz_pair_stack(layer, z, pair_mask):
-    """Boltz's pair stack of a PairformerLayer: the pair half of its forward is, line for line,
-    PairformerNoSeqLayer.forward, which runs here on the layer's own submodules."""
-    from boltz.model.layers.pairformer import PairformerNoSeqLayer
+def pair_stack_run(layer, z, pair_mask, dz, dtype, autocast: bool) -> dict:
+    """Boltz's pair stack of ``layer`` (see microbench.benchmarks.pair_stack.boltz_pair_stack), forward and
+    backward: {"z": output, "dz": its input gradient, parameter name: gradient}."""
+    from microbench.benchmarks.pair_stack import boltz_pair_stack
 
-    return PairformerNoSeqLayer.forward(layer, z, pair_mask)
+    zl = z.detach().to(dtype).clone().requires_grad_()
+    layer.zero_grad(set_to_none=True)
+    with torch.autocast(z.device.type, dtype=torch.bfloat16, enabled=autocast):
+        out = boltz_pair_stack(layer, zl, pair_mask.to(dtype))
+    out.backward(dz.to(out.dtype))
+    return {"z": out.detach(), "dz": zl.grad, **{n: p.grad for n, p in layer.named_parameters()}}
 
 
-@pytest.mark.parametrize("backend", [None, "nvidia"])
-def test_patch_boltz_pair_stack_bf16_under_autocast(backend):
+def check_pair_stack_bf16(theirs, z, pair_mask, backend):
     """bf16 autocast, as Boltz trains: ours (patched) against Boltz's own bf16 run, both measured
     against a float64 run, by the error-ratio rule on the valid positions. Boltz's layers cannot run
     in float64 (its TriMul casts to float32), so the float64 run is the patched layer on the
-    reference backend in float64; the float32 test above ties it to Boltz's."""
-    theirs = pairformer_layer(13)
+    reference backend in float64; the float32 checks tie that to Boltz's layer."""
     ours = copy.deepcopy(theirs)
     kernels.triangle.patch(ours, backend=backend)
     exact = copy.deepcopy(theirs).double()
     kernels.triangle.patch(exact, backend="reference")
-    z, pair_mask = pair_inputs(seed=14)
-    dz = torch.randn(z.shape, generator=torch.Generator().manual_seed(15)) * pair_mask[..., None]
-
-    def run(layer, dtype, autocast):
-        zl = z.detach().to(dtype).clone().requires_grad_()
-        layer.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-            out = boltz_pair_stack(layer, zl, pair_mask.to(dtype))
-        out.backward(dz.to(out.dtype))
-        return {"z": out.detach(), "dz": zl.grad, **{n: p.grad for n, p in layer.named_parameters()}}
-
-    mine, framework, truth = run(ours, torch.float32, True), run(theirs, torch.float32, True), \
-        run(exact, torch.float64, False)
+    dz = torch.randn(z.shape, generator=torch.Generator().manual_seed(15)).to(z.device) * pair_mask[..., None]
+    mine, framework = (pair_stack_run(m, z, pair_mask, dz, torch.float32, True) for m in (ours, theirs))
+    truth = pair_stack_run(exact, z, pair_mask, dz, torch.float64, False)
     valid = pair_mask.bool()
     for name in truth:
         if truth[name] is None:  # the sequence track's parameters take no part in the pair stack
@@ -401,3 +394,56 @@ def test_patch_boltz_pair_stack_bf16_under_autocast(backend):
         assert_close_by_ratio(pick(mine[name]).float(), pick(framework[name]).float(), pick(truth[name]),
                               atol=1e-2, atol_scaled=True, name=name)
     assert mine["z"].dtype == framework["z"].dtype
+
+
+def check_pair_stack_fp32(theirs, z, pair_mask, backend):
+    """Float32: ours (patched) equals Boltz's layer on the valid positions, every pair-stack parameter
+    gradient included, to 1e-5 relative; finite everywhere."""
+    ours = copy.deepcopy(theirs)
+    kernels.triangle.patch(ours, backend=backend)
+    dz = torch.randn(z.shape, generator=torch.Generator().manual_seed(16)).to(z.device) * pair_mask[..., None]
+    mine, base = (pair_stack_run(m, z, pair_mask, dz, torch.float32, False) for m in (ours, theirs))
+    valid = pair_mask.bool()
+    used = [n for n in base if n not in ("z", "dz") and base[n] is not None]
+    floor = gradient_floor({n: base[n] for n in used})
+    assert_rel("z", mine["z"][valid], base["z"][valid])
+    assert_rel("dz", mine["dz"][valid], base["dz"][valid])
+    assert torch.isfinite(mine["z"]).all() and torch.isfinite(mine["dz"]).all()
+    for name in used:
+        assert_rel(f"d[{name}]", mine[name], base[name], floor=floor)
+
+
+def test_patch_boltz_pair_stack_fp32_with_the_triton_kernels():
+    """The pair stack with our Triton kernels (interpreted here) in place of Boltz's layers."""
+    z, pair_mask = pair_inputs(seed=19)
+    check_pair_stack_fp32(pairformer_layer(20), z, pair_mask, "nvidia")
+
+
+@pytest.mark.parametrize("backend", [None, "nvidia"])
+def test_patch_boltz_pair_stack_bf16_under_autocast(backend):
+    z, pair_mask = pair_inputs(seed=14)
+    check_pair_stack_bf16(pairformer_layer(13), z, pair_mask, backend)
+
+
+ON_NVIDIA = pytest.mark.skipif(kernels.backends.gpu_vendor() != "nvidia",
+                               reason="needs an NVIDIA GPU; the tests above run the same layers on the CPU")
+
+
+@pytest.mark.gpu
+@ON_NVIDIA
+def test_on_gpu_patched_pairformer_pair_stack():
+    """On the device, at AlphaFold 3's widths (c_z = 128, 4 heads of 32), N = 129 with a padded tail of
+    seven tokens: float32 to 1e-5 relative, and bf16 autocast by the error-ratio rule, outputs and
+    every parameter gradient on the valid positions, our kernels (backend nvidia) in the layer."""
+    require_boltz()
+    from microbench.benchmarks.pair_stack import make_layer
+
+    n = 129
+    layer = make_layer(32, 2, 128, 4, 32, seed=17, device="cuda")
+    g = torch.Generator().manual_seed(18)
+    z = torch.randn(1, n, n, 128, generator=g).cuda()
+    token = torch.ones(1, n)
+    token[:, n - 7:] = 0
+    pair_mask = (token[:, :, None] * token[:, None, :]).cuda()
+    check_pair_stack_fp32(layer, z, pair_mask, "nvidia")
+    check_pair_stack_bf16(layer, z, pair_mask, "nvidia")
