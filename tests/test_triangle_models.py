@@ -447,3 +447,25 @@ def test_on_gpu_patched_pairformer_pair_stack():
     pair_mask = (token[:, :, None] * token[:, None, :]).cuda()
     check_pair_stack_fp32(layer, z, pair_mask, "nvidia")
     check_pair_stack_bf16(layer, z, pair_mask, "nvidia")
+
+
+def test_modules_compile_as_one_graph_under_autocast():
+    """``torch.compile(fullgraph=True)`` of our layers under autocast: their autocast-dtype choice and
+    argument handling break no graph (the custom ops' own compile tests are in test_triangle.py; the
+    patched pair stack under torch.compile is a benchmark implementation on the device)."""
+    att = randomize(TriangleAttention(CZ, HEAD_DIM, HEADS, starting=False, bias=False), 23)
+    mul = randomize(TriangleMultiplication(CZ, C, "incoming"), 24)
+    x, mask = pair_inputs(seed=25)
+
+    def layers(x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            x = x + mul(x, mask=mask, use_kernels=True)
+            return x + att(x, mask=mask, chunk_size=4)
+
+    eager = layers(x)
+    xl = x.clone().requires_grad_()
+    compiled = torch.compile(layers, backend="aot_eager", fullgraph=True)(xl)
+    assert compiled.dtype == eager.dtype == torch.float32  # float32 residual + bf16 updates, as in Boltz
+    torch.testing.assert_close(compiled, eager, rtol=0, atol=0)
+    (dx,) = torch.autograd.grad(compiled, xl, torch.ones_like(compiled))
+    assert torch.isfinite(dx).all()
