@@ -15,7 +15,8 @@ Against Boltz 2.2.1's own layers (installed without its dependencies, see
 * padded positions: ours gives the output projection's bias where an attention row
   has no valid key, the source layers the mean of v over that row's keys.
 
-All in float32 on the CPU with a few channels and N = 6, so that they stay fast.
+On the CPU with a few channels and N = 6, so that they stay fast; the test marked ``gpu`` repeats
+the pair-stack checks on the device at AlphaFold 3's widths with our Triton kernels.
 """
 
 from __future__ import annotations
