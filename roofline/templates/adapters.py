@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from microbench.records import Record
-from roofline.templates import expressions
+from kernels.spaces import expressions
 from roofline.work import normalize_shape
 from roofline.templates.schema import Template, config_key
 

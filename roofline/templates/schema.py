@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from roofline.templates import expressions
+from kernels.spaces import expressions
 from roofline.work import dtype_bytes
 
 SCHEMA_VERSION = "ceiling-template/1"
