@@ -80,7 +80,7 @@ class Parameter(BaseModel):
 
     @property
     def required(self) -> bool:
-        return not (self.has_implied or self.same_as or self.optional)
+        return not (self.has_implied or self.same_as or self.optional or self.meta)
 
     def allows(self, v: Any) -> bool:
         if v is None:
@@ -195,16 +195,24 @@ class Space(BaseModel):
         K, dtype_bytes, ...) the constraints read."""
         if not isinstance(config, dict):
             raise InputError("config", f"a dict with keys among {self.keys()} (or None)", type(config).__name__)
+        unknown = [k for k in config if k not in self.keys()]
+        if unknown:
+            raise ConfigError(unknown[0], config[unknown[0]], f"a key among {self.keys()}", f"unknown keys: {unknown}",
+                              expected=f"keys among {self.keys()}")
         for key, value in config.items():
             if key in self.sections:
                 section = self.sections[key]
                 if not isinstance(value, dict):
                     raise ConfigError(key, value, f"a dict (the {key} kernel's config) with keys among "
                                                   f"{list(section.parameters)}")
+                unknown = [k for k in value if k not in section.parameters]
+                if unknown:
+                    raise ConfigError(f"{key}.{unknown[0]}", value[unknown[0]], "", f"unknown keys: {unknown}",
+                                      expected=f"keys of the {key} section among {list(section.parameters)}")
                 for name, v in value.items():
-                    self._check_value(f"{key}.{name}", section.parameters.get(name), v, list(section.parameters))
+                    self._check_value(f"{key}.{name}", section.parameters[name], v)
             else:
-                self._check_value(key, self.parameters.get(key), value, self.keys())
+                self._check_value(key, self.parameters[key], value)
         if partial:
             return
         flat = flatten(config, self.sections)
@@ -214,11 +222,7 @@ class Space(BaseModel):
         self.check_constraints(config, context)
 
     @staticmethod
-    def _check_value(key: str, param: Parameter | None, value: Any, known: list[str]) -> None:
-        if param is None:
-            where = f"of the {key.split('.')[0]} section" if "." in key else "of this backend's config"
-            raise ConfigError(key, value, f"a key among {known}", "unknown key",
-                              expected=f"a key {where} among {known}")
+    def _check_value(key: str, param: Parameter, value: Any) -> None:
         if not param.allows(value):
             raise ConfigError(key, value, param.describe())
 
