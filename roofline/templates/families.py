@@ -23,7 +23,7 @@ from typing import Any
 from kernels import spaces
 
 REPO = Path(__file__).resolve().parents[2]
-_BUCKETS = {"d<=32": 32, "d<=64": 64, "d<=128": 128, "any": 256}  # triangle attention's head-dim buckets
+_BUCKETS = {"d<=32": 32, "d<=64": 64, "d<=128": 128, "any": 256}  # triangle attention's head-dim buckets (largest)
 
 
 @dataclass
@@ -157,7 +157,7 @@ def shipped(family: str, target: str, dtype: str, names: list[str]) -> list[Ship
                 for bucket in entry:
                     head_dim = _BUCKETS[bucket]
                     config = module.resolve_config(name, head_dim, dtype, None)
-                    out.append(Shipped({"head_dim": head_dim} if bucket != "any" else None, flat(config),
+                    out.append(Shipped({"head_dim": head_dim}, flat(config),
                                        _device_key(device) if name else "", f"{device} {bucket}", ""))
             else:
                 out.append(Shipped(None, flat(module.resolve_config(name, dtype, None)),
@@ -184,16 +184,18 @@ def _heads(shape: dict | None, default: int) -> int:
     return int((shape or {}).get("head_dim", default))
 
 
-def check_point(family: str, target: str, config: dict, shape: dict | None = None, dtype: str = "bfloat16") -> list[dict]:
+def check_point(family: str, target: str, config: dict, shape: dict | None = None, dtype: str = "bfloat16",
+                only: str | None = None) -> list[dict]:
     """The target's own verdict on one point (a sectioned kernel config): the static facts of
-    each kernel compiled for sm_90a or gfx942, the TPU rules' VMEM estimates, or the NKI
-    emulator's dry run (its hardware rules raise on a break). Raises on a point the target refuses."""
+    each kernel (or of the ``only`` one) compiled for sm_90a or gfx942, the TPU rules' VMEM
+    estimates, or the NKI emulator's dry run (its hardware rules raise on a break). Raises on a
+    point the target refuses."""
     space = spaces.get(family, target)
     backend = space.backend
     if backend in ("nvidia", "amd"):
         from kernels import isa
 
-        return [isa.profile(spec, target).as_dict() for spec in compile_specs(family, target, config, shape, dtype)]
+        return [isa.profile(spec, target).as_dict() for spec in compile_specs(family, target, config, shape, dtype, only)]
     if backend == "tpu":
         from kernels.tpu import attention_rules, gemm_rules, trimul_rules
 
@@ -228,8 +230,10 @@ def check_point(family: str, target: str, config: dict, shape: dict | None = Non
     raise NotImplementedError(f"no check for {family} on {target}")
 
 
-def compile_specs(family: str, target: str, config: dict, shape: dict | None = None, dtype: str = "bfloat16") -> list:
-    """``kernels.isa.CompileSpec``s of every kernel of one point on a Triton target."""
+def compile_specs(family: str, target: str, config: dict, shape: dict | None = None, dtype: str = "bfloat16",
+                  only: str | None = None) -> list:
+    """``kernels.isa.CompileSpec``s of every kernel of one point on a Triton target (of the ``only``
+    kernel, a section's name, when given); sections a point leaves out take the table's entry."""
     backend = spaces.get(family, target).backend
     if family == "gemm":
         import importlib
@@ -243,19 +247,21 @@ def compile_specs(family: str, target: str, config: dict, shape: dict | None = N
             from kernels.nvidia import attention as A
 
             cfg = flash.merge_config(A.heuristic(flash.head_dim_pad(head_dim)), config)
-            return flash.kernel_specs(head_dim, cfg, dtype=dtype, causal=True, prefix="point_")
-        from kernels.amd import attention as M
+            specs = flash.kernel_specs(head_dim, cfg, dtype=dtype, causal=True, prefix="point_")
+        else:
+            from kernels.amd import attention as M
 
-        cfg = flash.merge_config(M.heuristic(flash.head_dim_pad(head_dim)), config)
-        return flash.kernel_specs(head_dim, cfg, dtype=dtype, causal=True, use_tma=False,
-                                  pre_load_v=bool(cfg.get("pre_load_v")), prefix="point_amd_")
+            cfg = flash.merge_config(M.heuristic(flash.head_dim_pad(head_dim)), config)
+            specs = flash.kernel_specs(head_dim, cfg, dtype=dtype, causal=True, use_tma=False,
+                                       pre_load_v=bool(cfg.get("pre_load_v")), prefix="point_amd_")
+        return [s for s in specs if only in (None, s.config["kernel"])]
     if family == "triangle_attention":
         from kernels.triton import triangle_attention as T
 
         extra = ("waves_per_eu", "matrix_instr_nonkdim") if backend == "amd" else ()
         head_dim = _heads(shape, 32)
         return [T.kernel_spec(name, cfg, dtype, head_dim, prefix=f"point_{backend}", extra_keys=extra, aligned=True)
-                for name, cfg in config.items() if isinstance(cfg, dict)]
+                for name, cfg in config.items() if isinstance(cfg, dict) and only in (None, name)]
     if family == "triangle_multiplication":
         import importlib
 
@@ -263,11 +269,13 @@ def compile_specs(family: str, target: str, config: dict, shape: dict | None = N
         c_z, c = int((shape or {}).get("c_z", 128)), int((shape or {}).get("c", 128))
         cfgs = module.resolve_config(None, dtype, config)
         if backend == "nvidia":
-            return module.compile_specs(dtype, c_z, c, cfgs=cfgs, prefix="point")
-        from kernels.triton import triangle_multiplication as shared
+            specs = module.compile_specs(dtype, c_z, c, cfgs=cfgs, prefix="point")
+        else:
+            from kernels.triton import triangle_multiplication as shared
 
-        return shared.compile_specs(dtype, c_z, c, "", table=module.CONFIG_FILE, cfgs=cfgs, prefix="point_cdna3",
-                                    extra_keys=module.AMD_OPTIONS)
+            specs = shared.compile_specs(dtype, c_z, c, "", table=module.CONFIG_FILE, cfgs=cfgs, prefix="point_cdna3",
+                                         extra_keys=module.AMD_OPTIONS)
+        return [s for s in specs if only is None or f"_{only}_{dtype}_" in s.name]
     raise NotImplementedError(f"no compile specs for {family} on {target}")
 
 
