@@ -136,10 +136,11 @@ def test_attention_export_writes_a_kernel_tuner_cache_per_kernel(attention):
 def test_kernel_tuner_simulated_search_over_the_attention_template(attention):
     template, folder, records, ranked = attention
     space = adapters.kernel_tuner_space(template, ATTENTION_SHAPE, "fwd")
-    assert all("." not in name for name in space.tune_params) and all("smem_per_block" not in r for r in space.restrictions)
-    best, ms = adapters.kernel_tuner_search(template, ATTENTION_SHAPE, folder / "kernel_tuner" / "4x32x4096x128.fwd.json",
-                                            strategy="diff_evo", max_fevals=80, seed=random.randrange(1000),
-                                            section="fwd")
+    assert all("." not in name for name in space.tune_params)
+    assert all("smem_per_block" not in r for r in space.restrictions)
+    cache = folder / "kernel_tuner" / "4x32x4096x128.fwd.json"
+    best, ms = adapters.kernel_tuner_search(template, ATTENTION_SHAPE, cache, strategy="diff_evo", max_fevals=80,
+                                            seed=random.randrange(1000), section="fwd")
     assert template.is_valid(best, ATTENTION_SHAPE, "fwd")
     i = _rank(template, ranked, best)
     assert ranked[i].median <= 1.10 * ranked[0].median and ms == pytest.approx(1e3 * ranked[i].median)

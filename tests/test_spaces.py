@@ -245,6 +245,17 @@ def test_bad_tpu_configs_are_input_errors_naming_them():
         _says(err.value, *parts)
 
 
+def test_a_partial_triangle_config_overrides_the_table_entry_kernel_by_kernel():
+    from kernels.nvidia import triangle_attention, triangle_multiplication
+
+    table = triangle_attention.config_for("NVIDIA H200", 32, "bfloat16")
+    cfg = triangle_attention.resolve_config("NVIDIA H200", 32, "bfloat16", {"fwd": {"BLOCK_N": 64}})
+    assert cfg["fwd"] == {**table["fwd"], "BLOCK_N": 64} and cfg["bwd_dq"] == table["bwd_dq"]
+    table = triangle_multiplication.config_for(None, "float32")
+    cfg = triangle_multiplication.resolve_config(None, "float32", {"bwd_rows": 16, "contract": {"num_stages": 2}})
+    assert cfg["bwd_rows"] == 16 and cfg["contract"] == {**table["contract"], "num_stages": 2}
+
+
 def test_a_partial_gemm_config_overrides_the_table_entry():
     from kernels.nvidia import gemm as G
 
@@ -276,7 +287,8 @@ ATTENTION_BAD = [
 ]
 
 
-@pytest.mark.parametrize("backend,config,parts", ATTENTION_BAD, ids=[f"{b}-{i}" for i, (b, _, _) in enumerate(ATTENTION_BAD)])
+@pytest.mark.parametrize("backend,config,parts", ATTENTION_BAD,
+                         ids=[f"{b}-{i}" for i, (b, _, _) in enumerate(ATTENTION_BAD)])
 def test_bad_attention_config_is_an_input_error_naming_it(backend, config, parts, no_launch):
     q = torch.randn(1, 16, 2, 128, dtype=torch.bfloat16)
     if backend == "tpu":
@@ -295,10 +307,14 @@ TRIANGLE_BAD = [
     ("nvidia", "trimul", {"contract": {"BLOCK_K": 24}}, ("contract.BLOCK_K", "24", "one of [16")),
     ("amd", "trimul", {"contract": {"BLOCKK": 32}}, ("contract.BLOCKK", "unknown keys", "BLOCK_K")),
     ("trainium", "trimul", {"target": "trn2", "tiles": 1}, ("tiles", "unknown keys", "target")),
+    ("tpu", "attention", {"block_q": 16, "block_k": 96}, ("block_k=96", "multiples of 128")),
+    ("trainium", "attention", {"bwd_block_k": "256"}, ("bwd_block_k", "'256'", "a multiple of 128")),
+    ("tpu", "trimul", {"block_rows": 96}, ("block_rows=96", "multiples of 128")),
 ]
 
 
-@pytest.mark.parametrize("backend,op,config,parts", TRIANGLE_BAD, ids=[f"{b}-{o}-{i}" for i, (b, o, _, _) in enumerate(TRIANGLE_BAD)])
+@pytest.mark.parametrize("backend,op,config,parts", TRIANGLE_BAD,
+                         ids=[f"{b}-{o}-{i}" for i, (b, o, _, _) in enumerate(TRIANGLE_BAD)])
 def test_bad_triangle_config_is_an_input_error_naming_it(backend, op, config, parts, no_launch):
     if op == "attention":
         q = torch.randn(1, 8, 2, 8, 32)

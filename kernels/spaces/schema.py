@@ -274,8 +274,8 @@ class Space(BaseModel):
                 right = expressions.parse(c.expr).body.comparators[0]
                 named = f"{right.id} = " if isinstance(right, ast.Name) else ""
                 detail = f"{lv} {negated} {named}{rv}" + (f"; {problem}" if problem else "")
-            raise ConfigError(", ".join(params), given, f"with {c.id}: {c.expr}", f"{detail}; {c.why}" if c.why else detail,
-                              shown)
+            why = f"{detail}; {c.why}" if c.why else detail
+            raise ConfigError(", ".join(params), given, f"with {c.id}: {c.expr}", why, shown)
 
     # --- points ---------------------------------------------------------------------------------
 
@@ -286,7 +286,7 @@ class Space(BaseModel):
         names = list(params)
         return [dict(zip(names, combo)) for combo in itertools.product(*(params[n].search for n in names))]
 
-    def valid(self, point: dict[str, Any], section: str = "", context: dict[str, Any] | None = None) -> list[str]:
+    def grid_breaks(self, point: dict[str, Any], section: str = "", context: dict[str, Any] | None = None) -> list[str]:
         """Ids of the constraints (search-only ones included) a grid point of ``section`` breaks,
         among those that read nothing outside it."""
         flat = {(f"{section}.{k}" if section else k): v for k, v in point.items()}

@@ -95,7 +95,7 @@ def context(family: str, key: str, dtype: str = "bfloat16") -> dict:
 def rule_drop(family: str, section: str, key: str, point: dict) -> str | None:
     """Why ``point`` is dropped without compiling (the first constraint it breaks), or None."""
     sp = space(family)
-    broken = sp.valid(point, section, context(family, key))
+    broken = sp.grid_breaks(point, section, context(family, key))
     if not broken:
         return None
     why = {c.id: c.why for c in sp.flat_constraints()}[broken[0]]

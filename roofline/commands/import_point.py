@@ -27,9 +27,11 @@ def _shape(text: str | None, axes: list[str]) -> dict[str, int] | None:
 def import_point(
     template_dir: Path = typer.Argument(..., help="A template folder written by ceiling export-templates."),
     config: str = typer.Option(..., "--config", help="The point, as JSON (flat dotted names or sectioned)."),
-    shape: Optional[str] = typer.Option(None, "--shape", help="The problem it was found for: MxNxK, name=value,... or JSON."),
+    shape: Optional[str] = typer.Option(None, "--shape",
+                                        help="The problem it was found for: MxNxK, name=value,... or JSON."),
     provenance: str = typer.Option("", "--provenance", help="How it was found and measured (optimizer, device, time)."),
-    device: Optional[str] = typer.Option(None, "--device", help="The device name to file it under (default: the template's)."),
+    device: Optional[str] = typer.Option(None, "--device",
+                                         help="The device name to file it under (default: the template's)."),
     table: Optional[Path] = typer.Option(None, "--table", help="Write into this copy of the vendor table instead."),
     apply: bool = typer.Option(False, "--apply", help="Write the table; without it, only show what would be written."),
 ) -> None:

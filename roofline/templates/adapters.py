@@ -170,7 +170,8 @@ def kernel_tuner_cache(template: Template, shape: dict[str, Any], records: list[
 
 
 def kernel_tuner_search(template: Template, shape: dict[str, Any], cache: str | Path, strategy: str = "diff_evo",
-                        max_fevals: int = 100, seed: int = 0, section: str | None = None) -> tuple[dict[str, Any], float]:
+                        max_fevals: int = 100, seed: int = 0,
+                        section: str | None = None) -> tuple[dict[str, Any], float]:
     """Replay a search with Kernel Tuner's simulation mode; returns the best point (template names)
     and its time (ms)."""
     import kernel_tuner

@@ -110,7 +110,8 @@ def shipped(family: str, target: str, dtype: str, names: list[str]) -> list[Ship
     if family == "gemm" and backend == "tpu":
         table = _read(family, target)[target][dtype if dtype in ("bfloat16", "float32") else "float32"]
         for entry in [table["fallback"], *table["entries"]]:
-            label = "fallback" if entry is table["fallback"] else f"M>={entry['min_m']}, N>={entry['min_n']}, K>={entry['min_k']}"
+            bounds = "M>={min_m}, N>={min_n}, K>={min_k}"
+            label = "fallback" if entry is table["fallback"] else bounds.format(**entry)
             out.append(Shipped(None, flat(entry), "", label, entry.get("provenance", "")))
         return out
     if family in ("gemm", "attention", "triangle_attention") and backend == "trainium":
@@ -122,8 +123,8 @@ def shipped(family: str, target: str, dtype: str, names: list[str]) -> list[Ship
         rows = trn_attention.configs(target)
         if family == "triangle_attention":
             rows = [next(c for c in rows if c["head_dim"] >= 32)]
-        return [Shipped({"head_dim": 32 if family == "triangle_attention" else c["head_dim"]}, flat(c), "", c["name"], "")
-                for c in rows]
+        head_dim = (lambda c: 32) if family == "triangle_attention" else (lambda c: c["head_dim"])
+        return [Shipped({"head_dim": head_dim(c)}, flat(c), "", c["name"], "") for c in rows]
     if family in ("attention", "triangle_attention") and backend == "tpu":
         table = json.loads((REPO / spaces.get("attention", target).table).read_text())[target].get(dtype, {})
         for head_dim, entry in table.items():
@@ -195,7 +196,8 @@ def check_point(family: str, target: str, config: dict, shape: dict | None = Non
     if backend in ("nvidia", "amd"):
         from kernels import isa
 
-        return [isa.profile(spec, target).as_dict() for spec in compile_specs(family, target, config, shape, dtype, only)]
+        specs = compile_specs(family, target, config, shape, dtype, only)
+        return [isa.profile(spec, target).as_dict() for spec in specs]
     if backend == "tpu":
         from kernels.tpu import attention_rules, gemm_rules, trimul_rules
 
@@ -226,7 +228,8 @@ def check_point(family: str, target: str, config: dict, shape: dict | None = Non
                 results.append({"direction": direction, "config": resolved, "sbuf_peak": ctx.sbuf_peak,
                                 "psum_peak": ctx.psum_peak, "estimated_s": report.estimated_s})
             return results
-        return [{"config": resolved, "sbuf_peak": ctx.sbuf_peak, "psum_peak": ctx.psum_peak, "estimated_s": report.estimated_s}]
+        return [{"config": resolved, "sbuf_peak": ctx.sbuf_peak, "psum_peak": ctx.psum_peak,
+                 "estimated_s": report.estimated_s}]
     raise NotImplementedError(f"no check for {family} on {target}")
 
 
