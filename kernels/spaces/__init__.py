@@ -33,7 +33,7 @@ from typing import Any
 from kernels.spaces.schema import ConfigError, Constraint, Family, Parameter, Section, Space, flatten, nest
 
 __all__ = ["ConfigError", "Constraint", "Family", "Parameter", "Section", "Space", "families", "family", "get",
-           "targets", "target_limits", "check", "resolve", "merge", "flatten", "nest", "candidates_file"]
+           "targets", "target_limits", "target_info", "check", "resolve", "merge", "flatten", "nest", "candidates_file"]
 
 DIR = Path(__file__).parent
 NOT_FAMILIES = ("targets",)
