@@ -582,7 +582,7 @@ def test_opcheck_triangle_attention():
 
 def test_opcheck_triangle_multiplicative_update():
     import kernels.triangle.torch_op  # noqa: F401 - registers the ops
-    from kernels.triangle import _default_weights
+    from kernels.triangle.ops import _default_weights
 
     x, mask, w = trimul_inputs(1, 5, 16, 8, seed=51)
     weights = [t.requires_grad_() for t in _default_weights(x, w, 8, 16)]
