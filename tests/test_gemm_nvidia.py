@@ -11,8 +11,10 @@ from kernels.gemm.reference import gemm as reference_gemm
 from tests.numerics import assert_close_by_ratio
 
 # Small tiles keep the interpreter fast; three persistent programs walk several tiles each.
+# The persistent kernel on small tiles (STREAM_K named: the heuristic under a partial config takes
+# stream-K for M <= 64); the stream-K tests ask for it.
 SMALL = dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=16, GROUP_M=2, num_stages=2, num_warps=4,
-             EPILOGUE_SUBTILE=False, WARP_SPECIALIZE=False)
+             EPILOGUE_SUBTILE=False, WARP_SPECIALIZE=False, STREAM_K=False)
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
 # The interpreter's fp32 dot is full fp32, but on the GPU fp32 runs as TF32: the
 # framework baseline for fp32 is therefore TF32-rounded inputs.

@@ -20,6 +20,10 @@ What is particular to CDNA3:
   loads (any strides, so transposed views are read in place), edge rows wrapped rather than
   masked, XCD-contiguous tile numbering, LDS-budgeted tiles, the epilogue fused before the
   one store.
+
+Tile configs per device and shape class live in ``configs/gemm_fp8.json``; a ``config=`` is
+checked against the search space (``kernels/spaces/gemm_fp8.json``, target gfx942) before
+anything launches.
 """
 
 from __future__ import annotations
@@ -32,17 +36,19 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels import spaces
 from kernels.amd.gemm import ACTIVATION_CODES, COMPILE_KEYS, _epilogue, _grouped_tile, _xcd_contiguous
 from kernels.errors import InputError
 from kernels.fp8.formats import FORMATS, TO_FNUZ, format_of, ocp_to_fnuz
 from kernels.triton.fp8_scales import K_VARYING, output_scales, promote
-from kernels.scaled_gemm.spec import kinds
+from kernels.scaled_gemm.spec import config_context, kinds
 from kernels.triton_runtime import launcher
 
 CONFIG_PATH = Path(__file__).parent / "configs" / "gemm_fp8.json"
 TILE_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "PROMOTE_STEPS")
 CONFIG_KEYS = TILE_KEYS + COMPILE_KEYS
 TARGET_ARCH = "gfx942"
+FAMILY = "gemm_fp8"
 
 
 @triton.jit
@@ -139,32 +145,21 @@ def shape_class(m: int, a_kind: str, b_kind: str) -> str:
     return "blockwise" if a_kind in K_VARYING or b_kind in K_VARYING else "large"
 
 
-def why_invalid(cfg: dict, a_kind: str, b_kind: str) -> str | None:
-    for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K"):
-        v = cfg[key]
-        if not isinstance(v, int) or v < 16 or v & (v - 1):
-            return f"{key} a power of two >= 16"
-    if a_kind in K_VARYING or b_kind in K_VARYING:
-        if cfg["PROMOTE_STEPS"] < 1 or 128 % (cfg["BLOCK_K"] * cfg["PROMOTE_STEPS"]):
-            return "PROMOTE_STEPS >= 1 with BLOCK_K * PROMOTE_STEPS dividing 128 for 1x128/128x128 scales"
-    return None
-
-
-def select_config(m: int, a_kind: str, b_kind: str, device: str | None = None, config: dict | None = None) -> dict:
-    """The shape class's config on ``device``; keys in ``config`` override."""
+def select_config(m: int, n: int | None, k: int | None, a_kind: str, b_kind: str, device: str | None = None,
+                  config: dict | None = None, out_dtype: str = "bfloat16") -> dict:
+    """The shape class's config on ``device`` with the keys ``config`` names over it, checked against
+    the gfx942 space (keys, domains, LDS, the promotion this scaling needs). Where the class's entry
+    does not promote and the scales are blockwise, it promotes every 128 of K (unless ``config``
+    names PROMOTE_STEPS)."""
     entry = device_entry(device or current_device())
+    base = {key: v for key, v in entry["configs"][shape_class(m, a_kind, b_kind)].items() if key in CONFIG_KEYS}
+    context = config_context(m, n, k, a_kind, b_kind, out_dtype, config)
     if config is not None:
-        unknown = sorted(set(config) - set(CONFIG_KEYS))
-        if unknown:
-            raise InputError("config", f"keys among {CONFIG_KEYS}", f"unknown keys {unknown}")
-    table = {k: v for k, v in entry["configs"][shape_class(m, a_kind, b_kind)].items() if k in CONFIG_KEYS}
-    cfg = {**table, **(config or {})}
-    if (a_kind in K_VARYING or b_kind in K_VARYING) and cfg["PROMOTE_STEPS"] == 0 and "PROMOTE_STEPS" not in (config or {}):
-        cfg["PROMOTE_STEPS"] = max(1, 128 // cfg["BLOCK_K"])
-    why = why_invalid(cfg, a_kind, b_kind)
-    if why:
-        raise InputError("config", why, str(cfg))
-    return cfg
+        spaces.check(FAMILY, TARGET_ARCH, config, partial=True)
+    if (a_kind in K_VARYING or b_kind in K_VARYING) and base["PROMOTE_STEPS"] == 0 and "PROMOTE_STEPS" not in (config or {}):
+        base["PROMOTE_STEPS"] = max(1, 128 // (config or {}).get("BLOCK_K", base["BLOCK_K"]))
+    merged = spaces.resolve(FAMILY, TARGET_ARCH, base, config, context)
+    return {key: v for key, v in merged.items() if key != "SCALES"}
 
 
 # ----------------------------------------------------------------------------- launch
@@ -185,7 +180,7 @@ def scaled_gemm(a, b, a_scale, b_scale, bias, activation, out_dtype, config=None
     m, k = a.shape
     n = b.shape[1]
     a_kind, b_kind = kinds(a.shape, b.shape, a_scale.shape, b_scale.shape)
-    cfg = select_config(m, a_kind, b_kind, config=config)
+    cfg = select_config(m, n, k, a_kind, b_kind, config=config, out_dtype=str(out_dtype).removeprefix("torch."))
     out = torch.empty((m, n), dtype=out_dtype, device=a.device)
     if out.numel() == 0:
         return out
@@ -226,11 +221,14 @@ def scaled_gemm_jax(a, b, a_scale, b_scale, bias, activation, out_dtype, config=
             f"scaled_gemm on JAX arrays on a {jax.default_backend()} device: the FP8 kernel has no jax-triton "
             "launcher (it reads its operands through TMA descriptors or, on CDNA3, FNUZ conversions PyTorch "
             "does); use backend='reference', which XLA runs on the device")
-    result = jax.ShapeDtypeStruct((a.shape[0], b.shape[1]), out_dtype)
+    (m, k), n = a.shape, b.shape[1]
+    a_kind, b_kind = kinds(a.shape, b.shape, a_scale.shape, b_scale.shape)
+    cfg = select_config(m, n, k, a_kind, b_kind, config=config, out_dtype=str(jax.numpy.dtype(out_dtype)))
+    result = jax.ShapeDtypeStruct((m, n), out_dtype)
     args = (a, b, a_scale, b_scale) if bias is None else (a, b, a_scale, b_scale, bias)
 
     def run(x, y, sx, sy, z=None):
-        return scaled_gemm(x, y, sx, sy, z, activation, torch_dtype(str(out_dtype)), config)
+        return scaled_gemm(x, y, sx, sy, z, activation, torch_dtype(str(out_dtype)), cfg)
 
     return call_on_cpu(run, result, *args, backend="amd")
 
@@ -242,13 +240,13 @@ _TRITON_FNUZ = {"float8_e4m3fnuz": "fp8e4b8", "float8_e5m2fnuz": "fp8e5b16"}
 
 def compile_spec(config: dict, a_kind: str = "1x128", b_kind: str = "128x128", dtype: str = "float8_e4m3fnuz",
                  out_dtype: str = "bfloat16"):
-    """The ``kernels.isa.CompileSpec`` of one config: a row-major A, B as ``w.mT`` (K unit-stride,
-    as the quantizers lay out both), bias + gelu, as a launch specializes the unit strides."""
+    """The ``kernels.isa.CompileSpec`` of one config (a whole point of the gfx942 space, checked
+    against it for these scale kinds): a row-major A, B as ``w.mT`` (K unit-stride, as the
+    quantizers lay out both), bias + gelu, as a launch specializes the unit strides."""
     from kernels.isa import CompileSpec
 
-    why = why_invalid(config, a_kind, b_kind)
-    if why:
-        raise ValueError(f"config {config}: {why}")
+    spaces.check(FAMILY, TARGET_ARCH, config, config_context(None, None, None, a_kind, b_kind, out_dtype, config))
+    config = {key: v for key, v in config.items() if key != "SCALES"}
     t = _TRITON_FNUZ[TO_FNUZ.get(dtype, dtype)]
     out = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}[out_dtype]
     signature = {"a_ptr": f"*{t}", "b_ptr": f"*{t}", "a_scale_ptr": "*fp32", "b_scale_ptr": "*fp32",

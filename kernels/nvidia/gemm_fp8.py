@@ -29,8 +29,9 @@ hardware wants them and scaled where each kind of scale belongs:
   optionally in two halves (``EPILOGUE_SUBTILE``).
 
 Configs per device, scale kinds and shape live in ``configs/gemm_fp8.json``; shapes nobody
-tuned get :func:`heuristic_config`. On CPU tensors the kernel runs under the Triton
-interpreter (``kernels.triton_runtime``).
+tuned get :func:`heuristic_config`. A ``config=`` is checked against the search space
+(``kernels/spaces/gemm_fp8.json``, target sm_90a) before anything launches. On CPU tensors the
+kernel runs under the Triton interpreter (``kernels.triton_runtime``).
 """
 
 from __future__ import annotations
@@ -45,16 +46,17 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.errors import InputError
-from kernels.triton.fp8_scales import K_VARYING, output_scales, promote
+from kernels import spaces
+from kernels.triton.fp8_scales import output_scales, promote
 from kernels.nvidia import stream_k
 from kernels.nvidia.gemm import (INTERPRETED_PROGRAMS, _aligned, _descriptor, _device_name, _pad_rows,
                                  _sm_count, cdiv, device_key, epilogue, grouped_tile)
 from kernels.nvidia.stream_k import fixup, range_start
-from kernels.scaled_gemm.spec import kinds
+from kernels.scaled_gemm.spec import config_context, kinds, scales_key
 from kernels.triton_runtime import launcher
 
 CONFIG_FILE = Path(__file__).with_name("configs") / "gemm_fp8.json"
+FAMILY, TARGET = "gemm_fp8", "sm_90a"
 CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_stages", "num_warps", "PROMOTE_STEPS", "STREAM_K",
                "EPILOGUE_SUBTILE")
 
@@ -178,9 +180,9 @@ class Fp8Config:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Fp8Config":
-        unknown = set(d) - set(CONFIG_KEYS)
-        if unknown:
-            raise InputError("config", f"keys among {CONFIG_KEYS}", f"unknown keys {sorted(unknown)}")
+        """A whole config (a table entry, a candidate), checked against the space: keys, domains, the
+        shared memory of a bf16 output (``kernels/spaces/gemm_fp8.json``, target sm_90a)."""
+        spaces.check(FAMILY, TARGET, d)
         return cls(**d)
 
     def as_dict(self) -> dict[str, Any]:
@@ -202,25 +204,10 @@ class Fp8Config:
         cols = self.BLOCK_N // 2 if self.EPILOGUE_SUBTILE else self.BLOCK_N
         return stages + self.BLOCK_M * cols * out_bytes
 
-    def why_invalid(self, a_kind: str, b_kind: str) -> str | None:
-        """Why this config cannot run these scale kinds (None if it can)."""
-        blocked = a_kind in K_VARYING or b_kind in K_VARYING
-        if blocked and self.PROMOTE_STEPS == 0:
-            return "1x128 and 128x128 scales need PROMOTE_STEPS >= 1 (each 128-deep K block is scaled on promotion)"
-        if blocked and 128 % (self.BLOCK_K * self.PROMOTE_STEPS):
-            return f"a promotion interval of BLOCK_K*PROMOTE_STEPS = {self.BLOCK_K * self.PROMOTE_STEPS} must divide 128"
-        if self.BLOCK_K > 128:
-            return "BLOCK_K <= 128 (one 128-byte swizzled TMA row of FP8)"
-        return None
-
 
 @cache
 def _config_table() -> dict[str, Any]:
     return json.loads(CONFIG_FILE.read_text())
-
-
-def scales_key(a_kind: str, b_kind: str) -> str:
-    return f"{a_kind}/{b_kind}"
 
 
 H100_H200_SMS = 132
@@ -251,6 +238,18 @@ def select_config(m: int, n: int, k: int, dtype: str, a_kind: str, b_kind: str,
                 and tuple(entry["shape"]) == (m, n, k)):
             return Fp8Config.from_dict(entry["config"]), f"tuned:{key}"
     return heuristic_config(m, n, k, a_kind, b_kind), "heuristic"
+
+
+def resolve_config(m: int, n: int, k: int, dtype: str, a_kind: str, b_kind: str, device_name: str | None,
+                   config: dict | None = None, out_dtype: str = "bfloat16") -> Fp8Config:
+    """The config a problem runs with: ``config`` (checked against the sm_90a space: keys, domains,
+    the shared memory of this output dtype, the promotion this scaling needs) over the table's
+    entry for this shape and scaling, else the heuristic's. A partial config overrides the keys it
+    names and keeps the others; one that names ``SCALES`` must name the call's."""
+    base, _ = select_config(m, n, k, dtype, a_kind, b_kind, device_name)
+    context = config_context(m, n, k, a_kind, b_kind, out_dtype, config)
+    merged = spaces.resolve(FAMILY, TARGET, base.as_dict(), config, context)
+    return Fp8Config(**{key: v for key, v in merged.items() if key != "SCALES"})
 
 
 def shipped_configs() -> list[tuple[Fp8Config, str, str]]:
@@ -288,28 +287,24 @@ def scaled_gemm(a, b, a_scale, b_scale, bias, activation, out_dtype, config=None
     """``activation(deq(a) @ deq(b) + bias)`` on the Hopper kernel (interpreted on CPU tensors).
 
     Arguments are validated by ``kernels.scaled_gemm.spec``; ``config`` is a dict of
-    :data:`CONFIG_KEYS` or None (the table, then the heuristic).
+    :data:`CONFIG_KEYS`, whole or partial (:func:`resolve_config`), or None (the table, then the
+    heuristic).
     """
     m, k = a.shape
     n = b.shape[1]
+    a_kind, b_kind = kinds(a.shape, b.shape, a_scale.shape, b_scale.shape)
+    on_gpu = a.is_cuda
+    cfg = resolve_config(m, n, k, str(a.dtype).removeprefix("torch."), a_kind, b_kind,
+                         _device_name(a.device.index or 0) if on_gpu else None, config,
+                         str(out_dtype).removeprefix("torch."))
     out = torch.empty((m, n), dtype=out_dtype, device=a.device)
     if out.numel() == 0:
         return out
-    a_kind, b_kind = kinds(a.shape, b.shape, a_scale.shape, b_scale.shape)
     if k == 0:  # an empty sum: the epilogue of a zero accumulator
         from kernels.gemm.reference import activate_torch
 
         z = torch.zeros((m, n), dtype=torch.float32, device=a.device)
         return out.copy_(activate_torch(z + bias.float() if bias is not None else z, activation))
-    on_gpu = a.is_cuda
-    dtype = str(a.dtype).removeprefix("torch.")
-    if config is None:
-        cfg, _ = select_config(m, n, k, dtype, a_kind, b_kind, _device_name(a.device.index or 0) if on_gpu else None)
-    else:
-        cfg = Fp8Config.from_dict(config)
-    why = cfg.why_invalid(a_kind, b_kind)
-    if why:
-        raise InputError("config", why, str(cfg.as_dict()))
 
     a_view, bt_view = _k_major(a), _k_major(b.mT)
     target = out if _aligned(out) else _pad_rows(out, copy=False)
@@ -358,11 +353,14 @@ def scaled_gemm_jax(a, b, a_scale, b_scale, bias, activation, out_dtype, config=
             f"scaled_gemm on JAX arrays on a {jax.default_backend()} device: the FP8 kernel has no jax-triton "
             "launcher (it reads its operands through TMA descriptors or, on CDNA3, FNUZ conversions PyTorch "
             "does); use backend='reference', which XLA runs on the device")
-    result = jax.ShapeDtypeStruct((a.shape[0], b.shape[1]), out_dtype)
+    (m, k), n = a.shape, b.shape[1]
+    a_kind, b_kind = kinds(a.shape, b.shape, a_scale.shape, b_scale.shape)
+    cfg = resolve_config(m, n, k, str(a.dtype), a_kind, b_kind, None, config, str(jax.numpy.dtype(out_dtype)))
+    result = jax.ShapeDtypeStruct((m, n), out_dtype)
     args = (a, b, a_scale, b_scale) if bias is None else (a, b, a_scale, b_scale, bias)
 
     def run(x, y, sx, sy, z=None):
-        return scaled_gemm(x, y, sx, sy, z, activation, torch_dtype(str(out_dtype)), config)
+        return scaled_gemm(x, y, sx, sy, z, activation, torch_dtype(str(out_dtype)), cfg.as_dict())
 
     return call_on_cpu(run, result, *args, backend="nvidia")
 
@@ -374,14 +372,13 @@ _TRITON_FP8 = {"float8_e4m3fn": "fp8e4nv", "float8_e5m2": "fp8e5"}
 
 def compile_spec(config: dict[str, Any], a_kind: str = "1x128", b_kind: str = "128x128",
                  a_dtype: str = "float8_e4m3fn", b_dtype: str = "float8_e4m3fn", out_dtype: str = "bfloat16"):
-    """The ``kernels.isa.CompileSpec`` of one config (any point of the search space), bias + gelu
-    epilogue, as a launch on a 16-byte aligned problem specializes it."""
+    """The ``kernels.isa.CompileSpec`` of one config (a whole point of the search space, checked
+    against it for these scale kinds and output dtype), bias + gelu epilogue, as a launch on a
+    16-byte aligned problem specializes it."""
     from kernels.isa import CompileSpec
 
-    cfg = Fp8Config.from_dict(config)
-    why = cfg.why_invalid(a_kind, b_kind)
-    if why:
-        raise ValueError(f"config {cfg.as_dict()}: {why}")
+    spaces.check(FAMILY, TARGET, config, config_context(None, None, None, a_kind, b_kind, out_dtype, config))
+    cfg = Fp8Config(**{key: v for key, v in config.items() if key != "SCALES"})
     out = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}[out_dtype]
     c_cols = cfg.BLOCK_N // 2 if cfg.EPILOGUE_SUBTILE else cfg.BLOCK_N
     signature = {

@@ -67,7 +67,11 @@ def scaled_gemm(
             None picks the device's vendor and the reference on the CPU. A Triton backend
             named for CPU tensors runs its kernel under the Triton interpreter. TPU and
             Trainium have no FP8 kernel: ``kernels.backends.report()`` says why.
-        config: a kernel config for the chosen backend, overriding its table and heuristic.
+        config: a kernel config for the chosen backend, whole or partial (the keys it names
+            override the table's or the heuristic's entry), checked against the backend's search
+            space (``kernels/spaces/gemm_fp8.json``) before anything launches: an unknown key, a
+            value outside its domain or a broken constraint (shared memory; block scales need
+            ``PROMOTE_STEPS >= 1`` at an interval dividing 128) is an ``InputError`` naming it.
 
     On ``backend="amd"``, OCP operands are mapped to FNUZ exactly (same bits at half the
     value, scales doubled; :func:`kernels.fp8.ocp_to_fnuz`), one extra pass over a and b:

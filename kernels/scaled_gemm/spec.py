@@ -160,6 +160,30 @@ def check(a: Any, b: Any, a_scale: Any, b_scale: Any, bias: Any = None, activati
                              activation, ai.device)
 
 
+def scales_key(a_kind: str, b_kind: str) -> str:
+    """The scaling of a problem as the tables and the search space name it: ``"1x128/128x128"``."""
+    return f"{a_kind}/{b_kind}"
+
+
+_OUT_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
+def config_context(m: int | None, n: int | None, k: int | None, a_kind: str, b_kind: str, out_dtype: str,
+                   config: Any = None) -> dict[str, Any]:
+    """The problem's names the FP8 GEMM's search space reads (``kernels/spaces/gemm_fp8.json``): the
+    shape where known, the operand and output sizes, the scaling (``SCALES``). A ``config`` that
+    names ``SCALES`` must name the call's: an InputError otherwise."""
+    scales = scales_key(a_kind, b_kind)
+    if isinstance(config, dict) and "SCALES" in config and config["SCALES"] != scales:
+        from kernels.spaces import ConfigError
+
+        raise ConfigError("SCALES", config["SCALES"], f"the call's scaling {scales!r}",
+                          "a config serves the scale kinds it is called with")
+    context: dict[str, Any] = {"dtype_bytes": 1, "out_dtype_bytes": _OUT_BYTES[out_dtype], "SCALES": scales}
+    context.update({name: v for name, v in (("M", m), ("N", n), ("K", k)) if v is not None})
+    return context
+
+
 def kinds(a_shape, b_shape, a_scale_shape, b_scale_shape) -> tuple[str, str]:
     """The scale kinds of already checked operands, from shapes alone (what backends call)."""
     (m, k), n = tuple(a_shape), tuple(b_shape)[1]

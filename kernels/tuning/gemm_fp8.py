@@ -5,8 +5,11 @@ As the bf16 sweep (:mod:`kernels.tuning.gemm`): CUDA-graph replay (median, p20/p
 candidate checked against the float32 product of the dequantized inputs before it is timed.
 The baseline per scaling is ``torch._scaled_mm`` (cuBLASLt) for ``tensor`` and ``row`` and
 dequantize-then-``torch.matmul`` for ``block``. Candidates are the table's ``candidates`` (the
-skinny ones for M <= 64), minus those that cannot serve the scaling (a promotion interval that
-does not divide 128 under block scales).
+skinny ones for M <= 64), each a point of the sm_90a space (``kernels/spaces/gemm_fp8.json``),
+minus those the space rules out for the scaling (a promotion interval that does not divide 128
+under block scales). They are a hand-picked list, as the bf16 sweep's are, rather than the
+space's compile-filtered grid (``kernels.tuning.space``): that grid holds about two thousand
+points that break no constraint, more than the device can compile and time in one sweep's budget.
 """
 
 from __future__ import annotations
@@ -16,20 +19,27 @@ from typing import Iterable
 
 import torch
 
+from kernels import spaces
 from kernels.nvidia import gemm_fp8
-from kernels.nvidia.gemm import SMEM_LIMIT_SM90
 from kernels.scaled_gemm.shapes import SCALINGS
+from kernels.scaled_gemm.spec import config_context
 
 MAX_REL_ERROR = 2e-2  # of max|reference|: a config past it is reported, never picked
 
 
 def candidates(m: int | None = None) -> list[gemm_fp8.Fp8Config]:
     """The sweep's candidate configs (``candidates`` in the table), the skinny ones too for M <= 64,
-    each within Hopper's shared memory."""
+    each checked against the space (within Hopper's shared memory for a bf16 output)."""
     table = gemm_fp8._config_table()["candidates"]
     entries = table["large"] + (table["skinny"] if m is None or m <= 64 else [])
-    configs = dict.fromkeys(gemm_fp8.Fp8Config.from_dict(e) for e in entries)
-    return [c for c in configs if c.shared_memory_bytes() <= SMEM_LIMIT_SM90]
+    return list(dict.fromkeys(gemm_fp8.Fp8Config.from_dict(e) for e in entries))
+
+
+def why_not(cfg: gemm_fp8.Fp8Config, a_kind: str, b_kind: str) -> str | None:
+    """The first constraint of the space ``cfg`` breaks for this scaling (None: it can serve it)."""
+    context = config_context(None, None, None, a_kind, b_kind, "bfloat16")
+    broken = spaces.get(gemm_fp8.FAMILY, gemm_fp8.TARGET).broken(cfg.as_dict(), context)
+    return f"{broken[0][0].id}: {broken[0][0].why}" if broken else None
 
 
 def _inputs(m: int, n: int, k: int, scaling: str, gen: torch.Generator):
@@ -77,7 +87,7 @@ def sweep(shapes: Iterable[tuple[int, int, int]], scalings: Iterable[str] = tupl
             rows.append(dict(common, impl=name, config=None, median_ms=ms, p20_ms=p20, p80_ms=p80,
                              tflops=flops / ms / 1e9))
             for cfg in candidates(m):
-                if cfg.why_invalid(a_kind, b_kind):
+                if why_not(cfg, a_kind, b_kind):
                     continue
                 run = lambda c=cfg.as_dict(): gemm_fp8.scaled_gemm(a, b, sa, sb, None, None, torch.bfloat16, c)  # noqa: E731
                 try:

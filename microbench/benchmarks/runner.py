@@ -437,6 +437,8 @@ class Row:
     note: str = ""
     flops: float | None = None  # the case's work, for the roofline floors the summary shows
     bytes: float | None = None
+    ours_peak_bytes: int | None = None  # device memory above the inputs at one call's peak (check run)
+    baseline_peak_bytes: int | None = None
 
 
 def rows(result: CaseResult) -> list[Row]:
@@ -451,8 +453,8 @@ def rows(result: CaseResult) -> list[Row]:
     bases = [result.impls[b.name] for b in case.baselines if b.runs]
     if not ours:
         why = "; ".join(f"{o.name}: {o.skip}" for o in case.ours)
-        return [Row(case.op, shape, "-", None, b.impl.name, result.median(b.impl.name), None, why, case.flops, case.bytes)
-                for b in bases]
+        return [Row(case.op, shape, "-", None, b.impl.name, result.median(b.impl.name), None, why, case.flops, case.bytes,
+                    baseline_peak_bytes=b.peak_bytes) for b in bases]
     out: list[Row] = []
     for mine in ours:
         for base in bases or [None]:
@@ -461,7 +463,8 @@ def rows(result: CaseResult) -> list[Row]:
             notes = [f"{x.impl.name} {x.status}: {x.why}" for x in (mine, base) if x and x.status != "measured"]
             out.append(
                 Row(case.op, shape, mine.impl.name, a, base.impl.name if base else "-", b, b / a if a and b else None,
-                    "; ".join(notes), case.flops, case.bytes)
+                    "; ".join(notes), case.flops, case.bytes, ours_peak_bytes=mine.peak_bytes,
+                    baseline_peak_bytes=base.peak_bytes if base else None)
             )
     return out
 
