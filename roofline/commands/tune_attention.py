@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
+
+from roofline import tables
+from roofline.tables import key_table
 
 
 def tune_attention(op: str, *, budget_s: float, rep_ms: int, out: Path, apply: bool, workers: int,
-                   driver: str | None) -> list[dict]:
+                   driver: str | None, as_json: bool = False) -> list[dict]:
     import torch
     import triton
 
@@ -39,7 +41,10 @@ def tune_attention(op: str, *, budget_s: float, rep_ms: int, out: Path, apply: b
         append(out / "records", records)
     summary = T.speedups(rows)
     (out / f"tune-{op.replace('_', '-')}-summary.json").write_text(json.dumps(summary, indent=1))
-    Console().print(_table(summary, f"{op} tuning on {device} (bf16)"))
+    if as_json:
+        print(json.dumps(summary, indent=1, default=str))
+    else:
+        tables.console().print(_table(summary, f"{op} tuning on {device} (bf16)"))
     if apply:
         measured = [r for r in rows if r.get("impl") == "ceiling.nvidia" and "median_ms" in r]
         if not measured:
@@ -101,11 +106,10 @@ def _triangle_provenance(rows: list[dict], stamp: str) -> str:
 
 
 def _table(summary: list[dict], title: str) -> Table:
-    t = Table(title=title)
-    for col in ("group", "kernel", "shipped ms", "tuned ms", "baseline", "baseline ms", "TFLOP/s", "config"):
-        t.add_column(col)
+    t = key_table(title, ["group", "kernel"], ["shipped ms", "tuned ms", "baseline", "baseline ms", "TFLOP/s", "config"],
+                  numeric=["shipped ms", "tuned ms", "baseline ms", "TFLOP/s"], text=["config"])
     for s in summary:
         f = (lambda v, p=4: "" if v is None else f"{v:.{p}f}")
         t.add_row(s["group"], s["kernel"], f(s["shipped_ms"]), f(s["tuned_ms"]), s["baseline"] or "",
-                  f(s["baseline_ms"]), f(s["tflops"], 0), json.dumps(s["config"])[:90])
+                  f(s["baseline_ms"]), f(s["tflops"], 0), json.dumps(s["config"]))
     return t
