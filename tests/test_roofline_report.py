@@ -192,6 +192,14 @@ def test_fit_and_export_commands(tmp_path):
     e = doc["evaluations"]["h200|gemm"]
     assert e["mode"] == "fitted" and e["n_test"] > 0 and {"mape", "spearman", "regret"} <= set(e)
     assert doc["modes"]["tpu-v5e|gemm"] == "analytic"
+    assert all(c["provenance"].startswith(("measured on", "published: ")) for c in doc["ceilings"])
+    # the table's key column stays whole at 120 columns, and the ceilings say where they come from
+    res = runner.invoke(app, ["fit", "--store", str(tmp_path / "records"), "--out", str(tmp_path / "fit")],
+                        env={"COLUMNS": "120"})
+    assert res.exit_code == 0, res.output
+    assert "h200|attention|fwd " in res.output and "h200|gemm|underfilled " in res.output
+    hbm = next(line for line in res.output.splitlines() if "NVIDIA H200" in line and " hbm " in line)
+    assert "measured on NVIDIA H200," in hbm  # the rest of the provenance wraps onto the next lines
     res = runner.invoke(app, ["export-templates", "--op", "gemm", "--target", "gfx942", "--out", str(tmp_path / "t"),
                               "--store", str(tmp_path / "records")])
     assert res.exit_code == 0, res.output
