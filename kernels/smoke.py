@@ -1,10 +1,13 @@
 """Correctness smoke checks: one small random problem per (op, backend), against float64.
 
-Used by ``ceiling run`` (every backend that runs here, interpreted or emulated
-included) and by the device check (on the GPU). Each check draws fresh random
-inputs, poisons nothing it does not own, and returns its measured error next to
-the bound it was held to (the error-ratio rule: at most twice the error of the
-framework's own computation at the same precision, plus a small atol).
+Every op (GEMM, attention, triangle attention, the triangle multiplicative update)
+has one, checking its output and every gradient the op has. ``ceiling run`` runs
+``cases("cpu")`` (every backend that runs here, interpreted or emulated included),
+one ``run_one`` per worker task; ``run_all(device="cuda")`` checks the native
+backends on a GPU at larger, odd sizes. Each check draws fresh random inputs and
+returns its measured error next to the bound it was held to (the error-ratio rule:
+at most twice the error of the framework's own computation at the same precision,
+plus a small atol).
 """
 
 from __future__ import annotations
