@@ -246,6 +246,6 @@ def speedups(rows: list[dict], out_stem: str | Path, title: str) -> list[Path]:
     ax.set_title(title, fontsize=10)
     ax.grid(True, axis="x", lw=0.3, alpha=0.5)
     if names:
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
     return _save(fig, out_stem, titles)

@@ -177,7 +177,7 @@ def static_rows(records: list[Record]) -> list[dict]:
                                dict(target=devices.target_of(r.provenance.device), op=r.op, name=r.name,
                                     config=cfg, short=abbreviate(r.config)))
         row[r.metric] = r.value
-    return list(table.values())
+    return sorted(table.values(), key=lambda row: (row["op"], row["target"], _natural(row["name"])))
 
 
 _SHORT_KEYS = {"num_warps": "w", "num_stages": "s", "GROUP_M": "g", "SPLIT_K": "splitk", "waves_per_eu": "wpe",
