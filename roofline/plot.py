@@ -139,7 +139,7 @@ def plot(dc: DeviceCeilings, points: list[Placement], out_stem: str | Path, dtyp
 
     plt = _pyplot()
     out_stem = Path(out_stem)
-    fig, ax = plt.subplots(figsize=(10, 5.6), dpi=110)
+    fig, ax = plt.subplots(figsize=(10, 5.6 if points else 4.0), dpi=110)
     ais = [a for p in points for a in p.intensity.values()]
     peak = dc.peak(dtype)
     ridge = [peak.value / c.value for c in dc.bandwidth.values()] if peak else []
@@ -149,7 +149,8 @@ def plot(dc: DeviceCeilings, points: list[Placement], out_stem: str | Path, dtyp
     roofs = []
     for c in sorted(dc.compute.values(), key=lambda c: -c.value):
         if c is peak or c.name in ("float32", "tf32", dtype):
-            roofs.append(ax.axhline(c.value, color="black", ls="-" if c is peak else ":", lw=1.4 if c is peak else 0.8,
+            roofs.append(ax.axhline(c.value, color="black" if c is peak else "0.45", lw=1.4 if c is peak else 0.8,
+                                    ls="-" if c.source == "measured" else "--",
                                     label=f"{c.name} {rate(c.value, 'FLOP/s')} ({c.source})"))
     for level, c in dc.bandwidth.items():
         roof = np.minimum(c.value * x, peak.value) if peak else c.value * x
