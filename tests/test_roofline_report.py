@@ -72,7 +72,7 @@ def test_analysis_fits_plots_and_exports(run_folder):
     assert data.model_modes["h200|gemm"] == "fitted" and data.model_modes["mi300x|gemm"] == "analytic"
     assert (out / "fit" / "model.json").exists() and (out / "templates" / "gemm" / "sm_90a" / "template.json").exists()
     md = paths["markdown"].read_text()
-    row = next(line for line in md.splitlines() if line.startswith("| h200 | gemm | M=4096, N=4096, K=4096 |"))
+    row = next(line for line in md.splitlines() if line.startswith("| gemm | 4096x4096x4096 | bf16 | nvidia |"))
     assert "torch.matmul" in row and "synthetic" in row and "measured on NVIDIA H200, " in row
     assert row.endswith("(committed records) |")
     assert "analytic" in md
@@ -122,8 +122,7 @@ def test_report_renders_in_a_headless_browser(run_folder):
     hovers = re.findall(r"<title>([^<]*)</title>", h200)
     assert any("gemm" in t and "TFLOP/s" in t and "commit abc1234" in t for t in hovers), hovers[:3]
     # the kernel table has our GEMM against torch.matmul with a speedup, and where it was measured
-    row = re.search(r'<tr><td data-label="device"[^>]*>h200</td><td[^>]*>gemm</td><td[^>]*>M=4096, N=4096, K=4096</td>'
-                    r".*?</tr>", dom, re.S)
+    row = re.search(r'<tr><td data-label="op"[^>]*>gemm</td><td[^>]*>4096x4096x4096</td>.*?</tr>', dom, re.S)
     assert row and "torch.matmul" in row.group(0) and "(committed records)" in row.group(0)
     # the static table abbreviates the config and keeps the full key on hover
     static = re.search(r'<table id="static-table">.*?</table>', dom, re.S).group(0)
