@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import typer
-from rich.console import Console
 
+from roofline import tables
 from roofline.tables import key_table
 
 
@@ -27,7 +27,7 @@ def backends(as_json: bool = typer.Option(False, "--json", help="Print JSON inst
     colors = {"native": "green", "interpreted": "yellow", "emulated": "yellow", "unavailable": "red"}
     for r in rows:
         table.add_row(r["op"], r["backend"], f"[{colors[r['mode']]}]{r['mode']}[/]", r["reason"])
-    Console().print(table)
+    tables.console().print(table)
 
 
 def register(app: typer.Typer) -> None:

@@ -6,9 +6,9 @@ import json
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from roofline import tables
 from roofline.tables import key_table
 
 
@@ -30,7 +30,7 @@ def inspect(
     if as_json:
         typer.echo(json.dumps(rows, indent=2, default=str))
         return
-    Console().print(table(rows, f"{op} on {target} ({dtype})"))
+    tables.console().print(table(rows, f"{op} on {target} ({dtype})"))
 
 
 def _add_occupancy(rows: list[dict], target: str) -> None:

@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Callable
 
 import typer
-from rich.console import Console
 
+from roofline import tables
 from roofline.progress import StepProgress
 from roofline.tables import key_table
 
@@ -224,7 +224,7 @@ def run(
     kernel configs for every target, a correctness smoke of every op on every backend that runs here,
     and the report. Works on a CPU-only machine; writes JSON summaries, Parquet records and the
     report to OUT."""
-    console = Console(stderr=as_json)
+    console = tables.console(stderr=as_json)
     out.mkdir(parents=True, exist_ok=True)
     summary: dict = {"steps": {}, "options": {"full_isa": full_isa}}
     start = time.perf_counter()
