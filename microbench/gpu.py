@@ -1,4 +1,7 @@
-"""Running the CUDA microbenchmarks: device facts and module loading on CuPy, cubins, timing, provenance.
+"""Running the CUDA microbenchmarks: device facts and module loading on CuPy, cubins, sample spreads.
+
+Timing and provenance go through the runtime the suites run on (``microbench.runtimes``), which
+builds on this module; this module never imports it.
 
 Modules are compiled for the device's exact architecture (``sm_90a`` on
 Hopper, so arch-specific instructions are allowed) with NVRTC through
@@ -18,8 +21,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import build
-from .clocks import ClockSummary, nvml_device_facts
-from .records import Provenance, host_provenance
 
 
 def cupy_unavailable_reason() -> str | None:
@@ -145,14 +146,6 @@ def load_module(source: str, arch: str, defines: tuple[tuple[str, Any], ...] = (
     raise RuntimeError(f"could not build {source} for {arch}: " + " | ".join(errors))
 
 
-def time_launches(launch: Callable[[], None], repeats: int = 10, warmup: int = 2, per_event: int = 1,
-                  runtime=None) -> list[float]:
-    """Seconds per call of ``launch`` (which enqueues GPU work), timed with CUDA events (CuPy's by default)."""
-    from . import runtimes
-
-    return runtimes.time_launches(runtime or runtimes.make("cupy"), launch, repeats, warmup, per_event)
-
-
 def spread(values: list[float]) -> dict[str, float]:
     """median, p20, p80 of a sample (as the record schema stores them)."""
     s = sorted(values)
@@ -166,22 +159,3 @@ def spread(values: list[float]) -> dict[str, float]:
         return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
     return {"median": statistics.median(s), "p20": q(0.2), "p80": q(0.8)}
-
-
-def gpu_provenance(dev: CudaDevice, clocks: ClockSummary | None = None, runtime=None) -> Provenance:
-    """Provenance of a GPU measurement; ``runtime`` (CuPy when None) is named in it."""
-    facts = nvml_device_facts(dev.index)
-    fields: dict[str, Any] = {"device_count": int(facts.get("count", 1) or 1), "driver": facts.get("driver")}
-    if clocks is not None:
-        fields.update(clocks.provenance_fields())
-    try:
-        if runtime is None:
-            from .runtimes import make
-
-            runtime = make("cupy")
-        fields["runtime"] = runtime.describe()
-        version = runtime.driver_version()
-        fields["driver"] = fields["driver"] or f"cuda-driver-api {version}"
-    except Exception:  # noqa: BLE001
-        pass
-    return host_provenance(device=dev.name, **fields)

@@ -13,8 +13,8 @@ import triton.language as tl
 import kernels
 from kernels.attention import reference
 from kernels.attention.spec import InputError
-from kernels.nvidia import attention as flash
-from kernels.nvidia.attention import exp2_fma
+from kernels.triton import attention as flash
+from kernels.triton.attention import exp2_fma
 from tests.numerics import assert_close_by_ratio
 
 BF16, FP16 = torch.bfloat16, torch.float16

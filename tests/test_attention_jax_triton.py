@@ -1,4 +1,4 @@
-"""Attention on JAX arrays on a GPU, through jax-triton (``kernels.nvidia.attention_jax``).
+"""Attention on JAX arrays on a GPU, through jax-triton (``kernels.triton.attention_jax``).
 
 On the CPU: the whole GPU code path (``kernels.attention`` -> custom VJP -> jax-triton
 launcher -> jax-order wrapper kernels) with ``triton_call`` replaced by the Triton
@@ -20,8 +20,9 @@ import torch
 import kernels
 from kernels.jax_bridge import jax_triton_unavailable
 from kernels.attention import reference
-from kernels.nvidia import attention as flash
-from kernels.nvidia import attention_jax
+from kernels.nvidia import attention as hopper
+from kernels.triton import attention as flash
+from kernels.triton import attention_jax
 from tests.jax_triton_interpreter import jax_triton_interpreted  # noqa: F401  (fixture)
 from tests.test_attention import SMALL, assert_close_ratio, make_inputs
 
@@ -126,7 +127,7 @@ def test_gpu_path_under_jit(jax_triton_interpreted):  # noqa: F811
 
 def _sm90(head_dim: int, biased: bool) -> dict:
     """The Hopper config the JAX launcher picks (pointer loads: the narrow tiles, narrower with a bias)."""
-    return flash.select_config(head_dim, "sm90", None, narrow=True, pointer_bias=biased)
+    return hopper.select_config(head_dim, "sm90", None, narrow=True, pointer_bias=biased)
 
 
 # Realistic launches have unit key strides for a bias and mask with a full key dimension:

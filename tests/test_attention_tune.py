@@ -14,8 +14,11 @@ import torch
 
 from kernels.nvidia import attention as A
 from kernels.nvidia import triangle_attention as T
-from kernels.nvidia import tune_attention as tune
-from kernels.nvidia import tune_space as space
+from kernels.triton import attention as flash
+from kernels.triton import triangle_attention as triangle
+from kernels.tuning import space
+from kernels.tuning.attention import checks, problems, results
+from kernels.tuning.attention import sweep as attention_sweep
 
 
 def _sample(op: str, per_kernel: int = 1) -> list[tuple]:
@@ -60,25 +63,25 @@ def test_every_grid_point_is_a_candidate_or_dropped_with_a_reason(op):
 
 
 def test_shipped_configs_are_timed_first():
-    for g in tune.attention_groups()[:1]:
+    for g in problems.attention_groups()[:1]:
         for kernel in g.kernels:
-            plan = tune.candidate_list(g, kernel)
+            plan = problems.candidate_list(g, kernel)
             assert plan[0]["shipped"] and not any(c.get("shipped") for c in plan[1:])
 
 
 def test_error_check_rejects_nan_and_large_errors():
     ref = torch.randn(64, 32)
     framework = ref + 1e-2 * torch.randn(64, 32)
-    assert tune.error_check((ref + 1e-3,), (ref,), (framework,))["ok"]
-    assert not tune.error_check((ref + 1.0,), (ref,), (framework,))["ok"]
+    assert checks.error_check((ref + 1e-3,), (ref,), (framework,))["ok"]
+    assert not checks.error_check((ref + 1.0,), (ref,), (framework,))["ok"]
     bad = ref.clone()
     bad[3, 4] = float("nan")
-    assert not tune.error_check((bad,), (ref,), (framework,))["ok"]
+    assert not checks.error_check((bad,), (ref,), (framework,))["ok"]
 
 
 def test_derived_groups_time_the_base_groups_fastest():
-    sweep = tune.Sweep("attention", budget_s=1.0, refine_top=2)
-    base, derived = tune.attention_groups()[0], tune.attention_groups()[2]
+    sweep = attention_sweep.Sweep("attention", budget_s=1.0, refine_top=2)
+    base, derived = problems.attention_groups()[0], problems.attention_groups()[2]
     cands = [{"block_m": 64, "block_n": n, "num_warps": 4, "num_stages": s} for n in (32, 64) for s in (2, 3)]
     sweep.plans = {(base.name, "fwd"): [{**cands[0], "shipped": True}] + cands[1:],
                    (derived.name, "fwd"): [{**cands[1], "shipped": True}] + [cands[0]] + cands[2:]}
@@ -99,13 +102,13 @@ def test_apply_attention_writes_winners_causal_overrides_and_pins_narrow(tmp_pat
     path.write_text(A.CONFIG_FILE.read_text())
     monkeypatch.setattr(A, "device_key", lambda device: "sm90")
     before = A.select_config(128, torch.device("cpu"), narrow=True)
-    g, _, gc, _ = tune.attention_groups()
+    g, _, gc, _ = problems.attention_groups()
     fast = {"block_m": 128, "block_n": 64, "num_warps": 8, "num_stages": 3, "pre_load_v": True, "warp_specialize": False}
     slow = {"block_m": 64, "block_n": 64, "num_warps": 4, "num_stages": 2, "pre_load_v": False, "warp_specialize": False}
     causal = {**fast, "num_stages": 4}
     rows = [_row(g, "fwd", slow, 2.0), _row(g, "fwd", fast, 1.0), _row(gc, "fwd", causal, 0.5),
             _row(g, "dq", {"block_m": 128, "block_n": 32, "num_warps": 8, "num_stages": 3}, 1.0)]
-    table = tune.apply_attention(rows, "measured here", path=path)
+    table = results.apply_attention(rows, "measured here", path=path)
     assert table["_about"] == "measured here"
     entry = table["sm90"]["128"]
     assert entry["fwd"] == fast and entry["causal"]["fwd"] == causal
@@ -116,10 +119,10 @@ def test_apply_attention_writes_winners_causal_overrides_and_pins_narrow(tmp_pat
         assert A.select_config(128, torch.device("cpu"))["fwd"]["num_stages"] == 3
         assert A.select_config(128, torch.device("cpu"), causal=True)["fwd"]["num_stages"] == 4
         narrow = A.select_config(128, torch.device("cpu"), narrow=True)
-        for kernel in tune.ATTENTION_KERNELS:
+        for kernel in problems.ATTENTION_KERNELS:
             for k, v in before[kernel].items():
                 assert narrow[kernel][k] == v, (kernel, k)
-        assert A.fwd_knobs(narrow) == {"PRE_LOAD_V": False, "WARP_SPECIALIZE": False, "EXP2_SPLIT": False}
+        assert flash.fwd_knobs(narrow) == {"PRE_LOAD_V": False, "WARP_SPECIALIZE": False, "EXP2_SPLIT": False}
         assert len(A.compile_specs()) == len(table["sm90"]) * 6
     finally:
         A._tuned.cache_clear()
@@ -129,28 +132,28 @@ def test_apply_triangle_writes_the_faster_forward_and_keeps_float32(tmp_path):
     path = tmp_path / "triangle_attention.json"
     path.write_text(T.CONFIG_FILE.read_text())
     old32 = T.config_for("H200", 32, "float32", path)
-    g = tune.triangle_groups()[0]
+    g = problems.triangle_groups()[0]
     rows_cfg = {"ROWS": 2, "BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
     rows = [_row(g, "fwd", {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}, 0.3),
             _row(g, "fwd_rows", rows_cfg, 0.2),
             _row(g, "bwd_dq", {"BLOCK_M": 128, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2}, 0.1)]
-    table = tune.apply_triangle(rows, "measured here", path=path)
-    T._table.cache_clear()
+    table = results.apply_triangle(rows, "measured here", path=path)
+    triangle._table.cache_clear()
     assert table["_doc"] == "measured here"
     bf16 = T.config_for("H200", 32, "bfloat16", path)
     assert bf16["fwd"] == rows_cfg and bf16["fwd_rows"] == rows_cfg and bf16["bwd_dq"]["BLOCK_M"] == 128
     new32 = T.config_for("H200", 32, "float32", path)
     assert {k: {n: v for n, v in c.items() if (n, v) != ("ROWS", 1)} for k, c in new32.items()} == old32
     assert T.config_for("H100", 32, "bfloat16", path) == T.config_for("H100", 32, "bfloat16")
-    T._table.cache_clear()
+    triangle._table.cache_clear()
 
 
 def test_flops_count_the_dots_each_kernel_runs():
-    g = tune.attention_groups()[0]
+    g = problems.attention_groups()[0]
     b, s, h, d = g.shape
-    assert tune.flops(g, "fwd") == 4 * b * h * s * s * d
-    assert tune.flops(tune.attention_groups()[2], "dkdv") == 8 * b * h * s * s * d / 2
-    assert math.isclose(tune.flops(g, "dq") / tune.flops(g, "fwd"), 1.5)
+    assert problems.flops(g, "fwd") == 4 * b * h * s * s * d
+    assert problems.flops(problems.attention_groups()[2], "dkdv") == 8 * b * h * s * s * d / 2
+    assert math.isclose(problems.flops(g, "dq") / problems.flops(g, "fwd"), 1.5)
 
 
 @pytest.mark.parametrize("atomic_ms, expect_atomic", [(1.5, True), (2.5, False)])
@@ -160,12 +163,12 @@ def test_apply_attention_picks_dq_in_dkdv_only_when_it_beats_the_pair(tmp_path, 
     path = tmp_path / "attention.json"
     path.write_text(A.CONFIG_FILE.read_text())
     monkeypatch.setattr(A, "device_key", lambda device: "sm90")
-    g = tune.attention_groups()[0]
+    g = problems.attention_groups()[0]
     dkdv = {"block_m": 32, "block_n": 128, "num_warps": 8, "num_stages": 2}
     fused = {"block_m": 16, "block_n": 128, "num_warps": 8, "num_stages": 3}
     rows = [_row(g, "dkdv", dkdv, 1.0), _row(g, "dq", {"block_m": 128, "block_n": 32, "num_warps": 8, "num_stages": 3}, 1.0),
             _row(g, "dkdv_dq", fused, atomic_ms)]
-    entry = tune.apply_attention(rows, "measured here", path=path)["sm90"]["128"]
+    entry = results.apply_attention(rows, "measured here", path=path)["sm90"]["128"]
     assert "dkdv_dq" not in entry
     assert entry["dkdv"] == ({**fused, "dq_atomic": True} if expect_atomic else {**dkdv, "dq_atomic": False})
     assert entry["narrow"]["dkdv"]["dq_atomic"] is False
@@ -184,7 +187,7 @@ def test_tune_command_turns_sweep_rows_into_records_and_applies(tmp_path, monkey
     from microbench.records import frame
     from roofline.commands import tune_attention as command
 
-    g = tune.attention_groups()[0]
+    g = problems.attention_groups()[0]
     cfg = {"block_m": 128, "block_n": 64, "num_warps": 8, "num_stages": 3, "pre_load_v": False, "exp2_split": True}
     rows = [
         {**_row(g, "fwd", cfg, 1.0), "method": "cuda-graph", "tflops": 500.0, "shipped": False},
@@ -209,7 +212,7 @@ def test_tune_command_turns_sweep_rows_into_records_and_applies(tmp_path, monkey
 
     table = tmp_path / "attention.json"
     table.write_text(A.CONFIG_FILE.read_text())
-    monkeypatch.setattr(tune, "Sweep", FakeSweep)
+    monkeypatch.setattr(attention_sweep, "Sweep", FakeSweep)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
     monkeypatch.setattr(A, "CONFIG_FILE", table)
     out = command.tune_attention("attention", budget_s=1.0, rep_ms=1, out=tmp_path, apply=True, workers=1, driver=None)

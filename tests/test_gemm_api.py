@@ -149,3 +149,23 @@ def test_reference_is_the_float64_product():
     a, b, bias = rand(6, 4, seed=13).double(), rand(4, 3, seed=14).double(), rand(3, seed=15).double()
     out = reference_gemm(a, b, bias, "silu", torch.float64, compute_dtype=torch.float64)
     torch.testing.assert_close(out, torch.nn.functional.silu(a @ b + bias))
+
+
+def test_autotune_is_resolved_by_the_front_end_and_refused_on_cpu(monkeypatch):
+    """``config="autotune"`` on the Hopper GEMM: the front end asks the tuning layer's cache for a
+    config and hands the kernel that config; on CPU tensors the cache refuses (it times on a GPU)."""
+    import kernels.nvidia.gemm as nv
+    from kernels.tuning import autotune
+
+    a, b = rand(9, 7, seed=3), rand(7, 5, seed=4)
+    with pytest.raises(kernels.BackendUnavailable, match="config='autotune' times configs on a GPU"):
+        kernels.gemm(a, b, backend="nvidia", config="autotune")
+    assert kernels.gemm(rand(0, 7), b, backend="nvidia", config="autotune").shape == (0, 5)  # nothing to tune
+
+    picked = nv.GemmConfig.from_dict(SMALL | {"SPLIT_K": 1})
+    monkeypatch.setattr(autotune, "best_config", lambda *args: picked)
+    seen, real = [], nv.gemm
+    monkeypatch.setattr(nv, "gemm", lambda *args, config=None: seen.append(config) or real(*args, config=config))
+    out = kernels.gemm(a, b, backend="nvidia", config="autotune")
+    assert seen == [picked.as_dict()]
+    torch.testing.assert_close(out, a @ b, atol=2e-2, rtol=2e-2)

@@ -17,7 +17,9 @@ import torch
 
 import kernels
 from kernels.jax_bridge import jax_triton_unavailable
-from kernels.nvidia import triangle_attention_jax, triangle_multiplication_jax
+from kernels.amd import triangle_multiplication as amd_trimul
+from kernels.nvidia import triangle_attention as nv_attention
+from kernels.nvidia import triangle_multiplication as nv_trimul
 from kernels.nvidia.triangle_attention import config_for as attention_config
 from kernels.triangle import reference as ref
 from tests.jax_triton_interpreter import jax_triton_interpreted  # noqa: F401  (fixture)
@@ -80,7 +82,7 @@ def test_trimul_gpu_path_interpreted(vendor, N, CZ, C, direction, dtype, jax_tri
     names = [n for n in ref.TRIMUL_WEIGHTS if w[n] is not None]
     jw = {n: _j(w[n].to(dtype)) for n in names}
     # 16-wide column tiles: several column blocks per row tile in the row kernels' grids
-    config = triangle_multiplication_jax.select_config(str(dtype).removeprefix("torch."), vendor)
+    config = {"nvidia": nv_trimul, "amd": amd_trimul}[vendor].config_for(None, str(dtype).removeprefix("torch."))
     config = {name: {**c, "BLOCK_N": 16} if isinstance(c, dict) and "BLOCK_N" in c else c for name, c in config.items()}
 
     def f(x, ws):
@@ -108,8 +110,8 @@ def test_trimul_gpu_path_interpreted(vendor, N, CZ, C, direction, dtype, jax_tri
 
 # ---------------------------------------------------------------------------- sm_90a, as jax-triton compiles
 
-ATTN_SPECS = triangle_attention_jax.compile_specs("bfloat16")
-TRIMUL_SPECS = triangle_multiplication_jax.compile_specs("bfloat16")
+ATTN_SPECS = nv_attention.jax_compile_specs("bfloat16")
+TRIMUL_SPECS = nv_trimul.jax_compile_specs("bfloat16")
 
 
 def _sm90(spec):

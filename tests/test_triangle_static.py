@@ -74,7 +74,7 @@ def test_gfx942_every_kernel(spec):
 
 
 def _trimul_candidates():
-    from kernels.nvidia import tune_trimul
+    from kernels.tuning import trimul as tune_trimul
 
     table = nv_trimul.config_for("H200", "bfloat16")
     for stage, options in tune_trimul.candidates().items():
@@ -88,6 +88,6 @@ def _trimul_candidates():
 @pytest.mark.parametrize("stage, cfgs", list(_trimul_candidates()))
 def test_sm90a_every_trimul_tuning_candidate(stage, cfgs):
     """The tuning sweep spends device time only on configs that compile without spills."""
-    from kernels.nvidia.tune_trimul import compile_spec_for
+    from kernels.tuning.trimul import compile_spec_for
 
     _sm90(compile_spec_for(stage, cfgs))

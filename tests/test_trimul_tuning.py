@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from kernels.nvidia import triangle_multiplication as trimul
-from kernels.nvidia import tune_trimul
+from kernels.triton import triangle_multiplication as shared_trimul
+from kernels.tuning import trimul as tune_trimul
 
 
 def _ranking_timer(order):
@@ -51,7 +52,7 @@ def test_every_candidate_is_correct_and_the_fastest_is_kept(stages):
 
 def test_table_entry_keeps_float32_overrides():
     default = trimul.config_for(None, "bfloat16")
-    raw_default = trimul._table(str(trimul.CONFIG_FILE))["default"]
+    raw_default = shared_trimul._table(str(trimul.CONFIG_FILE))["default"]
     best = {**default, "ln_gate_proj": {"BLOCK_M": 64, "BLOCK_N": 256, "num_warps": 8, "num_stages": 2}}
     entry = tune_trimul.table_entry(best, raw_default)
     assert entry["ln_gate_proj"]["BLOCK_N"] == 256

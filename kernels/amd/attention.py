@@ -1,6 +1,6 @@
 """Flash attention, forward and backward, for AMD CDNA3 (MI300X, gfx942) in Triton.
 
-The kernel source is the one in ``kernels.nvidia.attention`` (the online softmax in base 2,
+The kernel source is the shared one in ``kernels.triton.attention`` (the online softmax in base 2,
 the unmasked/masked split of the key loop, the dK/dV and dQ backward kernels, the dBias
 reduction); what differs on CDNA3 is how it is launched, following aiter's Triton MHA:
 
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from kernels.nvidia import attention as flash
+from kernels.triton import attention as flash
 
 CONFIG_FILE = Path(__file__).parent / "configs" / "attention.json"
 KERNELS = flash.KERNELS
@@ -78,6 +78,15 @@ def attention_fwd(q, k, v, bias, mask, causal, scale, config=None):
 def attention_bwd(do, q, k, v, o, lse, bias, mask, causal, scale, bias_grad, config=None):
     cfg = select_config(q.shape[-1], q.device, config, biased=bias is not None or mask is not None)
     return flash.backward(do, q, k, v, o, lse, bias, mask, causal, scale, bias_grad, cfg, use_tma=False, vendor="amd")
+
+
+def jax_config(head_dim: int, config: dict | None, biased: bool) -> dict:
+    """The config of the jax-triton launchers (:mod:`kernels.triton.attention_jax`) on JAX's GPU,
+    as :func:`select_config` picks it for a torch launch (AMD's launch options are not ones
+    jax-triton passes on)."""
+    from kernels import jax_bridge
+
+    return select_config(head_dim, jax_bridge.device_key("amd"), config, biased=biased)
 
 
 def compile_specs(dtype: str = "bfloat16") -> list:

@@ -1,5 +1,5 @@
 """Triangle attention on CDNA3 (MI300X, gfx942): the pointer-based Triton kernels of
-:mod:`kernels.nvidia.triangle_attention` with their own config table.
+:mod:`kernels.triton.triangle_attention` with their own config table.
 
 What differs on CDNA3 is in the configs (``configs/triangle_attention.json``):
 a wavefront is 64 lanes, so 4 warps are 256 threads and a 64x64 fp32 tile costs
@@ -13,11 +13,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kernels.nvidia import triangle_attention as _triton
+from kernels.triton import triangle_attention as _triton
 
 CONFIG_FILE = Path(__file__).with_name("configs") / "triangle_attention.json"
 AMD_OPTIONS = ("waves_per_eu", "matrix_instr_nonkdim")
-config_for = _triton.config_for  # call with table_path=CONFIG_FILE
+
+
+def config_for(device_name: str | None, head_dim: int, dtype: str, table_path: Path = CONFIG_FILE) -> dict:
+    """Each kernel's config: the device's entry of the table for this head dim, else ``default``."""
+    return _triton.config_for(device_name, head_dim, dtype, table_path)
 
 
 def triangle_attention_fwd(q, k, v, bias, mask, scale, config=None):

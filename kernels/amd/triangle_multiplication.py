@@ -1,5 +1,5 @@
 """The triangle multiplicative update on CDNA3 (MI300X, gfx942): the pointer-based
-Triton kernels of :mod:`kernels.nvidia.triangle_multiplication` with their own
+Triton kernels of :mod:`kernels.triton.triangle_multiplication` with their own
 config table (``configs/triangle_multiplication.json``): 64-lane wavefronts, one or
 two pipeline stages, 16x16 MFMA for the row kernels' thin dots and 32x32 MFMA for
 the contraction, ``waves_per_eu`` set per kernel.
@@ -9,11 +9,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kernels.nvidia import triangle_multiplication as _triton
+from kernels.triton import triangle_multiplication as _triton
 
 CONFIG_FILE = Path(__file__).with_name("configs") / "triangle_multiplication.json"
 AMD_OPTIONS = ("waves_per_eu", "matrix_instr_nonkdim")
-config_for = _triton.config_for  # call with table_path=CONFIG_FILE
+
+
+def config_for(device_name: str | None, dtype: str, table_path: Path = CONFIG_FILE) -> dict:
+    """Each stage's config: the device's entry of the table, else ``default``."""
+    return _triton.config_for(device_name, dtype, table_path)
 
 
 def trimul_saved_shapes(x, c, config=None):

@@ -3,7 +3,7 @@ chosen backend.
 
 The reference backend computes with ``jnp`` (so it jits, differentiates and vmaps like any
 JAX code). The Triton backends (``nvidia``, ``amd``) run the same kernel sources on JAX
-arrays: on a GPU through jax-triton (:mod:`kernels.nvidia.attention_jax`: pointer loads,
+arrays: on a GPU through jax-triton (:mod:`kernels.triton.attention_jax`: pointer loads,
 since jax-triton cannot build TMA descriptors), on the CPU through ``jax.pure_callback``
 into the interpreted kernels; both stay usable under ``jax.jit`` and ``jax.grad``.
 """
@@ -60,16 +60,17 @@ def _triton_module(backend: str):
 
 
 def _on_gpu(backend: str):
-    """The jax-triton launchers when a Triton backend runs on JAX's GPU, else None."""
+    """(the jax-triton launchers, the backend's module that picks their config) when a Triton
+    backend runs on JAX's GPU, else None."""
     from kernels import jax_bridge
 
     if backend not in ("nvidia", "amd") or not jax_bridge.on_gpu():
         return None
     from kernels import backends
-    from kernels.nvidia import attention_jax
+    from kernels.triton import attention_jax
 
-    backends.implementation("attention", backend)  # raises when the backend cannot run here
-    return attention_jax
+    vendor = backends.implementation("attention", backend)  # raises when the backend cannot run here
+    return attention_jax, vendor
 
 
 def _native_module(backend: str):
@@ -88,7 +89,9 @@ def _fwd_impl(q, k, v, bias, mask, causal, scale, backend, config):
         return native.attention_fwd_jax(q, k, v, bias, mask, causal, scale, config=_thaw(config))
     gpu = _on_gpu(backend)
     if gpu is not None:
-        return gpu.attention_fwd(q, k, v, bias, mask, causal, scale, config=_thaw(config), vendor=backend)
+        launchers, vendor = gpu
+        cfg = vendor.jax_config(q.shape[-1], _thaw(config), biased=bias is not None or mask is not None)
+        return launchers.attention_fwd(q, k, v, bias, mask, causal, scale, cfg, vendor=backend)
     impl = _triton_module(backend)
     cfg = _thaw(config)
     shapes = (
@@ -112,8 +115,10 @@ def _bwd_impl(do, q, k, v, out, lse, bias, mask, causal, scale, bias_grad, backe
         return native.attention_bwd_jax(do, q, k, v, out, lse, bias, mask, causal, scale, bias_grad, config=_thaw(config))
     gpu = _on_gpu(backend)
     if gpu is not None:
-        return gpu.attention_bwd(do, q, k, v, out, lse, bias, mask, causal, scale, bias_grad, config=_thaw(config),
-                                 vendor=backend)
+        launchers, vendor = gpu
+        cfg = vendor.jax_config(q.shape[-1], _thaw(config), biased=bias is not None or mask is not None)
+        return launchers.attention_bwd(do, q, k, v, out, lse, bias, mask, causal, scale, bias_grad, cfg,
+                                       vendor=backend)
     impl = _triton_module(backend)
     cfg = _thaw(config)
     shapes = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (q, k, v)]

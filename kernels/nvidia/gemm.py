@@ -21,8 +21,9 @@ The kernel follows the shape of an expert Hopper GEMM:
   warps where the installed Triton supports it for the target.
 
 Configs per device and shape live in ``configs/gemm.json``; shapes nobody tuned
-get :func:`heuristic_config`; ``config="autotune"`` times the candidates on the
-device and persists the winner (see :mod:`kernels.nvidia.autotune`).
+get :func:`heuristic_config`. ``config="autotune"`` is resolved above this module: the GEMM
+front end asks :mod:`kernels.tuning.autotune` (which times the candidates on the device and
+persists the winner) and passes the winning config here.
 """
 
 from __future__ import annotations
@@ -428,10 +429,6 @@ def gemm(a: torch.Tensor, b: torch.Tensor, bias, activation, out_dtype, config=N
     dtype = str(a.dtype).removeprefix("torch.")
     if config is None:
         cfg, _ = select_config(m, n, k, dtype, _device_name(a.device.index or 0) if on_gpu else None)
-    elif config == "autotune":
-        from kernels.nvidia import autotune
-
-        cfg = autotune.best_config(a, b, bias, activation, out_dtype)
     else:
         cfg = GemmConfig.from_dict(config)
 

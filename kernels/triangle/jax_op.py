@@ -4,9 +4,9 @@ The forward saves only what the backward needs (triangle attention: out and lse;
 the triangle multiplicative update: its inputs) and the backward recomputes. The
 reference computes in ``jnp`` (float32, HIGHEST precision). The Triton backends
 (``nvidia``, ``amd``) run the same kernel sources on JAX arrays: on a GPU through
-jax-triton (:mod:`kernels.nvidia.triangle_attention_jax`,
-:mod:`kernels.nvidia.triangle_multiplication_jax`, with the multiplicative update's
-weight-gradient GEMMs and reductions in ``jnp``); on the CPU through a host callback
+jax-triton (:mod:`kernels.triton.triangle_attention_jax`,
+:mod:`kernels.triton.triangle_multiplication_jax`, with the multiplicative update's
+weight-gradient GEMMs and reductions in ``jnp``, at the backend's own table entry); on the CPU through a host callback
 into the interpreted kernels (see ``kernels.jax_bridge``). Trainium's kernels are reached
 the same way on the CPU, running on the NKI emulator.
 """
@@ -63,21 +63,29 @@ class _TorchBackendJax:
         self.trimul = backends.implementation("triangle_multiplicative_update", backend)
         self.gpu = jax_bridge.on_gpu() and backend in TRITON_BACKENDS
 
+    def _gpu_config(self, vendor, *shape_key, dtype) -> dict:
+        """``config``, else the entry for JAX's GPU of the table of ``vendor`` (the backend's
+        module for the op, whose ``config_for`` reads that vendor's table)."""
+        from kernels import jax_bridge
+
+        return self.config or vendor.config_for(jax_bridge.device_name(), *shape_key, jnp.dtype(dtype).name)
+
     def triangle_attention_fwd_jax(self, q, k, v, bias, mask, scale):
         if self.gpu:
-            from kernels.nvidia import triangle_attention_jax
+            from kernels.triton import triangle_attention_jax
 
-            return triangle_attention_jax.triangle_attention_fwd(q, k, v, bias, mask, scale, self.config, self.backend)
+            cfgs = self._gpu_config(self.attention, q.shape[-1], dtype=q.dtype)
+            return triangle_attention_jax.triangle_attention_fwd(q, k, v, bias, mask, scale, cfgs)
         shapes = (_struct(q), jax.ShapeDtypeStruct(q.shape[:-1], jnp.float32))
         return _on_host(lambda *t: self.attention.triangle_attention_fwd(*t, scale, config=self.config), shapes,
                         q, k, v, bias, mask, backend=self.backend)
 
     def triangle_attention_bwd_jax(self, q, k, v, bias, mask, scale, out, lse, dout):
         if self.gpu:
-            from kernels.nvidia import triangle_attention_jax
+            from kernels.triton import triangle_attention_jax
 
-            return triangle_attention_jax.triangle_attention_bwd(q, k, v, bias, mask, scale, out, lse, dout,
-                                                                 self.config, self.backend)
+            cfgs = self._gpu_config(self.attention, q.shape[-1], dtype=q.dtype)
+            return triangle_attention_jax.triangle_attention_bwd(q, k, v, bias, mask, scale, out, lse, dout, cfgs)
 
         def run(q, k, v, bias, mask, out, lse, dout):
             return self.attention.triangle_attention_bwd(q, k, v, bias, mask, scale, out, lse, dout,
@@ -88,9 +96,10 @@ class _TorchBackendJax:
 
     def trimul_fwd_jax(self, x, direction, mask, weights, eps):
         if self.gpu:
-            from kernels.nvidia import triangle_multiplication_jax
+            from kernels.triton import triangle_multiplication_jax
 
-            return triangle_multiplication_jax.trimul_fwd(x, direction, mask, weights, eps, self.config, self.backend)
+            cfgs = self._gpu_config(self.trimul, dtype=x.dtype)
+            return triangle_multiplication_jax.trimul_fwd(x, direction, mask, weights, eps, cfgs)
 
         def run(x, mask, *w):
             return (self.trimul.trimul_fwd(x, direction, mask, w, eps, config=self.config)[0],)
@@ -99,10 +108,10 @@ class _TorchBackendJax:
 
     def trimul_bwd_jax(self, x, direction, mask, weights, eps, dout):
         if self.gpu:
-            from kernels.nvidia import triangle_multiplication_jax
+            from kernels.triton import triangle_multiplication_jax
 
-            return triangle_multiplication_jax.trimul_bwd(x, direction, mask, weights, eps, dout, self.config,
-                                                          self.backend)
+            cfgs = self._gpu_config(self.trimul, dtype=x.dtype)
+            return triangle_multiplication_jax.trimul_bwd(x, direction, mask, weights, eps, dout, cfgs)
 
         def run(x, mask, dout, *w):
             _, saved = self.trimul.trimul_fwd(x, direction, mask, w, eps, config=self.config)
@@ -132,11 +141,13 @@ class _ReferenceJax:
 
     @staticmethod
     def triangle_attention_bwd_jax(q, k, v, bias, mask, scale, out, lse, dout):
+        wide = jnp.promote_types(q.dtype, jnp.float32)
+
         def f(q, k, v, bias):
-            return reference.attention_jax(q, k, v, bias, mask, scale)[0].astype(jnp.float32)
+            return reference.attention_jax(q, k, v, bias, mask, scale)[0].astype(wide)
 
         _, vjp = jax.vjp(f, q, k, v, bias)
-        return vjp(dout.astype(jnp.float32))
+        return vjp(dout.astype(wide))
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
@@ -199,11 +210,13 @@ def _trimul_bwd(direction, eps, backend, config, residuals, dout):
     if impl is not None:
         dx, dweights = impl.trimul_bwd_jax(x, direction, mask, weights, eps, dout)
     else:
+        wide = jnp.promote_types(x.dtype, jnp.float32)
+
         def f(x, weights):
-            return reference.trimul_jax(x, direction, mask, *weights, eps=eps).astype(jnp.float32)
+            return reference.trimul_jax(x, direction, mask, *weights, eps=eps).astype(wide)
 
         _, vjp = jax.vjp(f, x, weights)
-        dx, dweights = vjp(dout.astype(jnp.float32))
+        dx, dweights = vjp(dout.astype(wide))
     dmask = None if mask is None else jnp.zeros_like(mask) if jnp.issubdtype(mask.dtype, jnp.floating) else \
         jnp.zeros(mask.shape, jax.dtypes.float0)
     return (dx.astype(x.dtype), dmask, tuple(d.astype(w.dtype) for d, w in zip(dweights, weights)))

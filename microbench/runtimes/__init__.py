@@ -18,52 +18,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable
 
-import numpy as np
+from ..clocks import ClockSummary, nvml_device_facts
+from ..gpu import CudaDevice
+from ..records import Provenance, host_provenance
+from .interface import KernelFacts, Runtime
 
 NAMES = ("cupy", "pycuda")
 CHOICES = ("auto", *NAMES)
-
-
-@dataclass(frozen=True)
-class KernelFacts:
-    """What the occupancy calculator needs to know about a loaded kernel."""
-
-    registers: int
-    static_shared: int
-    max_dynamic_shared: int
-
-
-class Runtime(Protocol):
-    name: str  # "cupy" or "pycuda"
-
-    def describe(self) -> str: ...  # "cupy 14.0.1": recorded in every record's provenance
-    def device(self, index: int = 0) -> Any: ...  # microbench.gpu.CudaDevice
-    def driver_version(self) -> int | None: ...
-
-    # device buffers (1-D, ``n`` elements of ``dtype``)
-    def zeros(self, n: int, dtype: Any) -> Any: ...
-    def ones(self, n: int, dtype: Any) -> Any: ...
-    def empty(self, n: int, dtype: Any) -> Any: ...
-    def from_numpy(self, host: np.ndarray) -> Any: ...
-    def to_numpy(self, buffer: Any) -> np.ndarray: ...
-    def copy_from_host(self, buffer: Any, host: np.ndarray) -> None: ...
-    def pointer(self, buffer: Any) -> int: ...
-    def release_cached(self) -> None: ...
-
-    # code
-    def load_module(self, source: str, arch: str, defines: tuple = (), extra: tuple = ()) -> Any: ...
-    def function(self, module: Any, name: str) -> Any: ...
-    def kernel_facts(self, fn: Any) -> KernelFacts: ...
-    def set_max_dynamic_shared(self, fn: Any, nbytes: int) -> None: ...
-    def occupancy(self, fn: Any, threads: int, dynamic_shared: int) -> int: ...
-    def launch(self, fn: Any, grid: int, block: int, args: Sequence[Any], shared_bytes: int = 0) -> None: ...
-
-    # ordering and timing
-    def synchronize(self) -> None: ...
-    def event(self) -> Any: ...  # has record() and synchronize()
-    def elapsed_s(self, start: Any, stop: Any) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -170,4 +133,22 @@ def time_launches(rt: Runtime, launch: Callable[[], None], repeats: int = 10, wa
     return times
 
 
-__all__ = ["CHOICES", "NAMES", "Choice", "KernelFacts", "Runtime", "make", "select_runtime", "time_launches"]
+def gpu_provenance(dev: CudaDevice, clocks: ClockSummary | None = None, runtime: Runtime | None = None) -> Provenance:
+    """Provenance of a GPU measurement; ``runtime`` (CuPy when None) is named in it."""
+    facts = nvml_device_facts(dev.index)
+    fields: dict[str, Any] = {"device_count": int(facts.get("count", 1) or 1), "driver": facts.get("driver")}
+    if clocks is not None:
+        fields.update(clocks.provenance_fields())
+    try:
+        if runtime is None:
+            runtime = make("cupy")
+        fields["runtime"] = runtime.describe()
+        version = runtime.driver_version()
+        fields["driver"] = fields["driver"] or f"cuda-driver-api {version}"
+    except Exception:  # noqa: BLE001
+        pass
+    return host_provenance(device=dev.name, **fields)
+
+
+__all__ = ["CHOICES", "NAMES", "Choice", "KernelFacts", "Runtime", "gpu_provenance", "make", "select_runtime",
+           "time_launches"]

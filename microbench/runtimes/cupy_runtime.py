@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import KernelFacts
+from .interface import KernelFacts
 
 
 class CupyRuntime:

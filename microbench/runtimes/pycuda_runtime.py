@@ -23,7 +23,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import KernelFacts
+from .interface import KernelFacts
 
 
 def pycuda_unavailable_reason() -> str | None:

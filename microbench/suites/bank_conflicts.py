@@ -96,7 +96,8 @@ def _check(ctx: SuiteContext) -> str | None:
 
 def _run(ctx: SuiteContext) -> list[Record]:
     from ..clocks import ClockSampler
-    from ..gpu import gpu_provenance, spread
+    from ..gpu import spread
+    from ..runtimes import gpu_provenance
 
     rt = gpu_runtime(ctx)
     dev = rt.device(ctx.device_index)

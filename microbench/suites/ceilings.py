@@ -31,7 +31,8 @@ def _check(ctx: SuiteContext) -> str | None:
 
 
 def _throughput_record(rt, dev, op, name, metric, amount, unit_per_s, times, config, sampler_summary, extra=None):
-    from ..gpu import gpu_provenance, spread
+    from ..gpu import spread
+    from ..runtimes import gpu_provenance
 
     rates = [amount / t for t in times]
     s = spread(rates)
@@ -45,7 +46,7 @@ def _throughput_record(rt, dev, op, name, metric, amount, unit_per_s, times, con
 
 def _run(ctx: SuiteContext) -> list[Record]:
     from ..clocks import ClockSampler
-    from ..gpu import gpu_provenance, time_launches
+    from ..runtimes import gpu_provenance, time_launches
 
     rt = gpu_runtime(ctx)
     dev = rt.device(ctx.device_index)
@@ -81,7 +82,7 @@ def _run(ctx: SuiteContext) -> list[Record]:
         for name, (launch, moved) in cases.items():
             ctx.progress(f"ceilings: HBM {name} {nbytes >> 20} MiB")
             with ClockSampler(dev.index) as s:
-                times = time_launches(launch, repeats, per_event=4, runtime=rt)
+                times = time_launches(rt, launch, repeats, per_event=4)
             records.append(_throughput_record(rt, dev, "hbm-bandwidth", name, "bandwidth", moved, "B/s", times,
                                               {"bytes": nbytes, "grid": grid, "threads": threads}, s.summary()))
 
@@ -96,7 +97,7 @@ def _run(ctx: SuiteContext) -> list[Record]:
         launch = lambda: rt.launch(read, grid, threads, (a, np.uint64(n), np.int32(reps), sink))  # noqa: E731
         ctx.progress(f"ceilings: L2 read {nbytes >> 20} MiB x {reps}")
         with ClockSampler(dev.index) as s:
-            times = time_launches(launch, repeats, per_event=4, runtime=rt)
+            times = time_launches(rt, launch, repeats, per_event=4)
         records.append(_throughput_record(rt, dev, "l2-bandwidth", "read-cg", "bandwidth", nbytes * reps, "B/s", times,
                                           {"bytes": nbytes, "passes": reps, "grid": grid, "threads": threads}, s.summary()))
 
@@ -110,7 +111,7 @@ def _run(ctx: SuiteContext) -> list[Record]:
         per_block = threads * iters * 16 * 16
         ctx.progress("ceilings: shared-memory read bandwidth")
         with ClockSampler(dev.index) as s:
-            times = time_launches(launch, repeats, runtime=rt)
+            times = time_launches(rt, launch, repeats)
         c = rt.to_numpy(cycles).astype(np.float64)
         records.append(_throughput_record(
             rt, dev, "smem-bandwidth", "lds128-conflict-free", "bandwidth", per_block * grid, "B/s", times,
@@ -126,7 +127,7 @@ def _run(ctx: SuiteContext) -> list[Record]:
         flops = 2.0 * 8 * 64 * iters * grid * threads
         ctx.progress("ceilings: FP32 FMA peak")
         with ClockSampler(dev.index) as s:
-            times = time_launches(lambda: rt.launch(fn, grid, threads, (np.int32(iters), out, clk)), repeats, runtime=rt)
+            times = time_launches(rt, lambda: rt.launch(fn, grid, threads, (np.int32(iters), out, clk)), repeats)
         c, n = rt.to_numpy(clk)
         records.append(_throughput_record(rt, dev, "fp32-fma", "ffma-8-chains", "flops", flops, "FLOP/s", times,
                                           {"grid": grid, "threads": threads, "iters": iters}, s.summary(),
@@ -141,7 +142,7 @@ def _run(ctx: SuiteContext) -> list[Record]:
         flops = 2.0 * 16 * 8 * 16 * 4 * 16 * iters * grid * (threads // 32)
         ctx.progress("ceilings: tensor cores, mma.sync bf16")
         with ClockSampler(dev.index) as s:
-            times = time_launches(lambda: rt.launch(fn, grid, threads, (np.int32(iters), out, clk)), repeats, runtime=rt)
+            times = time_launches(rt, lambda: rt.launch(fn, grid, threads, (np.int32(iters), out, clk)), repeats)
         c, n = rt.to_numpy(clk)
         records.append(_throughput_record(rt, dev, "tensor-core", "mma-sync-m16n8k16-bf16-f32", "flops", flops, "FLOP/s",
                                           times, {"grid": grid, "threads": threads, "iters": iters, "instruction": "mma.sync"},
@@ -199,7 +200,7 @@ def _run(ctx: SuiteContext) -> list[Record]:
         flops = 2.0 * 64 * 256 * 16 * 16 * iters * grid
         ctx.progress("ceilings: tensor cores, wgmma m64n256k16 bf16")
         with ClockSampler(dev.index) as s:
-            times = time_launches(lambda: rt.launch(fn, grid, threads, (np.int32(iters), out, clk)), repeats, runtime=rt)
+            times = time_launches(rt, lambda: rt.launch(fn, grid, threads, (np.int32(iters), out, clk)), repeats)
         c, n = rt.to_numpy(clk)
         records.append(_throughput_record(rt, dev, "tensor-core", "wgmma-m64n256k16-bf16-f32", "flops", flops, "FLOP/s",
                                           times, {"grid": grid, "threads": threads, "iters": iters, "instruction": "wgmma"},

@@ -23,7 +23,8 @@ def _check(ctx: SuiteContext) -> str | None:
 
 def _run(ctx: SuiteContext) -> list[Record]:
     from ..clocks import ClockSampler
-    from ..gpu import gpu_provenance, spread, time_launches
+    from ..gpu import spread
+    from ..runtimes import gpu_provenance, time_launches
 
     rt = gpu_runtime(ctx)
     dev = rt.device(ctx.device_index)
@@ -65,8 +66,8 @@ def _run(ctx: SuiteContext) -> list[Record]:
     ctx.progress("clocks: under FP32 FMA load")
     load_mhz: list[float] = []
     with ClockSampler(dev.index, interval_s=0.002) as sampler:
-        times = time_launches(lambda: rt.launch(fma, grid, threads, (np.int32(iters), out, clk)), repeats=repeats,
-                              warmup=1, runtime=rt)
+        times = time_launches(rt, lambda: rt.launch(fma, grid, threads, (np.int32(iters), out, clk)), repeats=repeats,
+                              warmup=1)
         c, n = rt.to_numpy(clk)
         load_mhz.append(1e3 * float(c) / float(n))
     loaded = sampler.summary()

@@ -72,7 +72,7 @@ def _check(ctx: SuiteContext) -> str | None:
 
 def _run(ctx: SuiteContext) -> list[Record]:
     from ..clocks import ClockSampler
-    from ..gpu import gpu_provenance
+    from ..runtimes import gpu_provenance
 
     rt = gpu_runtime(ctx)
     dev = rt.device(ctx.device_index)

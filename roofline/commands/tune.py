@@ -36,7 +36,7 @@ def tune(
     from kernels.backends import gpu_vendor
     from kernels.gemm.shapes import suite
     from kernels.nvidia import gemm as hopper
-    from kernels.nvidia.tune import best_per_shape, sweep
+    from kernels.tuning.gemm import best_per_shape, sweep
     from microbench.records import Record, append, host_provenance
 
     if op not in ("gemm", "attention", "triangle-attention", "trimul"):

@@ -18,10 +18,11 @@ def tune_attention(op: str, *, budget_s: float, rep_ms: int, out: Path, apply: b
     import torch
     import triton
 
-    from kernels.nvidia import tune_attention as T
+    from kernels.tuning.attention import results, sweep as attention_sweep
     from microbench.records import Record, append, host_provenance
 
-    sweep = T.Sweep(op, budget_s=budget_s, rep_ms=rep_ms, workers=workers or T.default_workers())
+    sweep = attention_sweep.Sweep(op, budget_s=budget_s, rep_ms=rep_ms,
+                                  workers=workers or attention_sweep.default_workers())
     rows = sweep.run()
     (out / f"tune-{op.replace('_', '-')}-rows.json").write_text(json.dumps(rows, indent=1))
     device = torch.cuda.get_device_name()
@@ -39,7 +40,7 @@ def tune_attention(op: str, *, budget_s: float, rep_ms: int, out: Path, apply: b
     ]
     if records:
         append(out / "records", records)
-    summary = T.speedups(rows)
+    summary = results.speedups(rows)
     (out / f"tune-{op.replace('_', '-')}-summary.json").write_text(json.dumps(summary, indent=1))
     if as_json:
         print(json.dumps(summary, indent=1, default=str))
@@ -53,9 +54,9 @@ def tune_attention(op: str, *, budget_s: float, rep_ms: int, out: Path, apply: b
         versions = f"torch {torch.__version__}, triton {triton.__version__}"
         stamp = f"{device}, {prov.timestamp[:10]}, commit {prov.git_commit or 'unknown'}, {versions}"
         if op == "attention":
-            T.apply_attention(rows, _attention_provenance(rows, stamp))
+            results.apply_attention(rows, _attention_provenance(rows, stamp))
         else:
-            T.apply_triangle(rows, _triangle_provenance(rows, stamp))
+            results.apply_triangle(rows, _triangle_provenance(rows, stamp))
     return rows
 
 
@@ -76,7 +77,7 @@ def _describe(reached: dict) -> str:
 
 
 def _attention_provenance(rows: list[dict], stamp: str) -> str:
-    from kernels.nvidia.tune_attention import attention_entries
+    from kernels.tuning.attention.results import attention_entries
 
     heads = sorted(attention_entries(rows), key=int)
     return (

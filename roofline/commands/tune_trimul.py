@@ -21,7 +21,8 @@ def tune_trimul(*, n: int, budget_s: float, rep_ms: int, out: Path, apply: bool,
     import triton
 
     from kernels.nvidia import triangle_multiplication as trimul
-    from kernels.nvidia import tune_trimul as T
+    from kernels.triton import triangle_multiplication as shared_trimul
+    from kernels.tuning import trimul as T
     from microbench.records import Record, append, host_provenance
 
     tdtype = getattr(torch, dtype)
@@ -91,5 +92,5 @@ def tune_trimul(*, n: int, budget_s: float, rep_ms: int, out: Path, apply: bool,
             "Not measured: the float32 sub-entries (the default's)."
         )
         path.write_text(json.dumps(table_json, indent=1) + "\n")
-        trimul._table.cache_clear()
+        shared_trimul._table.cache_clear()
     return rows

@@ -1,5 +1,5 @@
 """The triangle multiplicative update on JAX arrays on a GPU: the kernels of
-:mod:`kernels.nvidia.triangle_multiplication` called through jax-triton, with the torch
+:mod:`kernels.triton.triangle_multiplication` called through jax-triton, with the torch
 launcher's glue (weight-gradient GEMMs, sums of the per-program LayerNorm partials)
 written in ``jnp``.
 
@@ -14,7 +14,8 @@ The backward runs its row kernels over all N^2 pair rows in one launch each: the
 launcher's row blocks (``bwd_rows``) bound its transient memory by writing the
 channel-first dy block by block into one buffer, which jax-triton's fresh outputs do not
 allow without aliasing. The forward keeps nothing; the backward recomputes ``[a; b]``
-and y (as the default ``save_for_backward: false``).
+and y (as the default ``save_for_backward: false``). The launchers take a resolved config
+(the vendor's table entry for JAX's device, which ``kernels.triangle.jax_op`` looks up).
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ import triton
 import triton.language as tl
 
 from kernels import jax_bridge
-from kernels.nvidia.triangle_attention_jax import multiple_of_16
-from kernels.nvidia.triangle_multiplication import (
+from kernels.triton.triangle_attention_jax import multiple_of_16
+from kernels.triton.triangle_multiplication import (
+    _TRITON_DTYPE,
     channel_gemm_kernel,
-    config_for,
     ln_gate_proj_bwd_kernel,
     ln_gate_proj_kernel,
     ln_out_bwd_kernel,
@@ -117,29 +118,17 @@ def ln_gate_proj_bwd_kernel_jax(X, Mask, DABc, DGz, Lw, Lb, Wp, Bp, Wg, Bg, Wgo,
 # ----------------------------------------------------------------------------- launchers
 
 
-def _table(vendor: str):
-    if vendor == "amd":
-        from kernels.amd.triangle_multiplication import CONFIG_FILE
-    else:
-        from kernels.nvidia.triangle_multiplication import CONFIG_FILE
-    return CONFIG_FILE
-
-
-def select_config(dtype: str, vendor: str, config: dict | None = None) -> dict:
-    return config or config_for(jax_bridge.device_name(), dtype, _table(vendor))
-
-
 class _Problem:
     """Shapes, configs and the compile-time arguments every launch shares."""
 
-    def __init__(self, x, mask, weights, config, vendor):
+    def __init__(self, x, mask, weights, cfgs):
         import jax.numpy as jnp
 
         self.B, self.N, _, self.CZ = x.shape
         self.C2 = weights[2].shape[0]
         self.C = self.C2 // 2
         self.M, self.NN = self.B * self.N * self.N, self.N * self.N
-        self.cfgs = select_config(jnp.dtype(x.dtype).name, vendor, config)
+        self.cfgs = cfgs
         self.prec = "ieee" if x.dtype == jnp.float32 else "tf32"
         self.has_mask = mask is not None
         self.mask_rows = mask.reshape(-1).astype(jnp.float32) if mask is not None else jnp.zeros((1,), jnp.float32)
@@ -179,11 +168,11 @@ def _contract(p: _Problem, a, a_spec, b, b_spec, dtype):
                     B_CHANNELS=b_spec[0], B_FIRST=b_spec[1], B_T=bool(b_spec[2]), N_16=p.N % 16 == 0)
 
 
-def trimul_fwd(x, direction, mask, weights, eps, config=None, vendor: str = "nvidia"):
-    """out (B, N, N, c_z) like x."""
+def trimul_fwd(x, direction, mask, weights, eps, cfgs: dict):
+    """out (B, N, N, c_z) like x; ``cfgs`` holds each stage's config (a table entry)."""
     import jax
 
-    p = _Problem(x, mask, weights, config, vendor)
+    p = _Problem(x, mask, weights, cfgs)
     lnw, lnb, _, _, _, _, lnw_o, lnb_o, wpo, bpo, wgo, bgo = weights
     _, y = _project_and_contract(p, x, direction, weights, eps)
     return p.launch(ln_out_gate_kernel_jax, "ln_out_gate", x, y, lnw, lnb, lnw_o, lnb_o, wpo, bpo, wgo, bgo,
@@ -200,12 +189,12 @@ def _wgrad(d, inp):
     return jnp.matmul(d.T, inp, preferred_element_type=jnp.float32, precision=jax.lax.Precision.HIGHEST)
 
 
-def trimul_bwd(x, direction, mask, weights, eps, dout, config=None, vendor: str = "nvidia"):
+def trimul_bwd(x, direction, mask, weights, eps, dout, cfgs: dict):
     """(dx, (d norm_in_w, d norm_in_b, dWp, dbp, dWg, dbg, d norm_out_w, d norm_out_b, dWpo, dbpo, dWgo, dbgo))."""
     import jax
     import jax.numpy as jnp
 
-    p = _Problem(x, mask, weights, config, vendor)
+    p = _Problem(x, mask, weights, cfgs)
     lnw, lnb, wp, bp, wg, bg, lnw_o, lnb_o, wpo, bpo, wgo, bgo = weights
     dout = dout.astype(x.dtype)
     f32, dt, nn16 = jnp.float32, x.dtype, p.NN % 16 == 0
@@ -258,14 +247,11 @@ JAX_KERNELS = {"ln_gate_proj": ln_gate_proj_kernel_jax, "contract": channel_gemm
                "ln_out_bwd": ln_out_bwd_kernel_jax, "ln_gate_proj_bwd": ln_gate_proj_bwd_kernel_jax}
 
 
-def compile_specs(dtype: str = "bfloat16", c_z: int = 128, c: int = 128, n: int = 384, device: str = "H200",
-                  vendor: str = "nvidia") -> list:
-    """The wrappers as jax-triton compiles them at the shipped configs (outgoing contraction)."""
+def compile_specs(cfgs: dict, dtype: str = "bfloat16", c_z: int = 128, c: int = 128, n: int = 384) -> list:
+    """The wrappers as jax-triton compiles them at ``cfgs`` (a table entry; outgoing contraction)."""
     from kernels.isa import CompileSpec
-    from kernels.nvidia.triangle_multiplication import _TRITON_DTYPE
 
     t = _TRITON_DTYPE[dtype]
-    cfgs = config_for(device, dtype, _table(vendor))
     shared = {"CZ": c_z, "C": c, "C2": 2 * c, "NN_16": (n * n) % 16 == 0, "N_16": n % 16 == 0, "HAS_MASK": True,
               "PRECISION": "ieee" if dtype == "float32" else "tf32", "CZ_BLOCK": triton.next_power_of_2(c_z),
               "C_BLOCK": triton.next_power_of_2(c), "A_CHANNELS": 2 * c, "A_FIRST": 0, "A_T": False,

@@ -1,17 +1,17 @@
 """Candidate configs for the attention and triangle-attention tuning sweeps, filtered on the CPU.
 
-A search space is plain data (``configs/<op>_space.json``): for each kernel a grid of values
+A search space is plain data (``kernels/nvidia/configs/<op>_space.json``): for each kernel a grid of values
 per knob, and the rules that drop a grid point without compiling it (shared memory that cannot
 fit, tile shapes the Triton tutorial's own Hopper filter drops). :func:`refresh` compiles every
 remaining point for sm_90a with ``kernels.isa`` and keeps those that use tensor-core instructions
 and spill nothing; a point whose SASS is byte-for-byte that of a point already kept (a knob the
 compiler ignored at that shape) is dropped as a duplicate, so the device never times the same
 binary twice. The survivors, the dropped points with their reason, and the Triton versions that
-checked them are written back to the same file, and the device sweep (``kernels.nvidia.tune_attention``)
+checked them are written back to the same file, and the device sweep (``kernels.tuning.attention``)
 reads only the survivors.
 
-    python -m kernels.nvidia.tune_space attention            # from the grid, with this Triton
-    python -m kernels.nvidia.tune_space attention --recheck  # re-check the survivors only
+    python -m kernels.tuning.space attention            # from the grid, with this Triton
+    python -m kernels.tuning.space attention --recheck  # re-check the survivors only
 
 Run it once with each Triton that matters (the device's and CI's): ``--recheck`` under a second
 version keeps only what passes under both.
@@ -26,7 +26,7 @@ import json
 import time
 from pathlib import Path
 
-CONFIG_DIR = Path(__file__).parent / "configs"
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "nvidia" / "configs"  # the sm_90a spaces sit by the tables
 OPS = ("attention", "triangle_attention")
 SMEM_LIMIT = 232448  # bytes of shared memory one block may use on sm_90 (227 KiB)
 
@@ -95,14 +95,15 @@ def compile_spec(op: str, kernel: str, key: str, c: dict, dtype: str = "bfloat16
     triangle attention with a mask, bf16, head dim ``key``."""
     if op == "attention":
         from kernels.nvidia import attention as A
+        from kernels.triton import attention as flash
 
         head_dim = int(key)
         if kernel == "dkdv_dq":  # the dK/dV kernel with dQ accumulated in it
             kernel, c = "dkdv", {**c, "dq_atomic": True}
-        cfg = A.merge_config(A.heuristic(head_dim), {kernel: c})
-        return next(s for s in A.kernel_specs(head_dim, cfg, dtype=dtype, causal=True)
+        cfg = flash.merge_config(A.heuristic(head_dim), {kernel: c})
+        return next(s for s in flash.kernel_specs(head_dim, cfg, dtype=dtype, causal=True)
                     if s.config["kernel"] == kernel)
-    from kernels.nvidia import triangle_attention as T
+    from kernels.triton import triangle_attention as T
 
     return T.kernel_spec(kernel, c, dtype, int(key), aligned=True)
 

@@ -1,5 +1,5 @@
-"""The tuning sweep behind ``configs/gemm.json``: time every candidate config on
-each shape of a suite on this GPU, next to ``torch.matmul`` (cuBLAS), and pick
+"""The tuning sweep behind ``kernels/nvidia/configs/gemm.json``: time every candidate config of
+the Hopper GEMM on each shape of a suite on this GPU, next to ``torch.matmul`` (cuBLAS), and pick
 the fastest per shape.
 
 Timing is CUDA-graph replay (``triton.testing.do_bench_cudagraph``, median and
@@ -16,26 +16,7 @@ from typing import Iterable
 import torch
 
 from kernels.nvidia import gemm as hopper
-
-
-def time_graph(fn, rep_ms: int) -> tuple[float, float, float]:
-    """Median (p20, p80) milliseconds of CUDA-graph replays: device time without host launch gaps,
-    which would otherwise dominate kernels of a few microseconds. The tuning sweeps' timer."""
-    import triton.testing
-
-    fn()  # compile outside the capture
-    p20, p50, p80 = triton.testing.do_bench_cudagraph(fn, rep=rep_ms, quantiles=[0.2, 0.5, 0.8])
-    return p50, p20, p80
-
-
-def time_events(fn, rep_ms: int) -> tuple[float, float, float]:
-    """Median (p20, p80) milliseconds by CUDA events around eager calls (``triton.testing.do_bench``,
-    which flushes the L2 between calls), for calls that cannot be graph-captured."""
-    import triton.testing
-
-    fn()
-    p20, p50, p80 = triton.testing.do_bench(fn, rep=rep_ms, quantiles=[0.2, 0.5, 0.8])
-    return p50, p20, p80
+from kernels.tuning.timers import time_graph
 
 
 def sweep(shapes: Iterable[tuple[int, int, int]], dtype: torch.dtype = torch.bfloat16, b_layout: str = "NT",
@@ -75,7 +56,7 @@ def sweep(shapes: Iterable[tuple[int, int, int]], dtype: torch.dtype = torch.bfl
 
 
 def hopper_candidates(dtype: str, m: int):
-    from kernels.nvidia.autotune import candidates
+    from kernels.tuning.autotune import candidates
 
     return candidates(dtype, m)
 

@@ -1,5 +1,7 @@
 """``config="autotune"`` for the Hopper GEMM: time the candidate configs on this
-device for this problem, keep the fastest, and remember it on disk.
+device for this problem, keep the fastest, and remember it on disk. The GEMM front end
+(``kernels.gemm.torch_op``) asks :func:`best_config` and passes the config it returns to
+``kernels.nvidia.gemm``, which knows nothing of this cache.
 
 The cache is a JSON file per device under ``$CEILING_CACHE_DIR`` (default
 ``~/.cache/ceiling``), keyed by dtype, shape, layouts and epilogue, so a
@@ -65,7 +67,7 @@ def best_config(a, b, bias, activation, out_dtype) -> GemmConfig:
     if not a.is_cuda:
         raise BackendUnavailable("config='autotune' times configs on a GPU; these tensors are on the CPU")
     from kernels.nvidia.gemm import gemm
-    from kernels.nvidia.tune import time_graph
+    from kernels.tuning.timers import time_graph
 
     device_name = torch.cuda.get_device_name(a.device)
     path = cache_path(device_name)

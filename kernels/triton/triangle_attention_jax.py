@@ -1,13 +1,13 @@
 """Triangle attention on JAX arrays on a GPU: the kernels of
-:mod:`kernels.nvidia.triangle_attention` called through jax-triton.
+:mod:`kernels.triton.triangle_attention` called through jax-triton.
 
 Each kernel gets a ``@triton.jit`` wrapper in jax-triton's argument order (inputs, then
 outputs, then constexprs). The head dim ``D`` becomes a constexpr (it is fixed per model,
 and the compiler then knows the row strides' divisibility), and ``N`` is marked a multiple
 of 16 when it is one: jax-triton does not specialize integer arguments on divisibility
-as Triton's own launcher does. Configs come from the same tables (``configs/`` of the
-vendor), looked up by JAX's device name; AMD's extra compiler options are not options
-jax-triton passes on.
+as Triton's own launcher does. The launchers take a resolved config: the vendor's table entry
+for JAX's device, which the JAX front end (``kernels.triangle.jax_op``) looks up through the
+vendor module; AMD's extra compiler options are not options jax-triton passes on.
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ import triton
 import triton.language as tl
 
 from kernels import jax_bridge
-from kernels.nvidia.triangle_attention import (
+from kernels.triton.triangle_attention import (
+    _TRITON_DTYPE,
     LOG2E,
     bwd_dbias_kernel,
     bwd_dkdv_kernel,
     bwd_dq_kernel,
     bwd_preprocess_kernel,
-    config_for,
     fwd_kernel,
     fwd_rows_kernel,
     head_dim_block,
@@ -90,18 +90,6 @@ def bwd_dbias_kernel_jax(Q, K, V, Bias, Mask, DO, LSE, Delta, N, H, qk_scale, DB
 # ----------------------------------------------------------------------------- launchers
 
 
-def _table(vendor: str):
-    if vendor == "amd":
-        from kernels.amd.triangle_attention import CONFIG_FILE
-    else:
-        from kernels.nvidia.triangle_attention import CONFIG_FILE
-    return CONFIG_FILE
-
-
-def select_config(head_dim: int, dtype: str, vendor: str, config: dict | None = None) -> dict:
-    return config or config_for(jax_bridge.device_name(), head_dim, dtype, _table(vendor))
-
-
 def _options(cfg: dict) -> dict:
     return {k: v for k, v in cfg.items() if k in LAUNCH_OPTIONS}
 
@@ -121,13 +109,14 @@ def _meta(q, mask, D: int, N: int) -> dict:
                 PRECISION="ieee" if q.dtype == jnp.float32 else "tf32", HEAD_DIM=head_dim_block(D))
 
 
-def triangle_attention_fwd(q, k, v, bias, mask, scale, config=None, vendor: str = "nvidia"):
-    """(out like q, lse (B, N, H, N) float32) for q, k, v (B, N, H, N, D)."""
+def triangle_attention_fwd(q, k, v, bias, mask, scale, cfgs: dict):
+    """(out like q, lse (B, N, H, N) float32) for q, k, v (B, N, H, N, D); ``cfgs`` holds each
+    kernel's config (a table entry)."""
     import jax
     import jax.numpy as jnp
 
     B, N, H, _, D = q.shape
-    cfg = select_config(D, jnp.dtype(q.dtype).name, vendor, config)["fwd"]
+    cfg = cfgs["fwd"]
     rows = cfg.get("ROWS", 1)
     common = dict(kernel=fwd_rows_kernel_jax if rows > 1 else fwd_kernel_jax,
                   out_shape=(jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((B, N, H, N), jnp.float32)),
@@ -138,13 +127,12 @@ def triangle_attention_fwd(q, k, v, bias, mask, scale, config=None, vendor: str 
     return jax_bridge.triton_call(q, k, v, bias, _mask_rows(mask, B, N), N, H, np.float32(scale * LOG2E), **common)
 
 
-def triangle_attention_bwd(q, k, v, bias, mask, scale, out, lse, dout, config=None, vendor: str = "nvidia"):
+def triangle_attention_bwd(q, k, v, bias, mask, scale, out, lse, dout, cfgs: dict):
     """(dq, dk, dv, dbias); dbias reduced over the rows in float32, then cast to bias's dtype."""
     import jax
     import jax.numpy as jnp
 
     B, N, H, _, D = q.shape
-    cfgs = select_config(D, jnp.dtype(q.dtype).name, vendor, config)
     meta = _meta(q, mask, D, N)
     mask_rows = _mask_rows(mask, B, N)
     dout = dout.astype(q.dtype)
@@ -181,15 +169,12 @@ JAX_KERNELS = {"fwd": fwd_kernel_jax, "fwd_rows": fwd_rows_kernel_jax, "bwd_dkdv
                "bwd_dq": bwd_dq_kernel_jax, "bwd_dbias": bwd_dbias_kernel_jax}
 
 
-def compile_specs(dtype: str = "bfloat16", head_dim: int = 32, n: int = 384, device: str = "H200",
-                  vendor: str = "nvidia") -> list:
-    """The wrappers as jax-triton compiles them at the shipped configs: arrays 16-byte aligned,
+def compile_specs(cfgs: dict, dtype: str = "bfloat16", head_dim: int = 32, n: int = 384) -> list:
+    """The wrappers as jax-triton compiles them at ``cfgs`` (a table entry): arrays 16-byte aligned,
     integers unspecialized, ``D`` a constexpr and ``N`` marked a multiple of 16 when it is one."""
     from kernels.isa import CompileSpec
-    from kernels.nvidia.triangle_attention import _TRITON_DTYPE
 
     t = _TRITON_DTYPE[dtype]
-    cfgs = config_for(device, head_dim, dtype, _table(vendor))
     specs = []
     for name, fn in JAX_KERNELS.items():
         cfg = cfgs[name]

@@ -1,4 +1,4 @@
-"""The tuning sweep behind a device's entry in ``configs/triangle_multiplication.json``.
+"""The tuning sweep behind a device's entry in ``kernels/nvidia/configs/triangle_multiplication.json``.
 
 The op runs six kernels (three forward, three backward) and a row-block size for the
 backward's weight gradients. Their configs act on separate kernels, so the sweep tunes
@@ -21,7 +21,7 @@ import torch
 
 from kernels.nvidia import triangle_multiplication as trimul
 
-CANDIDATES_FILE = Path(__file__).with_name("configs") / "triangle_multiplication_candidates.json"
+CANDIDATES_FILE = trimul.CONFIG_FILE.with_name("triangle_multiplication_candidates.json")
 FORWARD_STAGES = ("ln_gate_proj", "contract", "ln_out_gate")
 BACKWARD_STAGES = ("out_gate_bwd", "ln_out_bwd", "ln_gate_proj_bwd", "bwd_rows")
 WEIGHT_SHAPES = {  # AlphaFold 3 widths: c = c_z
@@ -69,7 +69,7 @@ def make_inputs(n: int, c_z: int, dtype: torch.dtype, seed: int = 0, device: str
 
 def _run(inputs: dict, direction: str, cfgs: dict | None, backward: bool, backend: str = "nvidia"):
     """Output (and the gradients of x and every weight) through ``kernels.triangle_multiplicative_update``."""
-    import kernels
+    from kernels.triangle import triangle_multiplicative_update
 
     x = inputs["x"].detach().requires_grad_(backward)
     weights = {k: w.detach().requires_grad_(backward) for k, w in inputs["weights"].items()}
@@ -80,8 +80,7 @@ def _run(inputs: dict, direction: str, cfgs: dict | None, backward: bool, backen
         weights = {k: w.detach().float().requires_grad_(backward) for k, w in inputs["weights"].items()}
         out = reference.trimul(x, direction, inputs["mask"].float(), **weights, compute_dtype=torch.float32)
     else:
-        out = kernels.triangle_multiplicative_update(x, direction, inputs["mask"], **weights, backend=backend,
-                                                     config=cfgs)
+        out = triangle_multiplicative_update(x, direction, inputs["mask"], **weights, backend=backend, config=cfgs)
     if not backward:
         return [out]
     return [out, *torch.autograd.grad(out, [x, *weights.values()], inputs["dout"])]
@@ -104,7 +103,7 @@ def _error(results, exact) -> float:
 def _time(fn, rep_ms: int) -> tuple[float, float, float]:
     """CUDA-graph replay, or CUDA events if the call cannot be captured; every candidate of a
     stage goes through the same path, so their ranking is like for like."""
-    from kernels.nvidia.tune import time_events, time_graph
+    from kernels.tuning.timers import time_events, time_graph
 
     try:
         return time_graph(fn, rep_ms)

@@ -1,12 +1,13 @@
-"""Flash attention on JAX arrays on a GPU: the kernels of :mod:`kernels.nvidia.attention`
+"""Flash attention on JAX arrays on a GPU: the kernels of :mod:`kernels.triton.attention`
 called through jax-triton.
 
 jax-triton hands a kernel plain pointers, inputs first and outputs after, and cannot
 build TMA descriptors, so each kernel gets a thin ``@triton.jit`` wrapper with that
 argument order which calls it with ``USE_TMA=False``: the same online softmax, causal
 block skipping and wgmma, with tiles brought in by masked pointer loads that Triton
-pipelines with cp.async. Configs come from the backend's own selection (the ``"narrow"``
-tiles, as for the torch launcher's pointer path); AMD's extra compiler options
+pipelines with cp.async. The launchers take a resolved config: the vendor module picks it
+from its own table (``jax_config`` of ``kernels.nvidia.attention`` / ``kernels.amd.attention``:
+the ``"narrow"`` tiles, as for the torch launcher's pointer path); AMD's extra compiler options
 (``waves_per_eu``, ``matrix_instr_nonkdim``) are not options jax-triton passes on.
 
 JAX arrays are contiguous, so the wrappers derive the q/k/v/o strides from the head
@@ -25,7 +26,7 @@ import triton
 import triton.language as tl
 
 from kernels import jax_bridge
-from kernels.nvidia.attention import (
+from kernels.triton.attention import (
     _attn_bwd_dkdv,
     _attn_bwd_dq,
     _attn_bwd_preprocess,
@@ -33,7 +34,7 @@ from kernels.nvidia.attention import (
     _dbias_mode,
     head_dim_pad,
 )
-from kernels.nvidia import attention as flash
+from kernels.triton import attention as flash
 
 PREPROCESS_BLOCK_M = 64  # as the torch launcher
 LAUNCH_OPTIONS = ("num_warps", "num_stages")  # the compiler options jax-triton takes
@@ -148,17 +149,6 @@ def attn_bwd_dq_kernel_jax(
 # ----------------------------------------------------------------------------------------------
 
 
-def select_config(head_dim: int, vendor: str, config: dict | None, biased: bool) -> dict:
-    """The backend's config for this device, as its torch launcher picks it without TMA."""
-    key = jax_bridge.device_key(vendor)
-    if vendor == "amd":
-        from kernels.amd import attention as amd
-
-        return amd.select_config(head_dim, key, config, biased=biased)
-    # Pointer loads: the narrow tiles, and the narrowest when a bias or mask tile is live too.
-    return flash.select_config(head_dim, key, config, narrow=True, pointer_bias=biased)
-
-
 def _options(section: dict) -> dict:
     return {k: v for k, v in section.items() if k in LAUNCH_OPTIONS}
 
@@ -194,15 +184,13 @@ def _work_dim(head_dim: int, vendor: str) -> int:
     return head_dim_pad(head_dim) if vendor == "nvidia" else head_dim
 
 
-def attention_fwd(q, k, v, bias, mask, causal: bool, scale: float, config: dict | None = None,
-                  vendor: str = "nvidia"):
-    """(out like q, lse (batch, heads, q_len) float32) through jax-triton."""
+def attention_fwd(q, k, v, bias, mask, causal: bool, scale: float, cfg: dict, vendor: str = "nvidia"):
+    """(out like q, lse (batch, heads, q_len) float32) through jax-triton, at the resolved ``cfg``."""
     import jax
     import jax.numpy as jnp
 
     batch, seqlen_q, heads, head_dim = q.shape
     seqlen_k, kv_heads = k.shape[1], k.shape[2]
-    cfg = select_config(head_dim, vendor, config, biased=bias is not None or mask is not None)
     f = cfg["fwd"]
     d = _work_dim(head_dim, vendor)
     qp, kp, vp = (_padded(t, d) for t in (q, k, v))
@@ -225,16 +213,15 @@ def attention_fwd(q, k, v, bias, mask, causal: bool, scale: float, config: dict 
     return out[..., :head_dim], lse
 
 
-def attention_bwd(do, q, k, v, o, lse, bias, mask, causal: bool, scale: float, bias_grad: bool,
-                  config: dict | None = None, vendor: str = "nvidia"):
-    """(dq, dk, dv, dbias or None) through jax-triton, each gradient like its input."""
+def attention_bwd(do, q, k, v, o, lse, bias, mask, causal: bool, scale: float, bias_grad: bool, cfg: dict,
+                  vendor: str = "nvidia"):
+    """(dq, dk, dv, dbias or None) through jax-triton, each gradient like its input, at ``cfg``."""
     import jax
     import jax.numpy as jnp
 
     batch, seqlen_q, heads, head_dim = q.shape
     seqlen_k, kv_heads = k.shape[1], k.shape[2]
     group = heads // kv_heads
-    cfg = select_config(head_dim, vendor, config, biased=bias is not None or mask is not None)
     d = _work_dim(head_dim, vendor)
     pad = head_dim_pad(d)
     qp, kp, vp, op, dop = (_padded(t, d) for t in (q, k, v, o, do.astype(q.dtype)))

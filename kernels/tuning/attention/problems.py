@@ -1,0 +1,205 @@
+"""The problems the attention and triangle-attention sweeps tune: groups of shapes, the shipped
+config and the candidates of each kernel, inputs, and one candidate's launch."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+ATTENTION_KERNELS = ("fwd", "dkdv", "dq")
+# "dkdv_dq" is the dK/dV kernel with dQ accumulated in it ("dq_atomic"), which replaces dkdv + dq:
+# timed as a kernel of its own, and chosen over the pair when it beats their sum.
+SWEPT_ATTENTION_KERNELS = (*ATTENTION_KERNELS, "dkdv_dq")
+TRIANGLE_KERNELS = ("fwd", "fwd_rows", "bwd_dkdv", "bwd_dq", "bwd_dbias")
+
+
+@dataclass(frozen=True)
+class Group:
+    """One problem shape whose kernels are tuned together."""
+
+    op: str  # "attention" | "triangle_attention"
+    key: str  # the config key: padded head dim ("128") or the head-dim bucket's space key ("32")
+    shape: tuple  # attention (batch, seq, heads, head_dim); triangle (batch, n, heads, head_dim)
+    check_shape: tuple  # the same specialization, small
+    causal: bool = False
+    base: str | None = None  # the group whose ranking narrows this one's candidates
+    kernels: tuple = ()
+
+    @property
+    def name(self) -> str:
+        b, s, h, d = self.shape
+        if self.op == "attention":
+            return f"attention-b{b}-s{s}-h{h}-d{d}{'-causal' if self.causal else ''}"
+        return f"triangle_attention-b{b}-n{s}-h{h}-d{d}"
+
+
+def attention_groups() -> list[Group]:
+    """Head dims 128 and 64 at S = 4096 (B * H * D fixed, as in the benchmark suite), then causal."""
+    g128 = Group("attention", "128", (4, 4096, 16, 128), (1, 512, 16, 128), kernels=SWEPT_ATTENTION_KERNELS)
+    g64 = Group("attention", "64", (4, 4096, 32, 64), (1, 512, 32, 64), kernels=SWEPT_ATTENTION_KERNELS)
+    return [g128, g64,
+            Group("attention", "128", g128.shape, g128.check_shape, True, g128.name, SWEPT_ATTENTION_KERNELS),
+            Group("attention", "64", g64.shape, g64.check_shape, True, g64.name, SWEPT_ATTENTION_KERNELS)]
+
+
+def triangle_groups() -> list[Group]:
+    """AlphaFold 3's pair stack: 4 heads of 32, N = 384 (all candidates), then N = 768."""
+    g384 = Group("triangle_attention", "32", (1, 384, 4, 32), (1, 384, 4, 32), kernels=TRIANGLE_KERNELS)
+    return [g384, Group("triangle_attention", "32", (1, 768, 4, 32), (1, 384, 4, 32), base=g384.name,
+                        kernels=TRIANGLE_KERNELS)]
+
+
+def shipped(op: str, key: str, kernel: str, causal: bool = False) -> dict:
+    """The config the kernels would use today, for the sweep to time first and compare with."""
+    if op == "attention":
+        from kernels.nvidia import attention as A
+        from kernels.triton import attention as flash
+
+        tuned = dict(A._tuned().get("sm90", {}).get(key, {}))
+        tuned.pop("narrow", None)
+        causal_only = tuned.pop("causal", None)
+        cfg = flash.merge_config(A.heuristic(int(key)), tuned, causal_only if causal else None)
+        section = {**cfg["dkdv"], "dq_atomic": True} if kernel == "dkdv_dq" else dict(cfg[kernel])
+        if kernel == "fwd":
+            knobs = flash.fwd_knobs(cfg)
+            section.update(pre_load_v=knobs["PRE_LOAD_V"], warp_specialize=knobs["WARP_SPECIALIZE"],
+                           exp2_split=knobs["EXP2_SPLIT"])
+        return section
+    from kernels.nvidia import triangle_attention as T
+
+    return T.config_for("H200", int(key), "bfloat16")[kernel]
+
+
+def same_config(a: dict, b: dict) -> bool:
+    keys = (set(a) | set(b)) - {"static"}
+    return all(a.get(k, False) == b.get(k, False) for k in keys)
+
+
+def candidate_list(group: Group, kernel: str) -> list[dict]:
+    """The shipped config first (marked), then the statically checked candidates."""
+    from kernels.tuning.space import candidates
+
+    current = shipped(group.op, group.key, kernel, group.causal)
+    rest = [c for c in candidates(group.op, group.key, kernel) if not same_config(c, current)]
+    return [{**current, "shipped": True}] + rest
+
+
+def plain(c: dict) -> dict:
+    return {k: v for k, v in c.items() if k not in ("static", "shipped")}
+
+
+def attention_inputs(shape, seed: int = 0):
+    import torch
+
+    b, s, h, d = shape
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q, k, v, do = (torch.randn(b, s, h, d, generator=g, device="cuda", dtype=torch.float32).to(torch.bfloat16)
+                   for _ in range(4))
+    return {"q": q, "k": k, "v": v, "do": do}
+
+
+def triangle_inputs(shape, seed: int = 0):
+    import torch
+
+    b, n, h, d = shape
+    g = torch.Generator(device="cuda").manual_seed(seed)
+
+    def r(*s):
+        return torch.randn(*s, generator=g, device="cuda", dtype=torch.float32)
+
+    return {"q": r(b, n, h, n, d).bfloat16(), "k": r(b, n, h, n, d).bfloat16(), "v": r(b, n, h, n, d).bfloat16(),
+            "bias": r(b, 1, h, n, n), "mask": torch.rand(b, n, 1, 1, n, generator=g, device="cuda") > 0.05,
+            "do": r(b, n, h, n, d).bfloat16()}
+
+
+def attention_saved(x, causal: bool):
+    """(o, lse) of the shipped forward, which the backward kernels read."""
+    from kernels.nvidia import attention as A
+
+    d = x["q"].shape[-1]
+    return A.attention_fwd(x["q"], x["k"], x["v"], None, None, causal, 1.0 / math.sqrt(d))
+
+
+def triangle_saved(x):
+    from kernels.nvidia import triangle_attention as T
+    from kernels.triton.triangle_attention import default_scale
+
+    return T.triangle_attention_fwd(x["q"], x["k"], x["v"], x["bias"], x["mask"], default_scale(x["q"].shape[-1]))
+
+
+def thunk(group: Group, kernel: str, cfg: dict, x: dict, saved):
+    """A no-argument launch of ``kernel`` at ``cfg`` on inputs ``x``; returns what it computes."""
+    cfg = plain(cfg)
+    if group.op == "attention":
+        from kernels.nvidia import attention as A
+        from kernels.triton import attention as flash
+
+        d = x["q"].shape[-1]
+        scale = 1.0 / math.sqrt(d)
+        if kernel == "dkdv_dq":  # the dK/dV launch then writes dQ too
+            kernel, cfg = "dkdv", {**cfg, "dq_atomic": True}
+        full = flash.merge_config(A.select_config(d, x["q"].device, causal=group.causal), {kernel: cfg})
+        if kernel == "fwd":
+            return lambda: flash.forward(x["q"], x["k"], x["v"], None, None, group.causal, scale, full, True)
+        o, lse = saved
+        return lambda: flash.backward(x["do"], x["q"], x["k"], x["v"], o, lse, None, None, group.causal, scale, False,
+                                      full, True, only=kernel)
+    from kernels.nvidia import triangle_attention as T
+    from kernels.triton.triangle_attention import default_scale
+
+    d = x["q"].shape[-1]
+    scale = default_scale(d)
+    full = T.config_for("H200", d, "bfloat16")
+    if kernel in ("fwd", "fwd_rows"):
+        full["fwd"] = cfg
+        return lambda: T.triangle_attention_fwd(x["q"], x["k"], x["v"], x["bias"], x["mask"], scale, full)
+    full[kernel] = cfg
+    out, lse = saved
+    return lambda: T.triangle_attention_bwd(x["q"], x["k"], x["v"], x["bias"], x["mask"], scale, out, lse, x["do"], full,
+                                            only=kernel)
+
+
+def outputs_of(group: Group, kernel: str, result) -> tuple:
+    """The tensors ``kernel`` writes, from what its thunk returned."""
+    if group.op == "attention":
+        return {"fwd": lambda r: r, "dkdv": lambda r: (r[1], r[2]), "dq": lambda r: (r[0],),
+                "dkdv_dq": lambda r: (r[0], r[1], r[2])}[kernel](result)
+    if kernel in ("fwd", "fwd_rows"):
+        return result
+    return {"bwd_dkdv": lambda r: (r[1], r[2]), "bwd_dq": lambda r: (r[0],),
+            "bwd_dbias": lambda r: (r[3],)}[kernel](result)
+
+
+def flops(group: Group, kernel: str) -> float:
+    """Matmul FLOPs each kernel runs: 2 per multiply-add, D per score element per dot; the forward
+    has 2 dots (QK^T, PV), dK/dV 4 (QK^T, dV, dP, dK), dQ 3 (QK^T, dP, dQ), dK/dV with dQ 5, dBias 2.
+    Causal halves."""
+    b, s, h, d = group.shape
+    if group.op == "attention":
+        scores = b * h * s * s * (0.5 if group.causal else 1.0)
+        per = {"fwd": 4, "dkdv": 8, "dq": 6, "dkdv_dq": 10}[kernel]  # 2 FLOPs per MAC x (2, 4, 3, 5) dots of D
+        return per * scores * d
+    scores = b * s * h * s * s
+    per = {"fwd": 4, "fwd_rows": 4, "bwd_dkdv": 8, "bwd_dq": 6, "bwd_dbias": 4}[kernel]  # dbias: QK^T, dP
+    return per * scores * d
+
+
+def full_backward(g: Group, cfgs: dict, x: dict, saved):
+    """A no-argument launch of the whole backward of group ``g`` at the kernel configs ``cfgs``."""
+    if g.op == "attention":
+        from kernels.nvidia import attention as A
+        from kernels.triton import attention as flash
+
+        d = x["q"].shape[-1]
+        full = flash.merge_config(A.select_config(d, x["q"].device, causal=g.causal), cfgs)
+        o, lse = saved
+        return lambda: flash.backward(x["do"], x["q"], x["k"], x["v"], o, lse, None, None, g.causal,
+                                      1.0 / math.sqrt(d), False, full, True)
+    from kernels.nvidia import triangle_attention as T
+    from kernels.triton.triangle_attention import default_scale
+
+    d = x["q"].shape[-1]
+    full = {**T.config_for("H200", d, "bfloat16"), **cfgs}
+    out, lse = saved
+    return lambda: T.triangle_attention_bwd(x["q"], x["k"], x["v"], x["bias"], x["mask"], default_scale(d), out, lse,
+                                            x["do"], full)
