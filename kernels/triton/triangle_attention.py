@@ -220,7 +220,17 @@ def key_validity(Mask, bi, offs_n, N, HAS_MASK: tl.constexpr):
 @triton.jit
 def bwd_dkdv_kernel(Q, K, V, Bias, Mask, DO, LSE, Delta, DK, DV, N, H, D, qk_scale, scale,
                     HAS_MASK: tl.constexpr, PRECISION: tl.constexpr,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                    DQ_ATOMIC: tl.constexpr = False, DQ32=None):
+    """dK, dV for BLOCK_N keys of one (batch, i, head) row, looping over its query blocks.
+
+    With ``DQ_ATOMIC`` it also adds this key block's share of dQ, ``scale * dS K``, into the
+    float32 DQ32 (laid out as q, zeroed by the caller) with atomics, and the dq kernel is not
+    run: one more dot here instead of that kernel's second recomputation of S, P and dP. The
+    programs of one row's key blocks run side by side, so each starts its query loop at a
+    different block (``pid_n``) to spread their atomics over different rows of dQ. The order
+    of the additions varies from run to run, so dQ is then not bitwise reproducible; dK and dV
+    still are."""
     pid_n = tl.program_id(0)
     r = tl.program_id(1).to(tl.int64)
     h = r % H
@@ -240,8 +250,12 @@ def bwd_dkdv_kernel(Q, K, V, Bias, Mask, DO, LSE, Delta, DK, DV, N, H, D, qk_sca
 
     dk = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
-    for start_m in range(0, N, BLOCK_M):
-        offs_m = start_m + tl.arange(0, BLOCK_M)
+    num_m = tl.cdiv(N, BLOCK_M)
+    for step in range(0, num_m):
+        block_m = step
+        if DQ_ATOMIC:
+            block_m = (step + pid_n) % num_m
+        offs_m = block_m * BLOCK_M + tl.arange(0, BLOCK_M)
         in_m = offs_m < N
         q_mask = in_m[:, None] & in_d[None, :]
         q = tl.load(Q + row + offs_m[:, None] * D + offs_d[None, :], mask=q_mask, other=0.0)
@@ -252,7 +266,11 @@ def bwd_dkdv_kernel(Q, K, V, Bias, Mask, DO, LSE, Delta, DK, DV, N, H, D, qk_sca
                        mask=in_m[:, None] & in_n[None, :], other=0.0).to(tl.float32)
         p, ds = probs_and_dscores(q, k, v, do, bias, lse2, delta, valid_n, qk_scale, PRECISION)
         dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PRECISION)
-        dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PRECISION)
+        ds_lo = ds.to(q.dtype)
+        dk += tl.dot(tl.trans(ds_lo), q, input_precision=PRECISION)
+        if DQ_ATOMIC:
+            dq = tl.dot(ds_lo, k, input_precision=PRECISION) * scale
+            tl.atomic_add(DQ32 + row + offs_m[:, None] * D + offs_d[None, :], dq, mask=q_mask, sem="relaxed")
     tl.store(DK + row + offs_n[:, None] * D + offs_d[None, :], (dk * scale).to(DK.dtype.element_ty), mask=kv_mask)
     tl.store(DV + row + offs_n[:, None] * D + offs_d[None, :], dv.to(DV.dtype.element_ty), mask=kv_mask)
 
@@ -297,13 +315,24 @@ def bwd_dq_kernel(Q, K, V, Bias, Mask, DO, LSE, Delta, DQ, N, H, D, qk_scale, sc
 @triton.jit
 def bwd_dbias_kernel(Q, K, V, Bias, Mask, DO, LSE, Delta, DBias, N, H, D, qk_scale,
                      HAS_MASK: tl.constexpr, PRECISION: tl.constexpr,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                     ROW_SPLIT: tl.constexpr = 1):
+    """A (BLOCK_M, BLOCK_N) tile of ``dbias = sum_i dS_i``, the sum over the pair rows i kept in
+    registers. With ``ROW_SPLIT`` > 1 the rows are cut into that many consecutive runs, one
+    program each, and each run's sum goes to its own slice of DBias (ROW_SPLIT, B, H, N, N),
+    which the caller adds up in a fixed order: more programs where B*H*(N/BLOCK)^2 alone would
+    not fill the GPU (144 at N = 384 for 132 SMs), and still the same sum on every run."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
-    bh = tl.program_id(2).to(tl.int64)  # b*H + h
+    pid_z = tl.program_id(2).to(tl.int64)  # (b*H + h) * ROW_SPLIT + split
+    bh = pid_z // ROW_SPLIT
+    split = pid_z % ROW_SPLIT
     h = bh % H
     b = bh // H
     bias_base = bh * N * N
+    rows_per_split = tl.cdiv(N, ROW_SPLIT)
+    row_lo = split * rows_per_split
+    row_hi = tl.minimum(row_lo + rows_per_split, N)
 
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -317,7 +346,7 @@ def bwd_dbias_kernel(Q, K, V, Bias, Mask, DO, LSE, Delta, DBias, N, H, D, qk_sca
     bias = tl.load(Bias + bias_base + offs_m[:, None] * N + offs_n[None, :], mask=tile, other=0.0).to(tl.float32)
 
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    for i in range(0, N):
+    for i in range(row_lo, row_hi):
         bi = b * N + i
         r = bi * H + h
         row = r * N * D
@@ -330,7 +359,9 @@ def bwd_dbias_kernel(Q, K, V, Bias, Mask, DO, LSE, Delta, DBias, N, H, D, qk_sca
         valid_n = key_validity(Mask, bi, offs_n, N, HAS_MASK)
         p, ds = probs_and_dscores(q, k, v, do, bias, lse2, delta, valid_n, qk_scale, PRECISION)
         acc += ds
-    tl.store(DBias + bias_base + offs_m[:, None] * N + offs_n[None, :], acc, mask=tile)
+    num_bh = tl.num_programs(2) // ROW_SPLIT
+    out_base = (split * num_bh + bh) * N * N
+    tl.store(DBias + out_base + offs_m[:, None] * N + offs_n[None, :], acc, mask=tile)
 
 
 # ----------------------------------------------------------------------------- configs
@@ -435,7 +466,9 @@ def triangle_attention_bwd(q, k, v, bias, mask, scale, out, lse, dout, config=No
                            extra_keys=(), only: str | None = None):
     """(dq, dk, dv, dbias); dbias in float32 before the cast to bias's dtype. ``only`` (a kernel
     name: "bwd_dkdv", "bwd_dq", "bwd_dbias") runs the preprocess and that kernel alone, for the
-    tuning sweep to time it; the other outputs are then left unwritten."""
+    tuning sweep to time it; the other outputs are then left unwritten. With ``DQ_ATOMIC`` in the
+    bwd_dkdv config, "bwd_dkdv" writes dq too (zeroing its float32 buffer and the final cast
+    included) and the dq kernel does not run unless ``only`` names it."""
     B, N, H, _, D = q.shape
     q, k, v, out, dout = (t.contiguous() for t in (q, k, v, out, dout))
     bias_c = bias.contiguous()
@@ -453,21 +486,35 @@ def triangle_attention_bwd(q, k, v, bias, mask, scale, out, lse, dout, config=No
 
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     c = cfgs["bwd_dkdv"]
+    # DQ_ATOMIC: the dK/dV kernel adds dQ into a zeroed float32 buffer and the dq kernel is
+    # skipped (unless it is the one being timed).
+    dq_atomic = bool(c.get("DQ_ATOMIC")) and only != "bwd_dq"
+    atomic = {}
+    if dq_atomic:
+        dq32 = torch.zeros(q.shape, device=q.device, dtype=torch.float32)
+        atomic = dict(DQ_ATOMIC=True, DQ32=dq32)
     _run(launcher(bwd_dkdv_kernel, on_gpu=on_gpu), only, "bwd_dkdv")[(triton.cdiv(N, c["BLOCK_N"]), B * N * H)](
         q, k, v, bias_c, mask_i8, dout, lse, delta, dk, dv, N, H, D, scale * LOG2E, scale,
-        HAS_MASK=has_mask, PRECISION=prec, BLOCK_M=c["BLOCK_M"], BLOCK_N=c["BLOCK_N"], HEAD_DIM=hd,
+        HAS_MASK=has_mask, PRECISION=prec, BLOCK_M=c["BLOCK_M"], BLOCK_N=c["BLOCK_N"], HEAD_DIM=hd, **atomic,
         **(_launch_options(c, extra_keys) if on_gpu else {}))
-    c = cfgs["bwd_dq"]
-    _run(launcher(bwd_dq_kernel, on_gpu=on_gpu), only, "bwd_dq")[(triton.cdiv(N, c["BLOCK_M"]), B * N * H)](
-        q, k, v, bias_c, mask_i8, dout, lse, delta, dq, N, H, D, scale * LOG2E, scale,
-        HAS_MASK=has_mask, PRECISION=prec, BLOCK_M=c["BLOCK_M"], BLOCK_N=c["BLOCK_N"], HEAD_DIM=hd,
-        **(_launch_options(c, extra_keys) if on_gpu else {}))
-    dbias = torch.empty((B, 1, H, N, N), device=q.device, dtype=torch.float32)
+    if dq_atomic:
+        if only in (None, "bwd_dkdv"):
+            dq.copy_(dq32)
+    else:
+        c = cfgs["bwd_dq"]
+        _run(launcher(bwd_dq_kernel, on_gpu=on_gpu), only, "bwd_dq")[(triton.cdiv(N, c["BLOCK_M"]), B * N * H)](
+            q, k, v, bias_c, mask_i8, dout, lse, delta, dq, N, H, D, scale * LOG2E, scale,
+            HAS_MASK=has_mask, PRECISION=prec, BLOCK_M=c["BLOCK_M"], BLOCK_N=c["BLOCK_N"], HEAD_DIM=hd,
+            **(_launch_options(c, extra_keys) if on_gpu else {}))
     c = cfgs["bwd_dbias"]
-    _run(launcher(bwd_dbias_kernel, on_gpu=on_gpu), only, "bwd_dbias")[(triton.cdiv(N, c["BLOCK_M"]), triton.cdiv(N, c["BLOCK_N"]), B * H)](
+    split = int(c.get("ROW_SPLIT", 1))
+    dbias = torch.empty((split, B, 1, H, N, N), device=q.device, dtype=torch.float32)
+    grid = (triton.cdiv(N, c["BLOCK_M"]), triton.cdiv(N, c["BLOCK_N"]), B * H * split)
+    _run(launcher(bwd_dbias_kernel, on_gpu=on_gpu), only, "bwd_dbias")[grid](
         q, k, v, bias_c, mask_i8, dout, lse, delta, dbias, N, H, D, scale * LOG2E,
         HAS_MASK=has_mask, PRECISION=prec, BLOCK_M=c["BLOCK_M"], BLOCK_N=c["BLOCK_N"], HEAD_DIM=hd,
-        **(_launch_options(c, extra_keys) if on_gpu else {}))
+        ROW_SPLIT=split, **(_launch_options(c, extra_keys) if on_gpu else {}))
+    dbias = dbias[0] if split == 1 else dbias.sum(0)  # a fixed-order sum: the same bits every run
     return dq, dk, dv, dbias.to(bias.dtype)
 
 
@@ -482,9 +529,9 @@ def compile_specs(dtype: str, head_dim: int, device: str, *, table: Path, prefix
     """A ``kernels.isa.CompileSpec`` per kernel at ``table``'s config for ``device``, specialized as
     a launch at the AlphaFold sizes (N = 384 or 768, head dim 32: multiples of 16) specializes it."""
     cfgs = config_for(device, head_dim, dtype, table)
-    return [kernel_spec(name, cfgs[name], dtype, head_dim, prefix=prefix, extra_keys=extra_keys,
-                        aligned=head_dim % 16 == 0)
-            for name in (*KERNELS, "fwd_rows")]
+    return [kernel_spec(name, cfgs["bwd_dkdv" if name == "bwd_dkdv_dq" else name], dtype, head_dim, prefix=prefix,
+                        extra_keys=extra_keys, aligned=head_dim % 16 == 0)
+            for name in (*KERNELS, "fwd_rows", "bwd_dkdv_dq")]
 
 
 def kernel_spec(name: str, cfg: dict, dtype: str = "bfloat16", head_dim: int = 32, *,
@@ -513,13 +560,20 @@ def kernel_spec(name: str, cfg: dict, dtype: str = "bfloat16", head_dim: int = 3
                                          "DO": f"*{t}", "LSE": "*fp32", "Delta": "*fp32", "DBias": "*fp32",
                                          **common, "qk_scale": "fp32"}),
     }
+    kernels["bwd_dkdv_dq"] = (bwd_dkdv_kernel, {**kernels["bwd_dkdv"][1], "DQ32": "*fp32"})
     fn, signature = kernels[name]
     constexprs = {"HAS_MASK": True, "PRECISION": prec, "BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"],
                   "HEAD_DIM": hd}
+    if fn is bwd_dkdv_kernel:  # "bwd_dkdv_dq": the dK/dV kernel with dQ added in it
+        constexprs["DQ_ATOMIC"] = name == "bwd_dkdv_dq" or bool(cfg.get("DQ_ATOMIC", False))
+        if not constexprs["DQ_ATOMIC"]:
+            constexprs["DQ32"] = None
     if fn is fwd_rows_kernel:
         constexprs["ROWS"] = cfg["ROWS"]
     if fn is fwd_kernel:
         constexprs["EXP2_SPLIT"] = bool(cfg.get("EXP2_SPLIT", False))
+    if fn is bwd_dbias_kernel:
+        constexprs["ROW_SPLIT"] = int(cfg.get("ROW_SPLIT", 1))
     signature = {**signature, **{key: "constexpr" for key in constexprs}}
     opts = {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}
     for key in extra_keys:
