@@ -22,7 +22,8 @@ app = typer.Typer(
 )
 
 # Modules under roofline.commands, one per subcommand (or group of them).
-COMMANDS = ("backends", "bench", "device_check", "inspect", "run", "tune", "microbench", "fit", "export_templates", "sweep")
+COMMANDS = ("backends", "bench", "device_check", "inspect", "run", "tune", "microbench", "fit", "export_templates", "import_point",
+            "sweep")
 
 for _name in COMMANDS:
     importlib.import_module(f"roofline.commands.{_name}").register(app)

@@ -10,15 +10,43 @@
 #   gemm  (about 4 minutes): the skinny-GEMM sweep on the benchmark's own skinny shapes, applied,
 #         then `ceiling device-check --op gemm` against cuBLAS.
 #   check (about 7 minutes): `ceiling device-check` of every op with the tables in the tree.
+#   pair  (about 7.5 minutes): the AlphaFold-3 pair stack. 1. the `gpu` test of a Boltz Pairformer pair
+#         stack patched with kernels.triangle against the unpatched one (float32 to 1e-5, bf16 autocast
+#         by the error-ratio rule, outputs and every parameter gradient, a padded tail of tokens);
+#         2. short triangle-attention and trimul tuning sweeps, applied; 3. `ceiling bench pair_stack`
+#         (one Boltz-2 PairformerLayer pair stack, forward+backward, N = 384 and 768, bf16 autocast:
+#         ours patched, and patched under torch.compile, against Boltz eager, compiled and
+#         cuEquivariance via use_kernels=True; time and peak memory); 4. the triangle-attention and
+#         trimul benchmarks.
+#         It needs Boltz and, for the cuEquivariance baseline, cuEquivariance on the machine, which
+#         reaches no package index: build the folders here and carry them (`run`'s carry, ignored
+#         paths, 64 MiB per call). Boltz (4 MB) goes in one call:
+#           pip install --no-deps --target .pair-deps/boltz boltz==2.2.1 einops
+#         cuEquivariance's CUDA 13 wheels are about 74 MB, over one call's carry, so they come over two
+#         calls into one --target folder (PYVER: the machine's Python, e.g. 3.12; the first wheel set
+#         also holds the small dependencies the device's torch lacks):
+#           pip download --no-deps --python-version PYVER --only-binary=:all: -d .pair-wheels/1 \
+#             cuequivariance==0.13.0 cuequivariance-torch==0.13.0 cuequivariance-ops-cu13==0.13.0 \
+#             opt-einsum tqdm platformdirs                                               # ~45 MB
+#           pip download --no-deps --python-version PYVER --only-binary=:all: -d .pair-wheels/2 \
+#             cuequivariance-ops-torch-cu13==0.13.0                                       # ~29 MB
+#         call 1, carry [".pair-deps", ".pair-wheels/1"]:
+#           pip install --no-deps --target .pair-deps/cueq .pair-wheels/1/*.whl
+#         call 2, carry [".pair-wheels/2"] only (carrying .pair-deps again would replace the folder the
+#         first call filled; uncarried ignored paths stay on the machine while it is held):
+#           pip install --no-deps --target .pair-deps/cueq .pair-wheels/2/*.whl && scripts/h200_check.sh OUT pair
+#         The part puts $PAIR_DEPS/boltz and $PAIR_DEPS/cueq (PAIR_DEPS=.pair-deps) on PYTHONPATH; without
+#         Boltz it stops after saying so, without cuEquivariance that baseline is skipped with the reason.
 # A later command starts from the tree as committed, not from what an earlier one applied on the
 # machine: commit the tables a run returns before relying on them in another.
-# Usage: scripts/h200_check.sh OUTDIR [main|gemm|check]  -> OUTDIR/log.txt and OUTDIR/results.tgz,
+# Usage: scripts/h200_check.sh OUTDIR [main|gemm|check|pair]  -> OUTDIR/log.txt and OUTDIR/results.tgz,
 # refreshed after every stage so that a run cut short still returns what it finished.
 # Knobs: TEST_BUDGET_S (90), ATTN_TUNE_BUDGET_S (100), TRI_TUNE_BUDGET_S (35), TRIMUL_TUNE_BUDGET_S (40),
 # GEMM_TUNE_SHAPES (gemm-llm-skinny), TUNE_BUDGET_S (40), CHECK_BUDGET_S (150 for main, 120 for gemm,
-# 400 for check), MICROBENCH=--microbench (check only).
+# 400 for check), MICROBENCH=--microbench (check only); for pair: PAIR_DEPS (.pair-deps), PAIR_TEST_BUDGET_S (90),
+# TRI_TUNE_BUDGET_S and TRIMUL_TUNE_BUDGET_S (25 each), PAIR_BENCH_BUDGET_S (140), TRI_BENCH_BUDGET_S (50).
 set -uo pipefail
-dest=${1:?usage: $0 OUTDIR [main|gemm|check]}
+dest=${1:?usage: $0 OUTDIR [main|gemm|check|pair]}
 part=${2:-main}
 work=$(mktemp -d)
 mkdir -p "$dest" "$work/tune"
@@ -31,6 +59,13 @@ sweep() {  # sweep OP BUDGET_S TABLE_FILE [extra args]
   shift 3
   timeout $((budget + 90)) python3 -m roofline.cli tune "$op" --out "$work/tune" --budget-s "$budget" --apply "$@" 2>&1 | log
   cp "kernels/nvidia/configs/$table" "$work/tune/${table%.json}-table-after.json"
+  save
+}
+bench() {  # bench BUDGET_S OP... : `ceiling bench` on the device suite; the timeout only guards against a hang
+  local budget=$1
+  shift
+  timeout $((budget + 150)) python3 -m roofline.cli bench "$@" --shapes device --out "$work/bench" --budget-s "$budget" \
+    --ceilings "$work/bench/ceilings.json" 2>&1 | log
   save
 }
 check() {  # check BUDGET_S [device-check args]
@@ -62,8 +97,25 @@ case "$part" in
   check)
     check "${CHECK_BUDGET_S:-400}" "${MICROBENCH:---no-microbench}"
     ;;
+  pair)
+    deps=$(realpath -m "${PAIR_DEPS:-.pair-deps}")
+    export PYTHONPATH="$deps/boltz:$deps/cueq${PYTHONPATH:+:$PYTHONPATH}"
+    if ! python3 -c "import boltz.model.layers.pairformer" 2>&1 | log; then
+      echo "pair: Boltz is not importable from $deps/boltz; see this script's header for how to bring it" | log
+      save
+      exit 2
+    fi
+    python3 -c "import cuequivariance_torch, cuequivariance_ops_torch; print('cuequivariance', cuequivariance_torch.__version__)" 2>&1 | tail -1 | log
+    timeout "${PAIR_TEST_BUDGET_S:-90}" python3 -m pytest tests/test_triangle_models.py -m gpu -q -p no:cacheprovider -rs \
+      -o addopts="" --junitxml="$work/pair-tests.xml" 2>&1 | tail -30 | log
+    save
+    sweep triangle-attention "${TRI_TUNE_BUDGET_S:-25}" triangle_attention.json --rep-ms 10
+    sweep trimul "${TRIMUL_TUNE_BUDGET_S:-25}" triangle_multiplication.json --rep-ms 50
+    bench "${PAIR_BENCH_BUDGET_S:-140}" pair_stack
+    bench "${TRI_BENCH_BUDGET_S:-50}" triangle_attention triangle_multiplicative_update
+    ;;
   *)
-    echo "part: expected main, gemm or check, got $part" | log
+    echo "part: expected main, gemm, check or pair, got $part" | log
     exit 2
     ;;
 esac

@@ -22,11 +22,12 @@ from kernels.tuning.attention import sweep as attention_sweep
 
 
 def _sample(op: str, per_kernel: int = 1) -> list[tuple]:
-    """A fixed sample of shipped candidates: per (key, kernel), a seeded pick (and the first)."""
+    """A fixed sample of shipped candidates: per (key, sweep kernel), a seeded pick (and the first)."""
     rng = random.Random(0)
     picks = []
-    for key, kernels in space.load(op)["candidates"].items():
-        for kernel, cands in kernels.items():
+    for key in space.keys(op):
+        for kernel in space.kernels(op):
+            cands = space.candidates(op, key, kernel)
             if not cands:  # every grid point spilled: the sweep times the shipped config alone
                 continue
             chosen = {0, rng.randrange(len(cands))} if per_kernel > 1 else {rng.randrange(len(cands))}
@@ -46,20 +47,23 @@ def test_shipped_candidates_compile_without_spills(op, key, kernel, cand):
     assert facts["shared_bytes"] <= space.SMEM_LIMIT
 
 
-@pytest.mark.parametrize("op", space.OPS)
-def test_every_grid_point_is_a_candidate_or_dropped_with_a_reason(op):
-    table = space.load(op)
+@pytest.mark.parametrize("family", space.FAMILIES)
+def test_every_grid_point_is_a_candidate_or_dropped_with_a_reason(family):
+    """The lists are the space's: made from today's grid (the digests match), every grid point kept or
+    dropped with a reason, every kept point within the space's constraints."""
+    table = space.load(family)
     assert table["checked_with"], "the candidate list was never checked"
-    for key, kernels in table["space"].items():
-        for kernel, knobs in kernels.items():
-            kept = [{k: v for k, v in c.items() if k != "static"} for c in table["candidates"][key][kernel]]
-            dropped = table["dropped"][key][kernel]
+    assert space.stale(family) == [], f"the {family} space changed since its candidates were made: rerun the filter"
+    for key in space.keys(family):
+        for section in space.sections(family):
+            kept = [{k: v for k, v in c.items() if k != "static"} for c in table["candidates"][key][section]]
+            dropped = table["dropped"][key][section]
             assert all(d["why"] for d in dropped)
             seen = kept + [d["config"] for d in dropped]
-            for point in space.grid(knobs):
-                assert point in seen, f"{op} {key} {kernel}: {point} is neither kept nor dropped"
+            for point in space.grid(family, section):
+                assert point in seen, f"{family} {key} {section}: {point} is neither kept nor dropped"
             for point in kept:
-                assert space.rule_drop(op, kernel, key, point, table.get("rules", {})) is None
+                assert space.rule_drop(family, section, key, point) is None
 
 
 def test_shipped_configs_are_timed_first():

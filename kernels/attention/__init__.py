@@ -39,9 +39,12 @@ def attention(
         backend: "reference", "nvidia" or "amd"; None picks the GPU vendor for GPU
             arrays and the reference otherwise. A Triton backend named for CPU tensors
             runs its kernels under the Triton interpreter.
-        config: tiles for the chosen Triton backend, overriding its tuned table, e.g.
+        config: tiles for the chosen backend, overriding its tuned table, e.g.
             ``{"fwd": {"block_m": 64, "block_n": 64, "num_warps": 4, "num_stages": 2},
-            "dkdv": {...}, "dq": {...}, "use_tma": False}``.
+            "dkdv": {...}, "dq": {...}, "use_tma": False}`` on the Triton backends (a partial
+            config overrides the keys it names, section by section). Its keys, domains and
+            constraints are the backend's space (``kernels/spaces/attention.json``), checked
+            before anything launches.
 
     Queries that see no key get output 0 and lse -inf, and zero gradients.
     Returns ``out`` like q, or ``(out, lse)``. Raises ``kernels.errors.InputError`` naming

@@ -20,9 +20,12 @@ from pathlib import Path
 
 import torch
 
+from kernels import spaces
+from kernels.errors import InputError
 from kernels.triton import attention as flash
 
 CONFIG_FILE = Path(__file__).parent / "configs" / "attention.json"
+TARGET = "sm_90a"
 
 
 @functools.cache
@@ -64,7 +67,10 @@ def select_config(head_dim: int, device: torch.device | str, config: dict | None
     overrides for causal attention (the tuning sweep measures both), then its ``"narrow"``
     overrides when more registers are live per tile (a bias or mask tile next to the scores, or
     pointer loads instead of TMA), then its ``"pointer_bias"`` overrides when both hold, then
-    ``config``."""
+    ``config``, checked against the sm_90a space (``kernels/spaces/attention.json``): its keys
+    and values, then the merged config's constraints at this head dim (16-bit inputs)."""
+    if config is not None:
+        spaces.check("attention", TARGET, config, partial=True)
     pad = flash.head_dim_pad(head_dim)
     base = heuristic(pad)
     tuned = dict(_tuned().get(device_key(device), {}).get(str(pad), {}))
@@ -73,8 +79,13 @@ def select_config(head_dim: int, device: torch.device | str, config: dict | None
     causal_only = tuned.pop("causal", None)
     if narrow:
         base = flash.merge_config(base, heuristic_narrow(pad))
-    return flash.merge_config(base, tuned, causal_only if causal else None, narrower if narrow else None,
-                              narrowest if pointer_bias else None, config)
+    cfg = flash.merge_config(base, tuned, causal_only if causal else None, narrower if narrow else None,
+                             narrowest if pointer_bias else None, config)
+    spaces.check("attention", TARGET, cfg, {"head_dim": head_dim, "dtype_bytes": 2})
+    if cfg.get("implementation", "triton") != "triton":
+        raise InputError("config", "implementation 'triton' (the Gluon kernels are not wired into this backend yet)",
+                         repr(cfg["implementation"]))
+    return cfg
 
 
 # ----------------------------------------------------------------------------------------------

@@ -4,120 +4,28 @@
     out = kernels.triangle_attention(q, k, v, bias, mask=mask)
     z = kernels.triangle_multiplicative_update(x, "outgoing", mask=m, p_in_weight=..., ...)
 
-Both accept PyTorch tensors (a ``torch.library`` custom op with autograd) or JAX
-arrays (a ``jax.custom_vjp`` function). Modules that load OpenFold/Boltz weights
-are in :mod:`kernels.triangle.modules`; the direction conventions, and the swap
-that AlphaFold 3's released weights need, are in ``CONVENTIONS.md`` next to this
-file.
+    kernels.triangle.patch(boltz_or_openfold_model)   # their triangle layers -> ours, same weights
+
+Both ops accept PyTorch tensors (a ``torch.library`` custom op with autograd) or JAX
+arrays (a ``jax.custom_vjp`` function), in cuEquivariance's argument forms. Modules
+that load Boltz/OpenFold weights strictly are in :mod:`kernels.triangle.modules`;
+:func:`patch` swaps them into a model. The direction conventions, the swap that
+AlphaFold 3's released weights need and what padded positions get are in
+``CONVENTIONS.md`` next to this file.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from kernels.errors import InputError
+from kernels.triangle.ops import triangle_attention, triangle_multiplicative_update
 from kernels.triangle.reference import TRIMUL_WEIGHTS
-from kernels.triangle.spec import DIRECTIONS, check_attention, check_trimul, default_backend
+from kernels.triangle.spec import DIRECTIONS
 
-__all__ = ["triangle_attention", "triangle_multiplicative_update", "DIRECTIONS", "TRIMUL_WEIGHTS"]
-
-
-def _backend(backend: str | None, device: str) -> str:
-    from kernels.backends import BACKENDS
-
-    if backend is not None and backend not in BACKENDS:
-        raise InputError("backend", f"one of {BACKENDS} or None", repr(backend))
-    return backend or default_backend(device)
+__all__ = ["triangle_attention", "triangle_multiplicative_update", "patch", "DIRECTIONS", "TRIMUL_WEIGHTS"]
 
 
-def triangle_attention(q, k, v, bias, mask=None, scale=None, backend: str | None = None, config: dict | None = None,
-                       return_lse: bool = False):
-    """Triangle attention (starting-node orientation) in cuEquivariance's layout.
+def patch(model, backend: str | None = None):
+    """Replace every Boltz/OpenFold triangle layer inside ``model`` with ours, in place; see
+    :func:`kernels.triangle.patching.patch` (returns (qualified name, replaced class, new module))."""
+    from kernels.triangle.patching import patch as _patch
 
-    Args:
-        q, k, v: (B, N, H, N, D); float16, bfloat16 or float32.
-        bias: (B, 1, H, N, N), shared by the N rows; its gradient is a sum over rows,
-            computed in float32 without an O(N^3) buffer.
-        mask: optional (B, N, 1, 1, N) bool, True = valid key. A row with no valid
-            key gives zeros (and zero gradients), never NaN.
-        scale: multiplies q.k; default 1/sqrt(D).
-        backend: "reference", "nvidia", "amd", ... None picks the device's vendor
-            (the reference for CPU arrays); a Triton backend named for CPU tensors
-            runs under the Triton interpreter.
-        config: per-kernel block sizes overriding the tuned table.
-        return_lse: also return the float32 (B, N, H, N) log-sum-exp (torch only).
-
-    The ending-node orientation is this op on the transposed pair tensor
-    (``TriangleAttention(starting=False)`` does it).
-    """
-    problem = check_attention(q, k, v, bias, mask, scale)
-    chosen = _backend(backend, problem.device)
-    if problem.framework == "torch":
-        from kernels.triangle import torch_op
-
-        out, lse = torch_op.triangle_attention(q, k, v, bias, mask, problem.scale, chosen, config)
-        return (out, lse) if return_lse else out
-    from kernels.triangle import jax_op
-
-    return jax_op.triangle_attention(q, k, v, bias, mask, problem.scale, chosen, config)
-
-
-def _default_weights(x, weights: dict[str, Any], c: int, cz: int) -> list:
-    """Ones/zeros for absent LayerNorm affine parameters and biases, in x's framework."""
-    shapes = {"norm_in_weight": (cz, 1.0), "norm_in_bias": (cz, 0.0), "p_in_bias": (2 * c, 0.0),
-              "g_in_bias": (2 * c, 0.0), "norm_out_weight": (c, 1.0), "norm_out_bias": (c, 0.0),
-              "p_out_bias": (cz, 0.0), "g_out_bias": (cz, 0.0)}
-    ref = weights["p_in_weight"]
-    out = []
-    for name in TRIMUL_WEIGHTS:
-        w = weights.get(name)
-        if w is None:
-            size, fill = shapes[name]
-            if hasattr(ref, "new_full"):
-                w = ref.new_full((size,), fill)
-            else:
-                import jax.numpy as jnp
-
-                w = jnp.full((size,), fill, ref.dtype)
-        out.append(w)
-    return out
-
-
-def triangle_multiplicative_update(
-    x, direction: str = "outgoing", mask=None, norm_in_weight=None, norm_in_bias=None, p_in_weight=None,
-    p_in_bias=None, g_in_weight=None, g_in_bias=None, norm_out_weight=None, norm_out_bias=None, p_out_weight=None,
-    p_out_bias=None, g_out_weight=None, g_out_bias=None, eps: float = 1e-5, precision=None,
-    backend: str | None = None, config: dict | None = None,
-):
-    """The triangle multiplicative update (AlphaFold 3 Algorithms 12 and 13).
-
-    Same arguments as ``cuequivariance_torch.triangle_multiplicative_update``:
-    x (B, N, N, c_z) or (N, N, c_z); p_in/g_in (2c, c_z) with a = first c rows,
-    b = last c; p_out (c_z, c); g_out (c_z, c_z); LayerNorm parameters and biases
-    optional. ``direction="outgoing"``: y_ij = sum_k a_ik b_jk;
-    ``"incoming"``: y_ij = sum_k a_ki b_kj (see CONVENTIONS.md for AlphaFold 3's
-    released weights). ``precision`` is accepted for signature compatibility: the
-    contraction always accumulates in float32, and float32 inputs are computed
-    without TF32.
-    """
-    weights = {name: value for name, value in locals().items() if name in TRIMUL_WEIGHTS}
-    squeeze = False
-    from kernels.arrays import describe
-
-    info = describe(x)
-    if info is not None and len(info.shape) == 3:
-        x = x[None]
-        mask = None if mask is None else mask[None]
-        squeeze = True
-    problem = check_trimul(x, direction, mask, weights)
-    chosen = _backend(backend, problem.device)
-    ordered = _default_weights(x, weights, problem.c_hidden, problem.c_z)
-    if problem.framework == "torch":
-        from kernels.triangle import torch_op
-
-        out = torch_op.triangle_multiplicative_update(x, direction, mask, ordered, eps, chosen, config)
-    else:
-        from kernels.triangle import jax_op
-
-        out = jax_op.triangle_multiplicative_update(x, direction, mask, ordered, eps, chosen, config)
-    return out[0] if squeeze else out
+    return _patch(model, backend)

@@ -64,11 +64,11 @@ class _TorchBackendJax:
         self.gpu = jax_bridge.on_gpu() and backend in TRITON_BACKENDS
 
     def _gpu_config(self, vendor, *shape_key, dtype) -> dict:
-        """``config``, else the entry for JAX's GPU of the table of ``vendor`` (the backend's
-        module for the op, whose ``config_for`` reads that vendor's table)."""
+        """``config`` merged over the entry for JAX's GPU of the table of ``vendor`` (the
+        backend's module for the op, whose ``resolve_config`` checks it against the space)."""
         from kernels import jax_bridge
 
-        return self.config or vendor.config_for(jax_bridge.device_name(), *shape_key, jnp.dtype(dtype).name)
+        return vendor.resolve_config(jax_bridge.device_name(), *shape_key, jnp.dtype(dtype).name, self.config)
 
     def triangle_attention_fwd_jax(self, q, k, v, bias, mask, scale):
         if self.gpu:
@@ -141,11 +141,13 @@ class _ReferenceJax:
 
     @staticmethod
     def triangle_attention_bwd_jax(q, k, v, bias, mask, scale, out, lse, dout):
+        wide = jnp.promote_types(q.dtype, jnp.float32)
+
         def f(q, k, v, bias):
-            return reference.attention_jax(q, k, v, bias, mask, scale)[0].astype(jnp.float32)
+            return reference.attention_jax(q, k, v, bias, mask, scale)[0].astype(wide)
 
         _, vjp = jax.vjp(f, q, k, v, bias)
-        return vjp(dout.astype(jnp.float32))
+        return vjp(dout.astype(wide))
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
@@ -208,11 +210,13 @@ def _trimul_bwd(direction, eps, backend, config, residuals, dout):
     if impl is not None:
         dx, dweights = impl.trimul_bwd_jax(x, direction, mask, weights, eps, dout)
     else:
+        wide = jnp.promote_types(x.dtype, jnp.float32)
+
         def f(x, weights):
-            return reference.trimul_jax(x, direction, mask, *weights, eps=eps).astype(jnp.float32)
+            return reference.trimul_jax(x, direction, mask, *weights, eps=eps).astype(wide)
 
         _, vjp = jax.vjp(f, x, weights)
-        dx, dweights = vjp(dout.astype(jnp.float32))
+        dx, dweights = vjp(dout.astype(wide))
     dmask = None if mask is None else jnp.zeros_like(mask) if jnp.issubdtype(mask.dtype, jnp.floating) else \
         jnp.zeros(mask.shape, jax.dtypes.float0)
     return (dx.astype(x.dtype), dmask, tuple(d.astype(w.dtype) for d, w in zip(dweights, weights)))

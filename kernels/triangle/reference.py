@@ -130,13 +130,13 @@ def trimul_bwd(x, direction, mask, weights, eps, dout, compute_dtype=None):
 
 
 def attention_jax(q, k, v, bias, mask=None, scale=None):
-    """(out, lse) on JAX arrays in float32; same semantics as :func:`attention`."""
+    """(out, lse) on JAX arrays in float32 (float64 for float64 inputs); same semantics as :func:`attention`."""
     import jax
     import jax.numpy as jnp
 
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     hi = jax.lax.Precision.HIGHEST
-    f32 = jnp.float32
+    f32 = jnp.promote_types(q.dtype, jnp.float32)
     s = jnp.einsum("bihjd,bihkd->bihjk", q.astype(f32), k.astype(f32), precision=hi) * scale + bias.astype(f32)
     if mask is not None:
         s = jnp.where(mask, s, -jnp.inf)
@@ -152,12 +152,12 @@ def attention_jax(q, k, v, bias, mask=None, scale=None):
 
 def trimul_jax(x, direction, mask, norm_in_weight, norm_in_bias, p_in_weight, p_in_bias, g_in_weight, g_in_bias,
                norm_out_weight, norm_out_bias, p_out_weight, p_out_bias, g_out_weight, g_out_bias, eps=1e-5):
-    """:func:`trimul` on JAX arrays in float32."""
+    """:func:`trimul` on JAX arrays in float32 (float64 for float64 inputs)."""
     import jax
     import jax.numpy as jnp
 
     hi = jax.lax.Precision.HIGHEST
-    f32 = jnp.float32
+    f32 = jnp.promote_types(x.dtype, jnp.float32)
 
     def ln(t, w, b):
         mu = t.mean(-1, keepdims=True)

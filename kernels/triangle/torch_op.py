@@ -20,6 +20,11 @@ from kernels import backends
 from kernels.triangle import reference
 
 
+def _reference_dtype(x: torch.Tensor) -> torch.dtype:
+    """The reference computes in float32, or in float64 for float64 inputs."""
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
 def _config(config: Optional[str]):
     return json.loads(config) if config else None
 
@@ -79,8 +84,8 @@ triangle_attention_op.register_autograd(_attn_backward, setup_context=_attn_setu
 
 
 def triangle_attention(q, k, v, bias, mask, scale, backend, config):
-    if backend == "reference":  # plain autograd through the oracle
-        return reference.attention(q, k, v, bias, mask, scale)
+    if backend == "reference":  # plain autograd through the oracle, in float64 for float64 inputs
+        return reference.attention(q, k, v, bias, mask, scale, compute_dtype=_reference_dtype(q))
     out, lse = triangle_attention_op(q, k, v, bias, mask, float(scale), backend,
                                      json.dumps(config, sort_keys=True) if config else None)
     return out, lse
@@ -146,7 +151,7 @@ trimul_op.register_autograd(_trimul_backward, setup_context=_trimul_setup)
 
 def triangle_multiplicative_update(x, direction, mask, weights, eps, backend, config):
     if backend == "reference":
-        return reference.trimul(x, direction, mask, *weights, eps=eps)
+        return reference.trimul(x, direction, mask, *weights, eps=eps, compute_dtype=_reference_dtype(x))
     out, _ = trimul_op(x, direction, mask, list(weights), float(eps), backend,
                        json.dumps(config, sort_keys=True) if config else None)
     return out

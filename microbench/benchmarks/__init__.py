@@ -4,7 +4,7 @@
     for case in cases_for("gemm", "gemm-llm", device="cuda"):
         ...
 
-Each op has a module (``gemm``, ``attention``, ``triangle``) with
+Each op has a module (``gemm``, ``attention``, ``triangle``, ``pair_stack``) with
 ``suite_names()`` and a function ``(suite, device) -> list[Case]``; a module may
 also define ``unavailable()``, the reason it has no cases in this checkout.
 Generic suite names: ``default`` (the full suite), ``device`` (what ``ceiling
@@ -24,6 +24,7 @@ OPS: dict[str, tuple[str, str]] = {
     "attention": ("microbench.benchmarks.attention", "cases"),
     "triangle_attention": ("microbench.benchmarks.triangle", "attention_cases"),
     "triangle_multiplicative_update": ("microbench.benchmarks.triangle", "trimul_cases"),
+    "pair_stack": ("microbench.benchmarks.pair_stack", "cases"),
 }
 GENERIC_SUITES = ("default", "device", "check", "tiny")
 

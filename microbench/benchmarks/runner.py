@@ -435,6 +435,8 @@ class Row:
     baseline_s: float | None
     speedup: float | None
     note: str = ""
+    ours_peak_bytes: int | None = None  # device memory above the inputs at one call's peak (check run)
+    baseline_peak_bytes: int | None = None
 
 
 def rows(result: CaseResult) -> list[Row]:
@@ -449,7 +451,8 @@ def rows(result: CaseResult) -> list[Row]:
     bases = [result.impls[b.name] for b in case.baselines if b.runs]
     if not ours:
         why = "; ".join(f"{o.name}: {o.skip}" for o in case.ours)
-        return [Row(case.op, shape, "-", None, b.impl.name, result.median(b.impl.name), None, why) for b in bases]
+        return [Row(case.op, shape, "-", None, b.impl.name, result.median(b.impl.name), None, why,
+                    baseline_peak_bytes=b.peak_bytes) for b in bases]
     out: list[Row] = []
     for mine in ours:
         for base in bases or [None]:
@@ -457,7 +460,9 @@ def rows(result: CaseResult) -> list[Row]:
             b = result.median(base.impl.name) if base else None
             notes = [f"{x.impl.name} {x.status}: {x.why}" for x in (mine, base) if x and x.status != "measured"]
             out.append(
-                Row(case.op, shape, mine.impl.name, a, base.impl.name if base else "-", b, b / a if a and b else None, "; ".join(notes))
+                Row(case.op, shape, mine.impl.name, a, base.impl.name if base else "-", b, b / a if a and b else None,
+                    "; ".join(notes), ours_peak_bytes=mine.peak_bytes,
+                    baseline_peak_bytes=base.peak_bytes if base else None)
             )
     return out
 

@@ -29,6 +29,17 @@ def _fmt_time(s: float | None) -> str:
     return f"{s * 1e6:,.1f} us" if s < 1e-2 else f"{s * 1e3:,.2f} ms"
 
 
+def _fmt_bytes(n: int | None) -> str:
+    if n is None:
+        return ""
+    return f"{n / 2**30:,.2f} GiB" if n >= 2**30 else f"{n / 2**20:,.1f} MiB"
+
+
+def _with_peak(t: str, peak: int | None) -> str:
+    """A time with the call's peak memory beside it, when the check run measured one."""
+    return t if peak is None or t == "-" else f"{t}, {_fmt_bytes(peak)}"
+
+
 def console_for(stderr: bool = False) -> Console:
     """A console wide enough for the table when the output is a file or a pipe."""
     stream = sys.stderr if stderr else sys.stdout
@@ -43,23 +54,23 @@ def print_table(outcome, console: Console, *, title: str = "Speed against the ba
         for r in outcome.rows:
             if r.baseline != "-" and r.baseline not in baselines:
                 baselines.append(r.baseline)
-            line = lines.setdefault((r.op, r.shape, r.ours), {"ours_s": r.ours_s})
+            line = lines.setdefault((r.op, r.shape, r.ours), {"ours_s": r.ours_s, "ours_peak": r.ours_peak_bytes})
             if r.baseline != "-":
-                line[r.baseline] = (r.baseline_s, r.speedup)
+                line[r.baseline] = (r.baseline_s, r.speedup, r.baseline_peak_bytes)
         table = Table(title=title)
         table.add_column("op")
         table.add_column("shape", overflow="fold")
         table.add_column("ours", overflow="fold")
-        table.add_column("ours time", justify="right")
+        table.add_column("ours time, peak memory", justify="right")
         for b in baselines:
             table.add_column(f"{b} (speedup)", justify="right", overflow="fold")
         for (op, shape, ours), line in lines.items():
             cells = []
             for b in baselines:
-                t, x = line.get(b, (None, None))
+                t, x, peak = line.get(b, (None, None, None))
                 speed = "" if x is None else f" ([{'green' if x >= 1 else 'red'}]{x:.2f}x[/])"
-                cells.append("-" if t is None else f"{_fmt_time(t)}{speed}")
-            table.add_row(op, shape, ours, _fmt_time(line["ours_s"]), *cells)
+                cells.append("-" if t is None else f"{_with_peak(_fmt_time(t), peak)}{speed}")
+            table.add_row(op, shape, ours, _with_peak(_fmt_time(line["ours_s"]), line["ours_peak"]), *cells)
         console.print(table)
     if outcome.checks:
         bad = [c for c in outcome.checks if not c["ok"]]

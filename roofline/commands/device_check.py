@@ -12,7 +12,9 @@ is cut off):
    this GPU's practical ceilings (bf16 matmul at 8192^3, a 1 GiB copy);
 3. the attention benchmark subset against SDPA and FlashAttention;
 4. the AlphaFold-3 triangle ops against their eager PyTorch model code,
-   ``torch.compile`` of it and cuEquivariance (when ``kernels.triangle.bench`` exists);
+   ``torch.compile`` of it and cuEquivariance (when ``kernels.triangle.bench`` exists), and
+   one Boltz-2 Pairformer pair stack patched with them against Boltz eager, compiled and
+   with cuEquivariance (when Boltz is installed);
 5. the GPU microbenchmark suites, each checked against its model
    (``python -m microbench.selfcheck``).
 
@@ -83,6 +85,8 @@ def plan(out: Path, ops: list[str], microbench: bool = True) -> list[Part]:
     triangle = [op for op in ops if op.startswith("triangle") and not unavailable(op)]
     if triangle:
         parts.append(Part("triangle", 60, (*cli, *triangle, "--shapes", "device", "--ceilings", ceilings)))
+    if "pair_stack" in ops and not unavailable("pair_stack"):  # needs Boltz (its layers are the baseline)
+        parts.append(Part("pair_stack", 90, (*cli, "pair_stack", "--shapes", "device", "--ceilings", ceilings)))
     # The suites write their records as each finishes and check them against their models.
     if microbench:
         selfcheck = ("-m", "microbench.selfcheck", "--require-gpu", "--out", str(out / "microbench"), *MICROBENCH_SUITES)

@@ -78,8 +78,8 @@ def tune_trimul(*, n: int, budget_s: float, rep_ms: int, out: Path, apply: bool,
         table_json = json.loads(path.read_text())
         table_json[key] = T.table_entry(best, table_json["default"])
         table_json.setdefault("_measured", {})[key] = (
-            f"Stages {', '.join(reached)} are the fastest candidates of configs/triangle_multiplication_candidates.json "
-            f"that matched a float32 reference, timed by CUDA-graph replay (CUDA events where a call could not be "
+            f"Stages {', '.join(reached)} are the fastest candidates of "
+            f"kernels/spaces/candidates/triangle_multiplication.sm_90a.json that matched a float32 reference, timed by CUDA-graph replay (CUDA events where a call could not be "
             f"captured) with `ceiling tune trimul` at B = 1, "
             f"N = {n}, c_z = c = {c_z}, {dtype}, outgoing, 5% of pairs masked (forward stages on the forward, backward "
             f"stages on forward + backward), one stage at a time from the entry in force before (the default when the "
