@@ -457,8 +457,8 @@ def triangle_attention_bwd(q, k, v, bias, mask, scale, out, lse, dout, config=No
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     c = cfgs["bwd_dkdv"]
     # DQ_ATOMIC: the dK/dV kernel adds dQ into a zeroed float32 buffer and the dq kernel is
-    # skipped (unless it is the one being timed).
-    dq_atomic = bool(c.get("DQ_ATOMIC")) and only != "bwd_dq"
+    # skipped (unless it is the one being timed; nor is the buffer made when another kernel is).
+    dq_atomic = bool(c.get("DQ_ATOMIC")) and only in (None, "bwd_dkdv")
     atomic = {}
     if dq_atomic:
         dq32 = torch.zeros(q.shape, device=q.device, dtype=torch.float32)
@@ -468,8 +468,7 @@ def triangle_attention_bwd(q, k, v, bias, mask, scale, out, lse, dout, config=No
         PRECISION=prec, BLOCK_M=c["BLOCK_M"], BLOCK_N=c["BLOCK_N"], HEAD_DIM=hd, **atomic,
         **(_launch_options(c, extra_keys) if on_gpu else {}))
     if dq_atomic:
-        if only in (None, "bwd_dkdv"):
-            dq.copy_(dq32)
+        dq.copy_(dq32)
     else:
         c = cfgs["bwd_dq"]
         _run(launcher(bwd_dq_kernel, on_gpu=on_gpu), only, "bwd_dq")[(triton.cdiv(N, c["BLOCK_M"]), B * N * H)](
@@ -529,9 +528,11 @@ def kernel_spec(name: str, cfg: dict, dtype: str = "bfloat16", head_dim: int = 3
     kernels["bwd_dkdv_dq"] = (bwd_dkdv_kernel, {**kernels["bwd_dkdv"][1], "DQ32": "*fp32"})
     fn, signature = kernels[name]
     constexprs = {"PRECISION": prec, "BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"], "HEAD_DIM": hd}
-    if fn is bwd_dkdv_kernel:  # "bwd_dkdv_dq": the dK/dV kernel with dQ added in it
+    if fn is bwd_dkdv_kernel:  # "bwd_dkdv_dq", or DQ_ATOMIC: the dK/dV kernel with dQ added in it
         constexprs["DQ_ATOMIC"] = name == "bwd_dkdv_dq" or bool(cfg.get("DQ_ATOMIC", False))
-        if not constexprs["DQ_ATOMIC"]:
+        if constexprs["DQ_ATOMIC"]:
+            signature = kernels["bwd_dkdv_dq"][1]
+        else:
             constexprs["DQ32"] = None
     if fn is fwd_kernel:
         constexprs["ROWS"] = int(cfg.get("ROWS", 1))
