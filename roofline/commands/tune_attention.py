@@ -100,7 +100,8 @@ def _triangle_provenance(rows: list[dict], stamp: str) -> str:
         "Measured: H200 d<=32 bf16 fwd/fwd_rows/bwd_dkdv/bwd_dq/bwd_dbias are the fastest candidates that matched a "
         "float32 reference, timed by CUDA-graph replay with `ceiling tune triangle-attention` at B=1, N=384, 4 heads "
         f"of 32, key mask, fp32 bias, on {stamp} (candidates timed/listed: {_describe(_reached(rows))}); fwd is the "
-        "faster of the plain and the row-sharing forward. Not measured: the float32 sub-entries (pinned to the "
+        "faster of the plain and the row-sharing forward; bwd_dkdv has DQ_ATOMIC when the dK/dV kernel with dQ in it "
+        "(bwd_dkdv_dq) beat bwd_dkdv plus bwd_dq; ROW_SPLIT in bwd_dbias is searched with its tiles. Not measured: the float32 sub-entries (pinned to the "
         "configs in force before), the 'any' bucket and the 'default' entry, which are starting points sized from "
         "the sm_90a register and spill counts."
     )
