@@ -52,8 +52,8 @@
 # GEMM_TUNE_SHAPES (gemm-llm-skinny), TUNE_BUDGET_S (40), FP8_TUNE_BUDGET_S (100), SWEEP_GUARD_S
 # (seconds a sweep may run past its budget before it is killed: 90; 30 for gemm-fp8), CHECK_BUDGET_S
 # (150 for main, 120 for gemm, 160 for gemm-fp8, 400 for check), MICROBENCH=--microbench (check only);
-# for pair: PAIR_DEPS (.pair-deps), PAIR_TEST_BUDGET_S (90), TRI_TUNE_BUDGET_S and TRIMUL_TUNE_BUDGET_S
-# (25 each), PAIR_BENCH_BUDGET_S (140), TRI_BENCH_BUDGET_S (50).
+# for pair: PAIR_DEPS (.pair-deps), PAIR_TEST_BUDGET_S (90), TRI_TUNE_BUDGET_S (40) and TRIMUL_TUNE_BUDGET_S
+# (25), PAIR_BENCH_BUDGET_S (140), TRI_BENCH_BUDGET_S (35).
 set -uo pipefail
 dest=${1:?usage: $0 OUTDIR [main|gemm|gemm-fp8|check|pair]}
 part=${2:-main}
@@ -127,10 +127,12 @@ case "$part" in
     timeout "${PAIR_TEST_BUDGET_S:-90}" python3 -m pytest tests/test_triangle_models.py -m gpu -q -p no:cacheprovider -rs \
       -o addopts="" --junitxml="$work/pair-tests.xml" 2>&1 | tail -30 | log
     save
-    sweep triangle-attention "${TRI_TUNE_BUDGET_S:-25}" triangle_attention.json --rep-ms 10
+    # the triangle sweep decides ROWS (fwd_rows), DQ_ATOMIC (bwd_dkdv_dq) and ROW_SPLIT by timing
+    # them next to what ships; --apply writes a knob into the table only where it won
+    sweep triangle-attention "${TRI_TUNE_BUDGET_S:-40}" triangle_attention.json --rep-ms 10
     sweep trimul "${TRIMUL_TUNE_BUDGET_S:-25}" triangle_multiplication.json --rep-ms 50
     bench "${PAIR_BENCH_BUDGET_S:-140}" pair_stack
-    bench "${TRI_BENCH_BUDGET_S:-50}" triangle_attention triangle_multiplicative_update
+    bench "${TRI_BENCH_BUDGET_S:-35}" triangle_attention triangle_multiplicative_update
     ;;
   *)
     echo "part: expected main, gemm, gemm-fp8, check or pair, got $part" | log

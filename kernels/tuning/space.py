@@ -35,11 +35,14 @@ FAMILIES = ("attention", "triangle_attention", "triangle_multiplication")
 OPS = FAMILIES[:2]  # the attention sweep's ops (kernels.tuning.attention)
 SMEM_LIMIT = spaces.target_limits(TARGET)["smem_per_block"]  # bytes one block may use on sm_90 (227 KiB)
 # The kernels a sweep times, in its order, where they are not simply the space's sections: each is
-# a section with some of its parameters pinned. Attention times the dK/dV kernel alone and the dK/dV
-# kernel with dQ accumulated in it (which replaces dkdv + dq) as two kernels.
+# a section with some of its parameters pinned. Attention and triangle attention time the dK/dV kernel
+# alone and the dK/dV kernel with dQ accumulated in it (which replaces dkdv + dq) as two kernels.
 SWEEP_KERNELS = {
     "attention": {"fwd": ("fwd", {}), "dkdv": ("dkdv", {"dq_atomic": False}), "dq": ("dq", {}),
                   "dkdv_dq": ("dkdv", {"dq_atomic": True})},
+    "triangle_attention": {"fwd": ("fwd", {}), "fwd_rows": ("fwd_rows", {}),
+                           "bwd_dkdv": ("bwd_dkdv", {"DQ_ATOMIC": False}), "bwd_dq": ("bwd_dq", {}),
+                           "bwd_dbias": ("bwd_dbias", {}), "bwd_dkdv_dq": ("bwd_dkdv", {"DQ_ATOMIC": True})},
 }
 
 

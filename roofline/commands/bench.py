@@ -20,7 +20,8 @@ from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.table import Table
+
+from roofline.tables import key_table
 
 
 def _fmt_time(s: float | None) -> str:
@@ -88,16 +89,10 @@ def print_table(outcome, console: Console, *, title: str = "Speed against the ba
                                                               "floor_s": floor(r) if floor else None})
             if r.baseline != "-":
                 line[r.baseline] = (r.baseline_s, r.speedup, r.baseline_peak_bytes)
-        table = Table(title=title)
-        table.add_column("op")
-        table.add_column("shape", overflow="fold")
-        table.add_column("ours", overflow="fold")
-        table.add_column("ours time, peak memory", justify="right")
-        floors = any(line["floor_s"] for line in lines.values())
-        if floors:
-            table.add_column("HBM floor (ours at)", justify="right")
-        for b in baselines:
-            table.add_column(f"{b} (speedup)", justify="right", overflow="fold")
+        floors = ["HBM floor (ours at)"] if any(line["floor_s"] for line in lines.values()) else []
+        speeds = [f"{b} (speedup)" for b in baselines]
+        table = key_table(title, ["op", "shape"], ["ours", "ours time, peak memory", *floors, *speeds],
+                          numeric=["ours time, peak memory", *floors, *speeds])
         for (op, shape, ours), line in lines.items():
             cells = []
             if floors:

@@ -7,8 +7,9 @@ import json
 from pathlib import Path
 
 import typer
-from rich.console import Console
-from rich.table import Table
+
+from roofline import tables
+from roofline.tables import key_table
 
 
 def tune(
@@ -24,6 +25,7 @@ def tune(
     apply: bool = typer.Option(False, help="Merge the winners into the op's config table under kernels/nvidia/configs/."),
     workers: int = typer.Option(0, help="Attention ops: processes that compile and check candidates (0: CPUs - 2, at most 14)."),
     n: int = typer.Option(768, help="trimul: the pair dimension N it is tuned at."),
+    as_json: bool = typer.Option(False, "--json", help="Print the winners as JSON instead of a table."),
 ) -> None:
     """Time every candidate config of a Hopper kernel on this GPU next to its baseline: the GEMM
     on each shape of a suite against torch.matmul (cuBLAS); the FP8 GEMM (gemm-fp8) per shape and
@@ -50,16 +52,16 @@ def tune(
     if op == "trimul":
         from roofline.commands.tune_trimul import tune_trimul
 
-        tune_trimul(n=n, budget_s=budget_s, rep_ms=rep_ms, out=out, apply=apply, driver=_driver())
+        tune_trimul(n=n, budget_s=budget_s, rep_ms=rep_ms, out=out, apply=apply, driver=_driver(), as_json=as_json)
         return
     if op == "gemm-fp8":
-        tune_fp8(shapes or "fp8-device", scalings.split(","), rep_ms, budget_s, out, apply)
+        tune_fp8(shapes or "fp8-device", scalings.split(","), rep_ms, budget_s, out, apply, as_json)
         return
     if op != "gemm":
         from roofline.commands.tune_attention import tune_attention
 
         tune_attention(op.replace("-", "_"), budget_s=budget_s, rep_ms=rep_ms, out=out, apply=apply, workers=workers,
-                       driver=_driver())
+                       driver=_driver(), as_json=as_json)
         return
     rows = sweep(suite(shapes or "gemm-llm"), getattr(torch, dtype), layout, rep_ms=rep_ms, budget_s=budget_s)
     (out / "tune-rows.json").write_text(json.dumps(rows, indent=1))
@@ -86,18 +88,24 @@ def tune(
     (out / f"tuned-gemm-{key}.json").write_text(json.dumps(entries, indent=1))
     if apply:
         _apply(key, entries)
-    table = Table(title=f"GEMM tuning on {device} ({dtype}, {layout})")
-    for col in ("M", "N", "K", "cuBLAS ms", "ours ms", "speedup", "ours TFLOP/s", "config"):
-        table.add_column(col)
+    if as_json:
+        typer.echo(json.dumps(list(best.values()), indent=1, default=str))
+        return
+    table = key_table(f"GEMM tuning on {device} ({dtype}, {layout})", ["M", "N", "K"],
+                      ["cuBLAS ms", "ours ms", "speedup", "ours TFLOP/s", "config"],
+                      numeric=["cuBLAS ms", "ours ms", "speedup", "ours TFLOP/s"])
     for r in best.values():
         c = r["config"]
         table.add_row(*map(str, r["shape"]), f"{r['cublas_ms']:.4f}", f"{r['median_ms']:.4f}", f"{r['speedup']:.3f}",
                       f"{r['tflops']:.0f}", f"{c['BLOCK_M']}x{c['BLOCK_N']}x{c['BLOCK_K']} s{c['num_stages']} w{c['num_warps']}")
-    Console().print(table)
+    tables.console().print(table)
 
 
-def tune_fp8(shapes: str, scalings: list[str], rep_ms: int, budget_s: float, out: Path, apply: bool) -> None:
-    """The FP8 sweep (kernels.tuning.gemm_fp8): rows and records under ``out``, winners as table entries."""
+def tune_fp8(shapes: str, scalings: list[str], rep_ms: int, budget_s: float, out: Path, apply: bool,
+             as_json: bool = False) -> None:
+    """The FP8 sweep (kernels.tuning.gemm_fp8): rows and records under ``out``, winners as table entries.
+    A record's config holds ``SCALES`` (the scale kinds, as the gemm_fp8 space names them), so the
+    FP8 templates cite the sweep's timings."""
     import torch
 
     from kernels.nvidia import gemm_fp8
@@ -116,7 +124,7 @@ def tune_fp8(shapes: str, scalings: list[str], rep_ms: int, budget_s: float, out
         Record(kind="kernel", op="scaled_gemm", name=r["impl"], metric="time", value=r["median_ms"] / 1e3, unit="s",
                backend="nvidia" if r["impl"] == "ceiling.nvidia" else "cublas",
                shape=dict(zip("mnk", r["shape"]), dtype=r["dtype"], out_dtype="bfloat16"),
-               config={**(r["config"] or {}), "scales": r["scales"]}, method="cuda-graph", median=r["median_ms"] / 1e3,
+               config={**(r["config"] or {}), "SCALES": r["scales"]}, method="cuda-graph", median=r["median_ms"] / 1e3,
                p20=r["p20_ms"] / 1e3, p80=r["p80_ms"] / 1e3,
                extra={"tflops": r["tflops"], "rel_error": r.get("rel_error"), "scaling": r["scaling"]}, provenance=prov)
         for r in rows if "median_ms" in r
@@ -128,16 +136,19 @@ def tune_fp8(shapes: str, scalings: list[str], rep_ms: int, budget_s: float, out
     (out / f"tuned-gemm-fp8-{key}.json").write_text(json.dumps(entries, indent=1))
     if apply:
         fp8_sweep.apply(key, entries)
-    table = Table(title=f"FP8 GEMM tuning on {device}")
-    for col in ("M", "N", "K", "scales", "baseline", "baseline ms", "ours ms", "speedup", "ours TFLOP/s", "config"):
-        table.add_column(col)
+    if as_json:
+        typer.echo(json.dumps(list(best.values()), indent=1, default=str))
+        return
+    table = key_table(f"FP8 GEMM tuning on {device}", ["M", "N", "K", "scales"],
+                      ["baseline", "baseline ms", "ours ms", "speedup", "ours TFLOP/s", "config"],
+                      numeric=["baseline ms", "ours ms", "speedup", "ours TFLOP/s"])
     for r in best.values():
         c = r["config"]
         table.add_row(*map(str, r["shape"]), r["scales"], str(r["baseline"]), f"{r['baseline_ms'] or 0:.4f}",
                       f"{r['median_ms']:.4f}", f"{r['speedup'] or 0:.3f}", f"{r['tflops']:.0f}",
                       f"{c['BLOCK_M']}x{c['BLOCK_N']}x{c['BLOCK_K']} s{c['num_stages']} w{c['num_warps']} "
                       f"p{c['PROMOTE_STEPS']}{' sk' if c['STREAM_K'] else ''}")
-    Console().print(table)
+    tables.console().print(table)
 
 
 def _driver() -> str | None:
