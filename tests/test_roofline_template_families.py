@@ -247,6 +247,43 @@ def test_import_an_attention_point_and_the_kernels_select_it(tmp_path, monkeypat
     assert template.is_valid(fwd, {"head_dim": 128, **ATTENTION_SHAPE}, "fwd")
 
 
+def test_import_an_fp8_point_into_each_fp8_table(tmp_path, monkeypatch):
+    """A found FP8 point is filed for its shape and scaling: the Hopper kernel selects it for that
+    problem; on CDNA3 it becomes the shape class's entry of that device."""
+    from kernels.amd import gemm_fp8 as amd
+    from kernels.nvidia import gemm_fp8 as nvidia
+
+    point = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_stages": 5, "num_warps": 4,
+             "PROMOTE_STEPS": 2, "STREAM_K": True, "EPILOGUE_SUBTILE": False, "SCALES": "1x128/128x128"}
+    shape = {"M": 48, "N": 6144, "K": 4096}
+    table = tmp_path / "gemm_fp8.json"
+    table.write_text(nvidia.CONFIG_FILE.read_text())
+    importing.import_point(_exported(tmp_path, "gemm_fp8", "sm_90a"), point, shape, "test", "NVIDIA H200",
+                           table).write()
+    monkeypatch.setattr(nvidia, "CONFIG_FILE", table)
+    nvidia._config_table.cache_clear()
+    nvidia.select_config.cache_clear()
+    try:
+        cfg, where = nvidia.select_config(48, 6144, 4096, "float8_e4m3fn", "1x128", "128x128", "NVIDIA H200")
+        assert where == "tuned:H200" and cfg.as_dict() == {k: v for k, v in point.items() if k != "SCALES"}
+        assert nvidia.select_config(48, 6144, 4096, "float8_e4m3fn", "tensor", "tensor", "NVIDIA H200")[1] == "heuristic"
+    finally:
+        nvidia._config_table.cache_clear()
+        nvidia.select_config.cache_clear()
+    with pytest.raises(InputError, match="block-scale-promotion"):
+        importing.import_point(_exported(tmp_path, "gemm_fp8", "sm_90a"), {**point, "PROMOTE_STEPS": 0}, shape,
+                               table=table)
+    amd_point = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 4, "num_stages": 2, "num_warps": 4,
+                 "matrix_instr_nonkdim": 16, "waves_per_eu": 2, "kpack": 1, "PROMOTE_STEPS": 1,
+                 "SCALES": "1x128/128x128"}
+    copy = tmp_path / "amd_gemm_fp8.json"
+    copy.write_text(amd.CONFIG_PATH.read_text())
+    result = importing.import_point(_exported(tmp_path, "gemm_fp8", "gfx942"), amd_point, shape, "test", "AMD MI325X",
+                                    copy)
+    entry = result.table["devices"]["MI325X"]
+    assert entry["configs"]["skinny"] == amd_point and set(entry["configs"]) == {"skinny", "blockwise", "large"}
+
+
 @pytest.mark.parametrize("family,target,point,shape", [
     ("gemm", "tpu-v6e", {"bm": 512, "bn": 1024, "bk": 512}, {"M": 2048, "N": 2048, "K": 2048}),
     ("attention", "trn2", {"fwd_block_k": 256, "bwd_block_k": 256, "q_in_flight": 2}, {"head_dim": 128}),
