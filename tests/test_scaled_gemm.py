@@ -431,7 +431,7 @@ def _nvidia_specs():
 
 NV_SPECS = _nvidia_specs()
 # CI compiles one persistent kernel on block scales (the promotion with its scales) and one stream-K
-# decode kernel (about 10 s each); -m slow compiles every shipped config.
+# decode kernel (4-6 s each on two cores from an empty Triton cache); -m slow every shipped config.
 NV_CI = [next(s for s in NV_SPECS if s.config["STREAM_K"] == streamed and s.config["scales"] == scales)
          for streamed, scales in ((False, "1x128/128x128"), (True, "tensor/tensor"))]
 
