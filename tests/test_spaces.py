@@ -288,6 +288,17 @@ def test_bad_fp8_gemm_config_is_an_input_error_naming_it(backend, config, parts,
     _says(err.value, *parts)
 
 
+@pytest.mark.parametrize("backend", ["nvidia", "amd"])
+def test_a_bad_fp8_gemm_config_is_named_before_the_quantizers_launch(backend, no_launch, monkeypatch):
+    import kernels.triton.fp8_quantize
+
+    monkeypatch.setattr(kernels.triton.fp8_quantize, "launcher", lambda *a, **k: pytest.fail("quantizer launched"))
+    x, w = torch.randn(40, 200), torch.randn(200, 16)
+    with pytest.raises(InputError) as err:
+        kernels.fp8_gemm(x, w, recipe="block", backend=backend, config={"PROMOTE_STEPS": 0})
+    _says(err.value, "block-scale-promotion", "PROMOTE_STEPS=0", "SCALES='1x128/128x128'")
+
+
 def test_a_partial_fp8_gemm_config_overrides_the_table_entry():
     from kernels.amd import gemm_fp8 as amd
     from kernels.nvidia import gemm_fp8 as nvidia

@@ -143,6 +143,8 @@ def fp8_gemm(
         from kernels.errors import BackendUnavailable
 
         raise BackendUnavailable(f"fp8_gemm on backend={chosen!r}: {op_availability('scaled_gemm', chosen).reason}")
+    if config is not None and chosen != "reference":
+        _check_forward_config(chosen, problem, recipe, config, a)
     if problem.framework == "torch":
         from kernels.scaled_gemm import torch_op
 
@@ -150,3 +152,20 @@ def fp8_gemm(
     from kernels.scaled_gemm import jax_op
 
     return jax_op.fp8_gemm(a, b, bias, activation, problem.out_dtype, recipe, grad_precision, chosen, config)
+
+
+def _check_forward_config(backend: str, problem, recipe: str, config: Any, a: Any) -> None:
+    """``fp8_gemm``'s config is its forward GEMM's: resolved against the backend's space (over the
+    table's entry for this problem and the recipe's scale kinds) before the quantizers launch."""
+    from kernels.backends import implementation
+
+    a_kind, b_kind = RECIPES[recipe]
+    impl = implementation("scaled_gemm", backend)
+    if backend == "nvidia":
+        import torch
+
+        name = torch.cuda.get_device_name(a.device) if getattr(a, "is_cuda", False) else None
+        impl.resolve_config(problem.m, problem.n, problem.k, "float8_e4m3fn", a_kind, b_kind, name, config,
+                            problem.out_dtype)
+    else:
+        impl.select_config(problem.m, problem.n, problem.k, a_kind, b_kind, config=config, out_dtype=problem.out_dtype)
