@@ -102,7 +102,26 @@ def _for_tma(t: torch.Tensor, pad: int) -> torch.Tensor:
     return t
 
 
+def implementation_for(problem, config: dict | None = None, direction: str = "fwd") -> tuple[str, str]:
+    """("triton" or "gluon", why): which of the two Hopper implementations runs ``problem`` (a
+    :class:`kernels.attention.AttentionProblem`) in ``direction`` ("fwd" or "bwd"); see
+    :mod:`kernels.nvidia.gluon.attention`."""
+    from kernels.nvidia.gluon import attention as gluon
+
+    return gluon.implementation_for(problem, config, direction)
+
+
+def _runs_gluon(q, k, bias, mask, causal, scale, config, direction: str) -> bool:
+    from kernels.nvidia.gluon import attention as gluon
+
+    return gluon.implementation_for(gluon.problem_of(q, k, bias, mask, causal, scale), config, direction)[0] == "gluon"
+
+
 def attention_fwd(q, k, v, bias, mask, causal, scale, config=None):
+    if _runs_gluon(q, k, bias, mask, causal, scale, config, "fwd"):
+        from kernels.nvidia.gluon import attention as gluon
+
+        return gluon.forward(q, k, v, causal, scale, config)
     head_dim = q.shape[-1]
     biased = bias is not None or mask is not None
     use_tma = _wants_tma(select_config(head_dim, q.device, config), q)
@@ -117,6 +136,10 @@ def attention_fwd(q, k, v, bias, mask, causal, scale, config=None):
 
 
 def attention_bwd(do, q, k, v, o, lse, bias, mask, causal, scale, bias_grad, config=None):
+    if _runs_gluon(q, k, bias, mask, causal, scale, config, "bwd"):
+        from kernels.nvidia.gluon import attention as gluon
+
+        return (*gluon.backward(do, q, k, v, o, lse, causal, scale, config), None)
     head_dim = q.shape[-1]
     biased = bias is not None or mask is not None
     use_tma = _wants_tma(select_config(head_dim, q.device, config), q)

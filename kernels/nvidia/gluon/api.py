@@ -5,7 +5,8 @@ releases. The kernels here are compiled and checked under **Triton 3.6** (the H2
 version) and **Triton 3.9** (CI's version); between those two releases the only change they
 meet is the name of the TMA copies (``tma.async_copy_global_to_shared`` /
 ``async_copy_shared_to_global`` in 3.6, ``tma.async_load`` / ``async_store`` in 3.9), bound
-here once as :data:`tma_load` and :data:`tma_store`. Any other release is refused by
+here once as :data:`tma_load` and :data:`tma_store`, and the TMA reduction (an operation 3.6's
+builder has without a Python wrapper; 3.9's ``tma.async_atomic_add``) as :data:`tma_atomic_add`. Any other release is refused by
 :func:`kernels.nvidia.gluon.unsupported_reason` (the Triton kernels then run) rather than tried;
 import this module only after that check passed.
 """
@@ -27,5 +28,22 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
 
-__all__ = ["TensorDescriptor", "fence_async_shared", "gl", "gluon", "mbarrier", "tma", "tma_load", "tma_store",
-           "warpgroup_mma", "warpgroup_mma_wait"]
+
+if hasattr(tma, "async_atomic_add"):
+    tma_atomic_add = tma.async_atomic_add
+else:
+    from triton._C.libtriton import ir as _ir
+    from triton.experimental.gluon.language._core import builtin as _builtin
+
+    @_builtin
+    def tma_atomic_add(tensor_desc, coord, src, _semantic=None):
+        """Add a shared-memory tile into global memory with a TMA reduction
+        (``cp.reduce.async.bulk.tensor.add``). Gluon 3.6 has the operation in its IR builder
+        (``create_async_tma_reduce``) but no Python wrapper; this is the one 3.9 ships as
+        ``tma.async_atomic_add``."""
+        coord = _semantic._convert_to_ir_values(coord, require_i64=False)
+        _semantic.builder.create_async_tma_reduce(_ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord,
+                                                  src.handle)
+
+__all__ = ["TensorDescriptor", "fence_async_shared", "gl", "gluon", "mbarrier", "tma", "tma_atomic_add", "tma_load",
+           "tma_store", "warpgroup_mma", "warpgroup_mma_wait"]

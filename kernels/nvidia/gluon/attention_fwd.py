@@ -169,8 +169,11 @@ def softmax_exp2(x, EXP2_SPLIT: gl.constexpr):
     so the split moves no data)."""
     if EXP2_SPLIT:
         even, odd = gl.split(gl.reshape(x, [x.shape[0], x.shape[1] // 2, 2]))
-        return gl.reshape(gl.join(gl.exp2(even), exp2_fma(odd)), [x.shape[0], x.shape[1]])
-    return gl.exp2(x)
+        y = gl.reshape(gl.join(gl.exp2(even), exp2_fma(odd)), [x.shape[0], x.shape[1]])
+        y = gl.convert_layout(y, x.type.layout)  # the same registers: a relabeling, no data moves
+    else:
+        y = gl.exp2(x)
+    return y
 
 
 @gluon.constexpr_function
@@ -298,7 +301,7 @@ def _fwd_consumer(desc_o, LSE, q_smem, k_smem, v_smem, o_smem, q_ready, q_empty,
                   v_empty, turn, seqlen_q, seqlen_k, n_heads, group, n_mblocks, n_bh, qk_scale,
                   WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                   NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, EXP2_SPLIT: gl.constexpr,
-                  PINGPONG: gl.constexpr):
+                  PINGPONG: gl.constexpr, O_IN_Q: gl.constexpr):
     s_layout: gl.constexpr = mma_layout(BLOCK_N)
     o_layout: gl.constexpr = mma_layout(HEAD_DIM)
     q = q_smem.index(WG).reshape([WG_M, HEAD_DIM])
@@ -337,8 +340,9 @@ def _fwd_consumer(desc_o, LSE, q_smem, k_smem, v_smem, o_smem, q_ready, q_empty,
                                              acc, m_i, l_i, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turn,
                                              m0, seqlen_k, causal_offset, qk_scale, WG, HEAD_DIM, BLOCK_N,
                                              NUM_STAGES, False, CAUSAL, EXP2_SPLIT, PINGPONG)
-        # Every Q K^T of the tile has retired: the producer may load the next tile's Q.
-        mbarrier.arrive(q_empty.index(WG))
+        if not O_IN_Q:
+            # Every Q K^T of the tile has retired: the producer may load the next tile's Q.
+            mbarrier.arrive(q_empty.index(WG))
         if n_blocks > 0:
             acc = _fwd_last_pv(p, acc, v_smem, v_ready, v_empty, consumed + n_blocks - 1, HEAD_DIM, BLOCK_N,
                                NUM_STAGES)
@@ -346,6 +350,10 @@ def _fwd_consumer(desc_o, LSE, q_smem, k_smem, v_smem, o_smem, q_ready, q_empty,
         turns += gl.maximum(n_blocks - 1, 0)
         tiles_done += 1
         _fwd_epilogue(acc, m_i, l_i, desc_o, o_smem.index(WG), LSE, b, h, m0, seqlen_q, n_heads, HEAD_DIM)
+        if O_IN_Q:
+            # The output went out through Q's buffer: hand it back once the store has read it.
+            tma.store_wait(0)
+            mbarrier.arrive(q_empty.index(WG))
     tma.store_wait(0)  # the last output store reads shared memory until it completes
 
 
@@ -358,7 +366,8 @@ def _fwd_consumer(desc_o, LSE, q_smem, k_smem, v_smem, o_smem, q_ready, q_empty,
 def attention_fwd_kernel(desc_q, desc_k, desc_v, desc_o, LSE, seqlen_q, seqlen_k, n_heads, group, n_mblocks, n_bh,
                          qk_scale, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                          NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, EXP2_SPLIT: gl.constexpr,
-                         PINGPONG: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
+                         PINGPONG: gl.constexpr, O_IN_Q: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                         PRODUCER_REGS: gl.constexpr):
     """Launch with ``num_warps=4`` (the default partition: consumer 0) on a grid of at most one CTA
     per SM; ``qk_scale = scale * log2(e) > 0``. Descriptors: q and o with blocks [1, 64, head_dim],
     k and v with [1, BLOCK_N, head_dim], over (batch, seq, heads * head_dim)."""
@@ -367,7 +376,10 @@ def attention_fwd_kernel(desc_q, desc_k, desc_v, desc_o, LSE, seqlen_q, seqlen_k
     q_smem = gl.allocate_shared_memory(dtype, [2] + desc_q.block_type.shape, desc_q.layout)
     k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES] + desc_k.block_type.shape, desc_k.layout)
     v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES] + desc_v.block_type.shape, desc_v.layout)
-    o_smem = gl.allocate_shared_memory(dtype, [2] + desc_o.block_type.shape, desc_o.layout)
+    if O_IN_Q:  # head dim 256: Q, O and two K/V stages of separate buffers would not fit
+        o_smem = q_smem
+    else:
+        o_smem = gl.allocate_shared_memory(dtype, [2] + desc_o.block_type.shape, desc_o.layout)
     q_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     q_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
@@ -389,10 +401,10 @@ def attention_fwd_kernel(desc_q, desc_k, desc_v, desc_o, LSE, seqlen_q, seqlen_k
         # The default partition (the kernel's own 4 warps) is consumer 0.
         (_fwd_consumer, (desc_o, LSE, q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
                          v_empty, turn, seqlen_q, seqlen_k, n_heads, group, n_mblocks, n_bh, qk_scale, 0, HEAD_DIM,
-                         BLOCK_M, BLOCK_N, NUM_STAGES, CAUSAL, EXP2_SPLIT, PINGPONG)),
+                         BLOCK_M, BLOCK_N, NUM_STAGES, CAUSAL, EXP2_SPLIT, PINGPONG, O_IN_Q)),
         (_fwd_consumer, (desc_o, LSE, q_smem, k_smem, v_smem, o_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
                          v_empty, turn, seqlen_q, seqlen_k, n_heads, group, n_mblocks, n_bh, qk_scale, 1, HEAD_DIM,
-                         BLOCK_M, BLOCK_N, NUM_STAGES, CAUSAL, EXP2_SPLIT, PINGPONG)),
+                         BLOCK_M, BLOCK_N, NUM_STAGES, CAUSAL, EXP2_SPLIT, PINGPONG, O_IN_Q)),
         (_fwd_producer, (desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
                          v_empty, seqlen_q, seqlen_k, n_heads, group, n_mblocks, n_bh, HEAD_DIM, BLOCK_M, BLOCK_N,
                          NUM_STAGES, CAUSAL)),

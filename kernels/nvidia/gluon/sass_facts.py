@@ -122,7 +122,7 @@ class Partition:
     utmaldg: int
     utmastg: int
     ldg: int  # pointer loads from global memory
-    atomics: int  # RED/ATOM to global memory
+    atomics: int  # additions to global memory: RED/ATOM, and TMA reductions (UTMAREDG)
     ldl_stl: int
     setmaxnreg: list[tuple[str, int]]  # ("DEALLOC" | "TRY_ALLOC", registers), in address order
     budget: int | None  # registers its work runs under: the last USETMAXREG before its first HGMMA/UTMALDG
@@ -161,7 +161,7 @@ class Facts:
     def summary(self) -> str:
         parts = "; ".join(
             f"{p.kind}@{p.entry:#x} {p.role}: HGMMA {p.hgmma}, UTMALDG {p.utmaldg}, UTMASTG {p.utmastg}, LDG {p.ldg}, "
-            f"RED/ATOM {p.atomics}, regs {p.budget} (names up to R{p.max_register - 1})"
+            f"atomics {p.atomics}, regs {p.budget} (names up to R{p.max_register - 1})"
             for p in self.partitions if p.role != "idle")
         return (f"{self.kernel} [Triton {self.triton}]: {self.num_warps} warps, {self.registers} regs at launch, "
                 f"{self.shared_bytes} B shared, spills {self.spill_bytes} B, LDL/STL {self.ldl_stl}; {parts}")
@@ -188,7 +188,7 @@ def _partition(instrs: list[Instruction], members: set[int], entry: int, kind: s
         utmaldg=ops["UTMALDG"],
         utmastg=ops["UTMASTG"],
         ldg=ops["LDG"],
-        atomics=ops["RED"] + ops["ATOM"] + ops["ATOMG"] + ops["REDG"],
+        atomics=ops["RED"] + ops["ATOM"] + ops["ATOMG"] + ops["REDG"] + ops["UTMAREDG"],
         ldl_stl=ops["LDL"] + ops["STL"],
         setmaxnreg=setmax,
         budget=budget,
@@ -268,7 +268,8 @@ class Design:
     max_producer_registers: int = 56  # FA3 gives its producer 24-56
     max_shared_bytes: int = 227 * 1024  # Hopper's opt-in maximum per block
     pointer_loads: bool = False  # every tile comes in through TMA
-    atomics: bool = False  # dQ accumulation (the backward) adds to global memory
+    atomics: bool = False  # dQ accumulation (the backward) adds to global memory (RED/ATOM or TMA reductions)
+    max_spill_bytes: int = 0  # a known, bounded spill (see its owner's note); 0: none at all
 
 
 def violations(f: Facts, design: Design) -> list[str]:
@@ -294,8 +295,9 @@ def violations(f: Facts, design: Design) -> list[str]:
         if p.budget is None or p.budget > design.max_producer_registers:
             bad.append(f"producer {p.kind}@{p.entry:#x} runs with {p.budget} registers, "
                        f"expected <= {design.max_producer_registers} (USETMAXREG.DEALLOC)")
-    if f.ldl_stl or f.spill_bytes:
-        bad.append(f"spills: {f.ldl_stl} LDL/STL, {f.spill_bytes} B of local memory")
+    if (f.ldl_stl or f.spill_bytes) and f.spill_bytes > design.max_spill_bytes:
+        bad.append(f"spills: {f.ldl_stl} LDL/STL, {f.spill_bytes} B of local memory"
+                   + (f" (more than the known {design.max_spill_bytes} B)" if design.max_spill_bytes else ""))
     if f.shared_bytes > design.max_shared_bytes:
         bad.append(f"{f.shared_bytes} B of shared memory > {design.max_shared_bytes}")
     if f.num_warps != design.num_warps:
@@ -305,7 +307,7 @@ def violations(f: Facts, design: Design) -> list[str]:
         bad.append(f"{ldg} pointer loads (LDG): expected every tile through TMA")
     atomics = sum(p.atomics for p in f.partitions)
     if design.atomics and not any(p.atomics for p in mma):
-        bad.append("no global atomics (RED/ATOM) in the consumers: expected dQ accumulated by atomics")
+        bad.append("no additions to global memory (RED/ATOM/UTMAREDG) in the consumers: expected dQ accumulated there")
     if atomics and not design.atomics:
         bad.append(f"{atomics} global atomics, expected none")
     return bad
