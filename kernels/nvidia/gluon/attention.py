@@ -173,6 +173,11 @@ def availability() -> tuple[str, str]:
 # ----------------------------------------------------------------------------------------------
 
 
+def _empty(shape, like: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Every buffer a kernel must fill completely comes from here (tests poison it with NaN)."""
+    return torch.empty(shape, device=like.device, dtype=dtype or like.dtype)
+
+
 def _tma_ready(t: torch.Tensor) -> torch.Tensor:
     """``t`` as a contiguous, 16-byte-aligned (batch, seq, heads, head_dim) tensor."""
     if not t.is_contiguous():
@@ -225,8 +230,8 @@ def forward(q, k, v, causal: bool, scale: float, config: dict | None = None):
     seqlen_k, kv_heads = k.shape[1], k.shape[2]
     knobs = tiles(head_dim, "fwd", config)
     c = static_check.fwd_constexprs(head_dim, causal, knobs)
-    o = torch.empty_like(q)
-    lse = torch.empty((batch, heads, seqlen_q), device=q.device, dtype=torch.float32)
+    o = _empty(q.shape, q)
+    lse = _empty((batch, heads, seqlen_q), q, torch.float32)
     n_mblocks = math.ceil(seqlen_q / c["BLOCK_M"])
     n_tiles = n_mblocks * batch * heads
     grid = (min(n_tiles, _sm_count(q.device.index or 0)),)
@@ -245,9 +250,9 @@ def _delta(o: torch.Tensor, do: torch.Tensor) -> torch.Tensor:
     from kernels.triton_runtime import launcher
 
     batch, seqlen_q, heads, head_dim = o.shape
-    delta = torch.empty((batch, heads, seqlen_q), device=o.device, dtype=torch.float32)
+    delta = _empty((batch, heads, seqlen_q), o, torch.float32)
     block = 64
-    launcher(triton_attention.KERNELS["preprocess"], on_gpu=True)[(triton.cdiv(seqlen_q, block), batch * heads)](
+    launcher(triton_attention.KERNELS["preprocess"], on_gpu=o.is_cuda)[(triton.cdiv(seqlen_q, block), batch * heads)](
         o, do, delta, o.stride(0), o.stride(1), o.stride(2), do.stride(0), do.stride(1), do.stride(2), heads, seqlen_q,
         HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim, BLOCK_M=block)
     return delta
@@ -269,8 +274,8 @@ def backward(do, q, k, v, o, lse, causal: bool, scale: float, config: dict | Non
     dq32 = torch.zeros((batch, seqlen_q, heads, head_dim), device=q.device, dtype=torch.float32)
     # Per query head; with GQA float32 slices, summed over each group below.
     out_dtype = q.dtype if group == 1 else torch.float32
-    dk = torch.empty((batch, seqlen_k, heads, head_dim), device=q.device, dtype=out_dtype)
-    dv = torch.empty((batch, seqlen_k, heads, head_dim), device=q.device, dtype=out_dtype)
+    dk = _empty((batch, seqlen_k, heads, head_dim), q, out_dtype)
+    dv = _empty((batch, seqlen_k, heads, head_dim), q, out_dtype)
     bm = c["BLOCK_M"]
     grid = (math.ceil(seqlen_k / c["BLOCK_N"]), batch * heads)
     attention_bwd_kernel[grid](

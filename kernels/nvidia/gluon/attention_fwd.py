@@ -92,6 +92,17 @@ def kv_block_count(m0, seqlen_q, seqlen_k, BLOCK_M: gl.constexpr, BLOCK_N: gl.co
     return gl.cdiv(gl.maximum(hi, 0), BLOCK_N)
 
 
+@gluon.jit
+def unmasked_block_count(m0, seqlen_q, seqlen_k, n_blocks, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+    """How many of a consumer's key blocks need no mask for its rows [m0, m0 + 64): blocks
+    0 .. count - 1, inside k_len and, if causal, left of the diagonal for the first (most
+    restricted) row; the highest block, peeled and always masked, is never among them."""
+    n_full = seqlen_k // BLOCK_N
+    if CAUSAL:
+        n_full = gl.minimum(n_full, gl.maximum(m0 + seqlen_k - seqlen_q + 1, 0) // BLOCK_N)
+    return gl.maximum(gl.minimum(n_full, n_blocks - 1), 0)
+
+
 # ----------------------------------------------------------------------------------------------
 # Producer: one warp issuing TMA loads
 # ----------------------------------------------------------------------------------------------
@@ -315,10 +326,7 @@ def _fwd_consumer(desc_o, LSE, q_smem, k_smem, v_smem, o_smem, q_ready, q_empty,
         # Both consumers walk the tile's key blocks (the same count, so their turns pair up);
         # the unmasked ones for this warpgroup's rows are the lowest n_full, after the peeled one.
         n_blocks = kv_block_count(mb * BLOCK_M, seqlen_q, seqlen_k, BLOCK_M, BLOCK_N, CAUSAL)
-        n_full = seqlen_k // BLOCK_N
-        if CAUSAL:
-            n_full = gl.minimum(n_full, gl.maximum(m0 + causal_offset + 1, 0) // BLOCK_N)
-        n_full = gl.maximum(gl.minimum(n_full, n_blocks - 1), 0)
+        n_full = unmasked_block_count(m0, seqlen_q, seqlen_k, n_blocks, BLOCK_N, CAUSAL)
 
         acc = gl.zeros([WG_M, HEAD_DIM], gl.float32, o_layout)
         m_i = gl.full([WG_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))

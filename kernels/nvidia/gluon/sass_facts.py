@@ -5,10 +5,10 @@ different paths: the kernel's own warps run the *default* partition inline; the 
 sit in a dispatch loop that reads their partition's index from shared memory and jumps
 through a table in the cubin's constant bank 2 (``BRX``) to that partition's code, which
 returns to the loop when done. So each partition is a set of SASS instructions reachable from
-one entry - address 0 for the default partition, a jump-table target for a worker - and an
-instruction that more than one entry reaches (the dispatch loop, a shared ``EXIT``) belongs to
-none. That attribution is exact for this lowering: a worker's code is reached only through
-the table, the default's only from the kernel entry.
+one entry - the side of the first branch that the kernel's own warps take, or a jump-table
+target for a worker (the other side of that branch when there is only one worker) - and an instruction that more than one entry reaches (the dispatch loop, a
+shared ``EXIT``) belongs to none. That attribution is exact for this lowering: a worker's code
+is reached only through the dispatch, the default's only from the split.
 
 :func:`facts` reads those regions from a compiled kernel: per partition the tensor-core
 (``HGMMA``), TMA (``UTMALDG``/``UTMASTG``), pointer-load, atomic and local-memory
@@ -197,12 +197,33 @@ def _partition(instrs: list[Instruction], members: set[int], entry: int, kind: s
 
 
 def partitions(sass_text: str, table: list[int]) -> list[Partition]:
-    """The default partition and each worker reached through ``table`` (see the module doc)."""
+    """The default partition and the workers (see the module doc).
+
+    The kernel's first conditional branch splits its warps: the kernel's own warps go to the
+    default partition, the others into the dispatch loop. With two or more worker partitions
+    the loop jumps through ``table`` (``BRX``) and each target is a worker's entry; with one,
+    the loop branches straight to it and the loop's side of the split is that worker."""
     instrs = parse_sass(sass_text)
     if not instrs:
         raise ValueError("sass: no instructions found")
     index = {ins.address: i for i, ins in enumerate(instrs)}
-    entries = [(instrs[0].address, "default")]
+    split = next((i for i, ins in enumerate(instrs) if ins.base == "BRA" and ins.predicated), None)
+    if split is None:  # not warp-specialized: one partition
+        return [_partition(instrs, set(range(len(instrs))), instrs[0].address, "default")]
+    # The branch's two sides: the workers' side is the one holding the dispatch (the BRX, or the
+    # load of a warp's partition index from shared memory); Triton 3.6 branches the default
+    # warps away, 3.9 the workers.
+    target = index[int(_HEX.search(instrs[split].operands).group(0), 16)]
+    sides = [target, split + 1]
+
+    def dispatches(start: int) -> bool:
+        return any(instrs[i].base == "BRX" or instrs[i].opcode == "LDS.U8" for i in _reach(instrs, start, index))
+
+    workers_side = [i for i in sides if dispatches(i)]
+    if len(workers_side) != 1:
+        raise ValueError("sass: cannot tell the default partition from the dispatch loop at the warp split")
+    default_side = next(i for i in sides if i not in workers_side)
+    entries = [(instrs[default_side].address, "default")]
     brx = [ins for ins in instrs if ins.base == "BRX"]
     if len(brx) > 1:
         raise ValueError(f"sass: {len(brx)} indirect branches; expected the one warp-specialize dispatch")
@@ -210,6 +231,8 @@ def partitions(sass_text: str, table: list[int]) -> list[Partition]:
         offset = _HEX.findall(brx[0].operands)
         delta = brx[0].address + 16 + (int(offset[-1], 16) if offset else 0)
         entries += [(w + delta, "worker") for w in table if w + delta in index]
+    else:
+        entries.append((instrs[workers_side[0]].address, "worker"))
     reach = {addr: _reach(instrs, index[addr], index) for addr, _ in entries}
     counts = collections.Counter(i for r in reach.values() for i in r)
     shared = {i for i, n in counts.items() if n > 1}
