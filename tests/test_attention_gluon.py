@@ -297,6 +297,91 @@ def test_tiles_cover_every_query_block_once_heaviest_first(causal):
 
 
 # ----------------------------------------------------------------------------------------------
+# The kernels' own source under the emulation of tests/gluon_emulator.py (CPU): program logic
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def emulated(monkeypatch):
+    from tests import gluon_emulator
+
+    gluon_emulator.install(monkeypatch)
+    monkeypatch.setattr(gluon, "_sm_count", lambda index: 2)  # several tiles per CTA: the persistent loop
+    return gluon_emulator
+
+
+def _emulated_check(b, sq, sk, h, hk, d, causal, config=None, backward=True, dtype=torch.bfloat16):
+    g = torch.Generator().manual_seed(sq * 7 + sk)
+    q = torch.randn(b, sq, h, d, generator=g).to(dtype)
+    k = torch.randn(b, sk, hk, d, generator=g).to(dtype)
+    v = torch.randn(b, sk, hk, d, generator=g).to(dtype)
+    do = torch.randn(b, sq, h, d, generator=g).to(dtype)
+    scale = 1.0 / math.sqrt(d)
+    out, lse = gluon.forward(q, k, v, causal, scale, config)
+    ex_out, ex_lse = reference.attention_fwd(q, k, v, None, None, causal, scale, compute_dtype=torch.float64)
+    lp_out, _ = reference.attention_fwd(q, k, v, None, None, causal, scale, compute_dtype=dtype)
+    assert_close_by_ratio(out, lp_out, ex_out, atol=2e-3, atol_scaled=True, name="out")
+    finite = torch.isfinite(ex_lse)
+    assert torch.equal(torch.isfinite(lse), finite)
+    assert not finite.any() or (lse[finite] - ex_lse[finite]).abs().max().item() < 1e-4
+    if not backward:
+        return
+    grads = gluon.backward(do, q, k, v, out, lse, causal, scale, config)
+    ex_grads = reference.attention_bwd(do, q, k, v, ex_out, ex_lse, None, None, causal, scale, False,
+                                       compute_dtype=torch.float64)
+    lp_grads = reference.attention_bwd(do, q, k, v, lp_out, None, None, None, causal, scale, False, compute_dtype=dtype)
+    for name, ours, lp, ex in zip(("dq", "dk", "dv"), grads, lp_grads, ex_grads):
+        assert ours.shape == ex.shape and ours.dtype == dtype, name
+        assert_close_by_ratio(ours, lp, ex, atol=2e-3, atol_scaled=True, name=name)
+
+
+@pytest.mark.parametrize("b,sq,sk,h,hk,d,causal", [
+    (1, 200, 200, 2, 2, 64, True),
+    (2, 300, 517, 4, 2, 128, True),  # GQA, q_len < k_len (bottom-right diagonal)
+    (1, 517, 300, 4, 1, 128, True),  # MQA, q_len > k_len: rows that see no key
+    (1, 129, 129, 2, 2, 128, False),
+])
+@pytest.mark.usefixtures("poisoned")
+def test_emulated_kernels_match_float64(emulated, b, sq, sk, h, hk, d, causal):
+    _emulated_check(b, sq, sk, h, hk, d, causal)
+
+
+@pytest.mark.usefixtures("poisoned")
+def test_emulated_forward_variants(emulated):
+    _emulated_check(1, 300, 300, 2, 2, 256, True, backward=False, dtype=torch.float16)  # head dim 256: O through Q
+    _emulated_check(1, 200, 333, 2, 1, 128, True, {"gluon": {"fwd": {"exp2_split": True}}}, backward=False)
+    _emulated_check(1, 250, 250, 2, 2, 64, False, {"gluon": {"fwd": {"pingpong": False, "block_n": 64,
+                                                                     "num_stages": 4}}}, backward=False)
+    _emulated_check(1, 250, 190, 2, 2, 64, True, {"gluon": {"bwd": {"block_m": 128, "num_stages": 1}}})
+
+
+def test_emulation_catches_planted_bugs(emulated, monkeypatch):
+    """Without these failing, the emulated runs above would prove nothing."""
+    from kernels.nvidia.gluon import attention_fwd as F
+
+    ns = emulated._namespace(F.__name__)
+    # Every key block but the peeled one treated as unmasked: with 64-key blocks and the diagonal
+    # 100 keys right of the tile's, keys right of it leak into the softmax.
+    monkeypatch.setitem(ns, "unmasked_block_count", lambda m0, sq, sk, n, bn, causal: torch.clamp(n - 1, min=0))
+    with pytest.raises(AssertionError, match="out"):
+        _emulated_check(1, 200, 300, 2, 2, 64, True, {"gluon": {"fwd": {"block_n": 64}}}, backward=False)
+    monkeypatch.undo()
+    emulated.install(monkeypatch)
+    monkeypatch.setattr(gluon, "_sm_count", lambda index: 2)
+    monkeypatch.setattr(emulated, "TIMEOUT_S", 1.0)
+    # Consumer 0 counts one turn ahead: both consumers wait for the other's first turn.
+    step = ns["_fwd_step"]
+
+    def wrong_turn(j, count, turns, *rest):
+        wg = rest[16]  # _fwd_step(j, count, turns, q, ..., qk_scale, WG, ...)
+        return step(j, count, turns + (wg == 0), *rest)
+
+    monkeypatch.setitem(ns, "_fwd_step", wrong_turn)
+    with pytest.raises(TimeoutError, match="deadlock"):
+        _emulated_check(1, 300, 300, 2, 2, 64, False, backward=False)
+
+
+# ----------------------------------------------------------------------------------------------
 # On an H200: results against float64
 # ----------------------------------------------------------------------------------------------
 
