@@ -470,3 +470,52 @@ def test_gluon_head_dim_256_forward_and_fp16():
 def test_gluon_exp2_split_and_no_pingpong_configs():
     _run_and_check(1, 700, 700, 4, 4, 128, True, {**GLUON, "gluon": {"fwd": {"exp2_split": True}}})
     _run_and_check(1, 700, 700, 4, 4, 64, False, {**GLUON, "gluon": {"fwd": {"pingpong": False, "block_n": 64}}})
+
+
+# ----------------------------------------------------------------------------------------------
+# The device sweep's decisions (its timing needs the device; what it writes does not)
+# ----------------------------------------------------------------------------------------------
+
+
+def test_sweep_candidates_start_with_the_shipped_config():
+    from kernels.nvidia.gluon import tune_attention
+
+    for kernel in ("fwd", "bwd"):
+        c = tune_attention.candidates(kernel, 128)
+        assert c[0] == static_check.table()["sm90"]["128"][kernel]
+        assert len(c) == len(tune_attention.grid(kernel)) and len({tuple(sorted(x.items())) for x in c}) == len(c)
+
+
+def test_sweep_applies_only_correct_winners_faster_than_triton(tmp_path, monkeypatch):
+    from kernels.nvidia.gluon import tune_attention
+
+    fast = {"block_n": 64, "num_stages": 3, "exp2_split": True, "pingpong": True}
+    bwd = {"block_m": 64, "num_stages": 3}
+    rows = [
+        {"head_dim": 128, "causal": True, "impl": "triton", "correct": True, "fwd_ms": 1.0, "bwd_ms": 2.0},
+        {"head_dim": 128, "causal": True, "impl": "gluon", "correct": True, "error_ratio": 0.4,
+         "config": {"fwd": fast, "bwd": bwd}, "fwd_ms": 0.8, "bwd_ms": 2.5},  # faster forward, slower backward
+        {"head_dim": 128, "causal": True, "impl": "gluon", "correct": False, "error_ratio": 3.0,
+         "config": {"fwd": {**fast, "pingpong": False}, "bwd": bwd}, "fwd_ms": 0.1, "bwd_ms": 0.1},  # wrong
+        {"head_dim": 64, "causal": False, "impl": "triton", "correct": True, "fwd_ms": 1.0, "bwd_ms": 2.0},
+        {"head_dim": 64, "causal": False, "impl": "gluon", "correct": True, "error_ratio": 0.5,
+         "config": {"fwd": fast, "bwd": bwd}, "fwd_ms": 1.1, "bwd_ms": 2.1},  # slower: nothing
+    ]
+    wins = tune_attention.winners(rows)
+    assert [(w["head_dim"], w["causal"], w["direction"], w["knobs"]) for w in wins] == [(128, True, "fwd", fast)]
+    shipped = static_check.table()
+    table_file = tmp_path / "attention_gluon.json"
+    table_file.write_text(static_check.TABLE_FILE.read_text())
+    monkeypatch.setattr(static_check, "TABLE_FILE", table_file)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
+    monkeypatch.setattr(tune_attention, "_provenance", lambda: "2026-12-01 NVIDIA H200 triton 3.6.0")
+    static_check.table.cache_clear()
+    try:
+        table = tune_attention.apply(wins)
+        assert table["sm90"]["128"]["fwd"] == fast
+        assert table["sm90"]["128"]["bwd"] == shipped["sm90"]["128"]["bwd"]  # the slower backward untouched
+        assert table["sm90"]["64"] == shipped["sm90"]["64"]
+        (entry,) = table["default"]
+        assert entry["direction"] == "fwd" and entry["causal"] and "0.800 ms vs Triton 1.000 ms" in entry["provenance"]
+    finally:
+        static_check.table.cache_clear()
