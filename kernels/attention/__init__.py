@@ -41,7 +41,12 @@ def attention(
             runs its kernels under the Triton interpreter.
         config: tiles for the chosen Triton backend, overriding its tuned table, e.g.
             ``{"fwd": {"block_m": 64, "block_n": 64, "num_warps": 4, "num_stages": 2},
-            "dkdv": {...}, "dq": {...}, "use_tma": False}``.
+            "dkdv": {...}, "dq": {...}, "use_tma": False}``. On "nvidia",
+            ``"implementation": "gluon"`` asks for the warp-specialized Gluon kernels (Hopper,
+            Triton 3.6/3.9; problems they do not take run the Triton kernels, and
+            ``kernels.nvidia.attention.implementation_for`` says which runs and why), with
+            ``"deterministic": True`` for a bitwise-reproducible backward; see
+            ``kernels.nvidia.gluon.attention``.
 
     Queries that see no key get output 0 and lse -inf, and zero gradients.
     Returns ``out`` like q, or ``(out, lse)``. Raises ``kernels.errors.InputError`` naming
