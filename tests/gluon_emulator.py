@@ -31,8 +31,6 @@ from __future__ import annotations
 import functools
 import threading
 import types
-from typing import Any
-
 import torch
 import triton.language as tl
 from triton.runtime.jit import JITFunction
@@ -424,4 +422,4 @@ def install(monkeypatch) -> None:
     monkeypatch.setattr(attention_bwd, "attention_bwd_kernel", Emulated(attention_bwd.attention_bwd_kernel))
 
 
-__all__ = ["Emulated", "install", "T", "t", "scalar", "Any"]
+__all__ = ["Emulated", "install", "T", "t", "scalar"]

@@ -22,7 +22,15 @@ import sys
 from pathlib import Path
 
 from kernels.nvidia.gluon import sass_facts, static_check
-from kernels.nvidia.gluon.api import fence_async_shared, gl, gluon, mbarrier, tma_load, warpgroup_mma, warpgroup_mma_wait
+from kernels.nvidia.gluon.api import (
+    fence_async_shared,
+    gl,
+    gluon,
+    mbarrier,
+    tma_load,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
 
 TILE = gl.constexpr(64)
 

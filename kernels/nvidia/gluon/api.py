@@ -2,13 +2,16 @@
 
 Gluon (``triton.experimental.gluon``) is an experimental API that changes between Triton
 releases. The kernels here are compiled and checked under **Triton 3.6** (the H200 machine's
-version) and **Triton 3.9** (CI's version); between those two releases the only change they
-meet is the name of the TMA copies (``tma.async_copy_global_to_shared`` /
-``async_copy_shared_to_global`` in 3.6, ``tma.async_load`` / ``async_store`` in 3.9), bound
-here once as :data:`tma_load` and :data:`tma_store`, and the TMA reduction (an operation 3.6's
-builder has without a Python wrapper; 3.9's ``tma.async_atomic_add``) as :data:`tma_atomic_add`. Any other release is refused by
-:func:`kernels.nvidia.gluon.unsupported_reason` (the Triton kernels then run) rather than tried;
-import this module only after that check passed.
+version) and **Triton 3.9** (CI's version). Between the two, what they use differs in two
+places, each bound here once:
+
+* the TMA copies are ``tma.async_copy_global_to_shared`` / ``async_copy_shared_to_global`` in
+  3.6 and ``tma.async_load`` / ``async_store`` in 3.9: :data:`tma_load`, :data:`tma_store`;
+* the TMA reduction into global memory is ``tma.async_atomic_add`` in 3.9; 3.6 has the
+  operation in its IR builder but no Python wrapper, so :data:`tma_atomic_add` is that wrapper.
+
+Any other release is refused by :func:`kernels.nvidia.gluon.unsupported_reason` (the Triton
+kernels then run) rather than tried; import this module only after that check passed.
 """
 
 from __future__ import annotations

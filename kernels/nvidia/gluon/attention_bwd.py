@@ -18,19 +18,21 @@ query blocks that see them. Three partitions:
   then ``P^T = 2^(S^T * scale * log2 e - lse)`` (masked at the causal diagonal and the tails);
   3. ``dV += P^T dO_i`` (P^T as a register operand), issued before waiting for dP^T;
   ``dS^T = P^T (dP^T - delta)``;
-  4. ``dK += dS^T Q_i`` (register operand) and
-  5. ``dQ_i += dS K``: dS^T goes to shared memory and is read back transposed as the A
-     operand; the 64 x head_dim product is done in 64-column pieces (a 64 x 64 float32
-     accumulator at a time, which keeps dK, dV and the piece within the 240 registers) and each
-     piece is added to a float32 dQ in global memory with ``red.global.add``.
+  4. ``dK += dS^T Q_i`` (register operand); meanwhile dS^T goes to shared memory; then every
+     product of the block has retired and both of its slots go back to the producer;
+  5. ``dQ_i += dS K``, with dS^T read back transposed as the A operand, in 64-column pieces (a
+     64 x 64 float32 accumulator at a time, which keeps dK, dV and the piece within the 240
+     registers); each piece goes through shared memory to a TMA reduction
+     (``cp.reduce.async.bulk.tensor.add``) into a float32 dQ in global memory, two buffers
+     deep, as FA3 adds its dQ.
 
   Both consumers walk the same query blocks (the block's, not their own half's: they share
   the slots), with masks where the causal diagonal, the ragged last query block or the key
   tail needs them.
 
-The float32 dQ accumulator (zeroed by the caller; rows of the same query block receive one
-addition per key block and consumer, in whatever order the CTAs run) is scaled in the kernel
-and cast by the caller. So dQ is not bitwise reproducible from run to run, dK and dV are; the
+The float32 dQ accumulator (zeroed by the caller; each element receives one addition per key
+block and consumer, in whatever order the CTAs run) is scaled in the kernel and cast by the
+caller. So dQ is not bitwise reproducible from run to run, dK and dV are; the
 Triton dK/dV + dQ kernels (``deterministic``) are. dK and dV are written with plain stores, per
 query head: with GQA the caller sums a group's float32 slices.
 """
@@ -51,7 +53,7 @@ from kernels.nvidia.gluon.api import (
 from kernels.nvidia.gluon.attention_fwd import mma_layout
 
 LOG2E = gl.constexpr(1.4426950408889634)
-# Keys per consumer warpgroup (the M of one wgmma) and query columns per dQ piece.
+# Keys per consumer warpgroup (the M of one wgmma) and head-dim columns per dQ piece.
 WG_N = gl.constexpr(64)
 DQ_PIECE = gl.constexpr(64)
 
@@ -225,18 +227,19 @@ def _bwd_consumer(DK, DV, desc_dq, k_smem, v_smem, q_smem, do_smem, lse_smem, de
     dv = gl.zeros([WG_N, HEAD_DIM], gl.float32, kv_layout)
     lo, mid, full_end, tail, n_blocks = query_block_range(start_n, seqlen_q, seqlen_k, BLOCK_M, BLOCK_N, CAUSAL)
     mbarrier.wait(kv_ready, 0)
+    # The query blocks in the order the producer loads them: ring block i is query block lo + i.
     for i in range(mid - lo):
-        dk, dv = _bwd_step((lo + i) * BLOCK_M, i, k, v, ds, dq_smem, WG, dk, dv, q_smem, do_smem, lse_smem, delta_smem,
-                           q_ready, q_empty, do_ready, do_empty, desc_dq, b, h, n0, seqlen_q, seqlen_k, qk_scale,
-                           sm_scale, HEAD_DIM, BLOCK_M, NUM_STAGES, True, CAUSAL)
+        dk, dv = _bwd_step((lo + i) * BLOCK_M, i, k, v, ds, dq_smem, WG, dk, dv, q_smem, do_smem, lse_smem,
+                           delta_smem, q_ready, q_empty, do_ready, do_empty, desc_dq, b, h, n0, seqlen_q,
+                           seqlen_k, qk_scale, sm_scale, HEAD_DIM, BLOCK_M, NUM_STAGES, True, CAUSAL)
     for i in range(full_end - mid):
-        dk, dv = _bwd_step((mid + i) * BLOCK_M, mid - lo + i, k, v, ds, dq_smem, WG, dk, dv, q_smem, do_smem, lse_smem,
-                           delta_smem, q_ready, q_empty, do_ready, do_empty, desc_dq, b, h, n0, seqlen_q, seqlen_k,
-                           qk_scale, sm_scale, HEAD_DIM, BLOCK_M, NUM_STAGES, False, CAUSAL)
+        dk, dv = _bwd_step((mid + i) * BLOCK_M, mid - lo + i, k, v, ds, dq_smem, WG, dk, dv, q_smem, do_smem,
+                           lse_smem, delta_smem, q_ready, q_empty, do_ready, do_empty, desc_dq, b, h, n0,
+                           seqlen_q, seqlen_k, qk_scale, sm_scale, HEAD_DIM, BLOCK_M, NUM_STAGES, False, CAUSAL)
     for i in range(n_blocks - tail):
-        dk, dv = _bwd_step((tail + i) * BLOCK_M, tail - lo + i, k, v, ds, dq_smem, WG, dk, dv, q_smem, do_smem, lse_smem,
-                           delta_smem, q_ready, q_empty, do_ready, do_empty, desc_dq, b, h, n0, seqlen_q, seqlen_k,
-                           qk_scale, sm_scale, HEAD_DIM, BLOCK_M, NUM_STAGES, True, CAUSAL)
+        dk, dv = _bwd_step((tail + i) * BLOCK_M, tail - lo + i, k, v, ds, dq_smem, WG, dk, dv, q_smem, do_smem,
+                           lse_smem, delta_smem, q_ready, q_empty, do_ready, do_empty, desc_dq, b, h, n0,
+                           seqlen_q, seqlen_k, qk_scale, sm_scale, HEAD_DIM, BLOCK_M, NUM_STAGES, True, CAUSAL)
     # dK, dV of this query head's keys (dK = scale dS^T Q); keys no query sees get zeros.
     row_stride = n_heads * HEAD_DIM
     _store_rows(DK + b.to(gl.int64) * seqlen_k * row_stride, dk * sm_scale, n0, seqlen_k, h * HEAD_DIM, row_stride)

@@ -1,14 +1,15 @@
 """What a warp-specialized kernel's SASS must show, per partition, and the check of it.
 
 ``gl.warp_specialize`` lowers (Triton 3.6 and 3.9 alike) to one function whose warps take
-different paths: the kernel's own warps run the *default* partition inline; the extra warps
-sit in a dispatch loop that reads their partition's index from shared memory and jumps
-through a table in the cubin's constant bank 2 (``BRX``) to that partition's code, which
-returns to the loop when done. So each partition is a set of SASS instructions reachable from
-one entry - the side of the first branch that the kernel's own warps take, or a jump-table
-target for a worker (the other side of that branch when there is only one worker) - and an instruction that more than one entry reaches (the dispatch loop, a
-shared ``EXIT``) belongs to none. That attribution is exact for this lowering: a worker's code
-is reached only through the dispatch, the default's only from the split.
+different paths: the kernel's own warps run the *default* partition inline; the extra warps sit
+in a dispatch loop that reads their partition's index from shared memory and jumps through a
+table in the cubin's constant bank 2 (``BRX``) to that partition's code, which returns to the
+loop when done. So each partition is a set of SASS instructions reachable from one entry - the
+side of the first branch that the kernel's own warps take, or a jump-table target for a worker
+(the other side of that branch when there is only one worker) - and an instruction that more
+than one entry reaches (the dispatch loop, a shared ``EXIT``) belongs to none. That attribution
+is exact for this lowering: a worker's code is reached only through the dispatch, the default's
+only from the split.
 
 :func:`facts` reads those regions from a compiled kernel: per partition the tensor-core
 (``HGMMA``), TMA (``UTMALDG``/``UTMASTG``), pointer-load, atomic and local-memory

@@ -118,9 +118,10 @@ def spec(kernel: str, head_dim: int, causal: bool, knobs: dict, dtype: str = "bf
     if kernel == "fwd":
         c = fwd_constexprs(head_dim, causal, knobs)
         bn = c["BLOCK_N"]
-        sig = {"desc_q": _desc(dtype, [1, 64, d]), "desc_k": _desc(dtype, [1, bn, d]), "desc_v": _desc(dtype, [1, bn, d]),
-               "desc_o": _desc(dtype, [1, 64, d]), "LSE": "*fp32", "seqlen_q": "i32", "seqlen_k": "i32",
-               "n_heads": "i32", "group": "i32", "n_mblocks": "i32", "n_bh": "i32", "qk_scale": "fp32"}
+        sig = {"desc_q": _desc(dtype, [1, 64, d]), "desc_k": _desc(dtype, [1, bn, d]),
+               "desc_v": _desc(dtype, [1, bn, d]), "desc_o": _desc(dtype, [1, 64, d]), "LSE": "*fp32",
+               "seqlen_q": "i32", "seqlen_k": "i32", "n_heads": "i32", "group": "i32", "n_mblocks": "i32",
+               "n_bh": "i32", "qk_scale": "fp32"}
         design = FWD_DESIGN
     else:
         c = bwd_constexprs(head_dim, causal, knobs)
