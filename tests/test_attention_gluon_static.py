@@ -22,7 +22,7 @@ from kernels.nvidia.gluon import SUPPORTED_TRITON, pinned_triton, sass_facts, st
 REPO = Path(__file__).resolve().parents[1]
 SOURCES = sorted((REPO / "kernels" / "nvidia" / "gluon").glob("*.py")) + [
     static_check.TABLE_FILE, static_check.SPACE_FILE, Path(__file__).with_name("gluon_static_cases.py")]
-SHIPPED = [s.name for s in static_check.shipped()]
+SHIPPED = static_check.shipped_names()
 
 
 def _pinned_report(version: str) -> dict:

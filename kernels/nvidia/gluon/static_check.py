@@ -133,20 +133,29 @@ def spec(kernel: str, head_dim: int, causal: bool, knobs: dict, dtype: str = "bf
                "DV": f"*{_TRITON_DTYPES[dtype]}", "seqlen_q": "i32", "seqlen_k": "i32", "n_heads": "i32",
                "group": "i32", "qk_scale": "fp32", "sm_scale": "fp32"}
         design = BWD_DESIGN
-    name = f"gluon_attn_{kernel}_d{head_dim}{'_causal' if causal else ''}"
+    name = spec_name(kernel, head_dim, causal)
     design = dataclasses.replace(design, max_spill_bytes=KNOWN_SPILL_BYTES.get(name, 0))
     sig.update({k: "constexpr" for k in c})
     return Spec(name, kernel, head_dim, bool(causal), dtype, dict(knobs), design, c, sig)
 
 
+def spec_name(kernel: str, head_dim: int, causal: bool) -> str:
+    return f"gluon_attn_{kernel}_d{head_dim}{'_causal' if causal else ''}"
+
+
+def _shipped_configs() -> list[tuple[str, int, bool, dict]]:
+    """(kernel, head dim, causal, knobs) of every shipped config: per head dim of the sm90 table,
+    its forward and backward, causal and not."""
+    return [(kernel, int(head_dim), causal, entry[kernel]) for head_dim, entry in table()["sm90"].items()
+            for kernel in ("fwd", "bwd") if kernel in entry for causal in (False, True)]
+
+
+def shipped_names() -> list[str]:
+    return [spec_name(kernel, d, causal) for kernel, d, causal, _ in _shipped_configs()]
+
+
 def shipped(dtype: str = "bfloat16") -> list[Spec]:
-    """Every shipped config: per head dim of the sm90 table, its forward and backward, causal and not."""
-    out = []
-    for head_dim, entry in table()["sm90"].items():
-        for kernel in ("fwd", "bwd"):
-            if kernel in entry:
-                out += [spec(kernel, int(head_dim), causal, entry[kernel], dtype) for causal in (False, True)]
-    return out
+    return [spec(kernel, d, causal, knobs, dtype) for kernel, d, causal, knobs in _shipped_configs()]
 
 
 def compile_spec(s: Spec):
