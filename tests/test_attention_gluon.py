@@ -489,9 +489,12 @@ def test_sweep_candidates_start_with_the_shipped_config():
     from kernels.nvidia.gluon import tune_attention
 
     for kernel in ("fwd", "bwd"):
+        shipped = static_check.table()["sm90"]["128"][kernel]
         c = tune_attention.candidates(kernel, 128)
-        assert c[0] == static_check.table()["sm90"]["128"][kernel]
+        assert c[0] == shipped
         assert len(c) == len(tune_attention.grid(kernel)) and len({tuple(sorted(x.items())) for x in c}) == len(c)
+        changed = [sum(x[k] != v for k, v in shipped.items()) for x in c]
+        assert changed == sorted(changed) and changed[1] == 1
 
 
 def test_sweep_applies_only_correct_winners_faster_than_triton(tmp_path, monkeypatch):

@@ -5,13 +5,14 @@ checked and timed on this GPU next to the Triton kernels, and applied only where
 
 1. **Candidates**: the grid of ``configs/attention_gluon_space.json`` per kernel and head dim,
    each compiled for sm_90a and held to the design (:mod:`kernels.nvidia.gluon.static_check`) in
-   a pool of processes; the shipped config first.
+   a pool of processes; nearest the shipped config first (it, then one knob changed, ...).
 2. **Per group** (head dim 128 and 64 at S = 4096, B * H * D fixed as in the benchmark suite;
    causal and not): the Triton kernels (the current implementation) and each surviving
    candidate run once on fresh random inputs at a small shape of the same specialization and are
    compared with float64 by the error-ratio rule (error <= 2 x the error of PyTorch's own bf16
    computation + 2e-3 x max|ref|); the correct ones are timed by CUDA-graph replay
-   (``kernels.nvidia.tune.time_graph``), forward and backward separately, until ``budget_s``.
+   (``kernels.nvidia.tune.time_graph``), forward and backward separately, each group in an equal
+   share of ``budget_s``.
 3. **Apply** (``--apply``): where the fastest correct candidate beats the Triton kernels, its
    knobs replace the table's for that head dim and direction, and the problem (head dim,
    causality, direction, this GPU) joins ``"default"`` with the run's provenance; nothing is
@@ -47,10 +48,10 @@ def grid(kernel: str) -> list[dict]:
 
 
 def candidates(kernel: str, head_dim: int) -> list[dict]:
-    """The grid with the shipped config first."""
-    shipped = static_check.table()["sm90"].get(str(head_dim), {}).get(kernel)
-    rest = [c for c in grid(kernel) if c != shipped]
-    return ([dict(shipped)] if shipped else []) + rest
+    """The grid nearest the shipped config first: the shipped one, then those that change one
+    knob (exp2_split, pingpong, ...), then two, and so on; a budget cut keeps the informative ones."""
+    shipped = static_check.table()["sm90"].get(str(head_dim), {}).get(kernel) or {}
+    return sorted(grid(kernel), key=lambda c: sum(c.get(k) != v for k, v in shipped.items()))
 
 
 def _static_ok(args: tuple) -> tuple[tuple, list[str]]:
@@ -148,7 +149,11 @@ def sweep(out: Path, budget_s: float, rep_ms: int, workers: int) -> list[dict]:
     print(f"static check: {sum(map(len, sound.values()))} sound candidates in {time.monotonic() - start:.0f} s",
           flush=True)
     rows: list[dict] = []
-    for (d, timed, checked), causal in itertools.product(GROUPS, (False, True)):
+    groups = list(itertools.product(GROUPS, (False, True)))
+    first = time.monotonic()
+    for index, ((d, timed, checked), causal) in enumerate(groups):
+        # Each group gets an equal share of what the static check left, unused time passing on.
+        deadline = first + (index + 1) * (budget_s - (first - start)) / len(groups)
         shape = (*timed, d)
         base = {"head_dim": d, "causal": causal, "shape": list(shape)}
         triton_cfg = {"implementation": "triton"}
@@ -159,8 +164,8 @@ def sweep(out: Path, budget_s: float, rep_ms: int, workers: int) -> list[dict]:
         print(json.dumps(rows[-1]), flush=True)
         pairs = list(itertools.zip_longest(sound.get(("fwd", d, causal), []), sound.get(("bwd", d, causal), [])))
         for fwd_knobs, bwd_knobs in pairs:
-            if time.monotonic() - start > budget_s:
-                print(f"budget of {budget_s:.0f} s spent: stopping", flush=True)
+            if time.monotonic() > deadline:
+                print(f"d={d} causal={causal}: its share of the {budget_s:.0f} s budget is spent", flush=True)
                 break
             tiles = {k: v for k, v in (("fwd", fwd_knobs), ("bwd", bwd_knobs)) if v}
             cfg = {"implementation": "gluon", "gluon": tiles}
