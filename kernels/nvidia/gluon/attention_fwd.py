@@ -13,7 +13,10 @@ runs three partitions (``gl.warp_specialize``):
   the consumers need them.
 * **two consumers** (a warpgroup each, 4 warps, the registers the producer gave up): consumer
   ``WG`` owns rows ``[64 * WG, 64 * WG + 64)`` of the tile and keeps its 64 x head_dim float32
-  output accumulator in registers. Both read the same K/V slots.
+  output accumulator in registers. Both read the same K/V slots. Consumer 0 is the default
+  partition (the kernel's own ``num_warps=4``), consumer 1 and the producer are workers;
+  ``setmaxnreg`` gives the producer's warpgroup 24 registers a thread and each consumer 240
+  (``PRODUCER_REGS``, ``CONSUMER_REGS``: FA3's split of the 64K-register file).
 
 Inside a consumer the key blocks run from the last to the first (the blocks that need masks -
 the causal diagonal and the ragged key tail - come first, so one peeled masked block and one
@@ -34,7 +37,10 @@ Causal attention is aligned to the bottom right (key j is seen by query i when
 ``j <= i + k_len - q_len``); tiles are handed out heaviest first. Q, K, V and O go through 3-D
 TMA descriptors over (batch, seq, heads * head_dim), so a tile's rows past its sequence are
 zero-filled on load and clipped on store by the hardware, per batch. Keys past ``k_len`` are
-masked to ``-inf``; a query that sees no key gets output 0 and log-sum-exp ``-inf``.
+masked to ``-inf``; a query that sees no key gets output 0 and log-sum-exp ``-inf``. The output
+leaves through shared memory and a TMA store; at head dim 256 (``O_IN_Q``) through the
+consumer's Q buffer, which is handed back to the producer only once the store has read it
+(separate buffers for Q, O and two K/V stages would not fit in 227 KiB).
 """
 
 from __future__ import annotations
