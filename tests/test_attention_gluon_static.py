@@ -71,7 +71,7 @@ def test_planted_regressions_fail_the_check(device_triton):
 
 @pytest.mark.skipif(triton_release(__import__("triton").__version__) not in SUPPORTED_TRITON,
                     reason="this environment's Triton is not one the Gluon kernels support; the 3.6 check above ran")
-@pytest.mark.parametrize("name", ["gluon_attn_fwd_d128_causal", "gluon_attn_bwd_d128_causal"])
+@pytest.mark.parametrize("name", SHIPPED)
 def test_compiles_to_the_design_under_this_triton(name):
     s = next(s for s in static_check.shipped() if s.name == name)
     result = static_check.check(s)

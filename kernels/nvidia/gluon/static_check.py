@@ -42,7 +42,9 @@ BWD_DESIGN = Design(atomics=True)
 # in 240 registers; ptxas spills a few loop-invariant values around them (88-112 bytes under
 # Triton 3.6 and 3.9, mostly wgmma descriptors it reloads from L1: about a dozen LDL per
 # 64-query step). The bound is the most it may spill; more is a regression.
-KNOWN_SPILL_BYTES = {"gluon_attn_bwd_d128": 128, "gluon_attn_bwd_d128_causal": 128}
+# The causal forward at head dim 256 (a 64 x 256 float32 accumulator) spills 24 bytes under
+# Triton 3.9 and none under 3.6.
+KNOWN_SPILL_BYTES = {"gluon_attn_bwd_d128": 128, "gluon_attn_bwd_d128_causal": 128, "gluon_attn_fwd_d256_causal": 32}
 
 _TRITON_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
