@@ -43,7 +43,7 @@
 #            than SMs, head dim 256, fp16, the exp2-split and no-ping-pong configs);
 #         2. `ceiling bench attention --shapes attention-gluon`: both Hopper implementations
 #            against SDPA with its own backend choice and with flash, cuDNN and efficient pinned;
-#         3. the Gluon config sweep (kernels.nvidia.gluon.tune_attention --apply): winners go into
+#         3. the Gluon config sweep (kernels.tuning.attention.gluon --apply): winners go into
 #            configs/attention_gluon.json, with provenance, only where correct and faster than the
 #            Triton kernels (copy in OUTDIR's tune/attention_gluon-table-after.json).
 # A later command starts from the tree as committed, not from what an earlier one applied on the
@@ -134,7 +134,7 @@ case "$part" in
     save
     budget=${GLUON_TUNE_BUDGET_S:-110}
     mkdir -p "$work/tune"
-    timeout $((budget + 90)) python3 -m kernels.nvidia.gluon.tune_attention --out "$work/tune" --budget-s "$budget" \
+    timeout $((budget + 90)) python3 -m kernels.tuning.attention.gluon --out "$work/tune" --budget-s "$budget" \
       --apply 2>&1 | log
     cp kernels/nvidia/configs/attention_gluon.json "$work/tune/attention_gluon-table-after.json"
     save

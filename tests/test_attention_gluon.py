@@ -486,7 +486,7 @@ def test_gluon_exp2_split_and_no_pingpong_configs():
 
 
 def test_sweep_candidates_start_with_the_shipped_config():
-    from kernels.nvidia.gluon import tune_attention
+    from kernels.tuning.attention import gluon as tune_attention
 
     for kernel in ("fwd", "bwd"):
         shipped = static_check.table()["sm90"]["128"][kernel]
@@ -498,7 +498,7 @@ def test_sweep_candidates_start_with_the_shipped_config():
 
 
 def test_sweep_applies_only_correct_winners_faster_than_triton(tmp_path, monkeypatch):
-    from kernels.nvidia.gluon import tune_attention
+    from kernels.tuning.attention import gluon as tune_attention
 
     fast = {"block_n": 64, "num_stages": 3, "exp2_split": True, "pingpong": True}
     bwd = {"block_m": 64, "num_stages": 3}

@@ -1,8 +1,9 @@
 """Host side of the Gluon Hopper attention: which problems it takes, its configs, and its launches.
 
 The Gluon kernels (:mod:`~kernels.nvidia.gluon.attention_fwd`, :mod:`~kernels.nvidia.gluon.attention_bwd`)
-are a second implementation of the nvidia attention backend beside the Triton kernels of
-:mod:`kernels.nvidia.attention`. Which one runs a problem is decided by :func:`implementation_for`:
+are a second implementation of the nvidia attention backend beside the Triton kernels
+(:mod:`kernels.triton.attention`, chosen and launched by :mod:`kernels.nvidia.attention`). Which
+one runs a problem is decided by :func:`implementation_for`:
 
 * ``config={"implementation": "gluon"}`` asks for them; ``"triton"`` for the Triton kernels;
 * without it, the Triton kernels run, except on the problems ``configs/attention_gluon.json``
@@ -246,7 +247,7 @@ def _delta(o: torch.Tensor, do: torch.Tensor) -> torch.Tensor:
     """rowsum(dO * O), (batch, heads, q_len) float32, by the Triton kernels' preprocess kernel."""
     import triton
 
-    from kernels.nvidia import attention as triton_attention
+    from kernels.triton import attention as triton_attention
     from kernels.triton_runtime import launcher
 
     batch, seqlen_q, heads, head_dim = o.shape

@@ -1,7 +1,7 @@
 """Flash attention forward for Hopper in Gluon: FlashAttention-3's warp-specialized schedule.
 
 Layout (batch, seq, heads, head_dim) for q, k, v and o; the log-sum-exp is (batch, heads, q_len)
-float32, natural log, as :mod:`kernels.nvidia.attention` writes it.
+float32, natural log, as the Triton kernels (:mod:`kernels.triton.attention`) write it.
 
 One persistent CTA per SM walks query tiles of ``BLOCK_M = 128`` rows of one (batch, head). It
 runs three partitions (``gl.warp_specialize``):
@@ -166,7 +166,7 @@ def _fwd_producer(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_ready, q_emp
 @gluon.jit
 def exp2_fma(x):
     """2^x on the FMA and integer pipes instead of the MUFU unit (a Gluon twin of
-    :func:`kernels.nvidia.attention.exp2_fma`: MUFU ex2 runs at an eighth of the FMA rate on
+    :func:`kernels.triton.attention.exp2_fma`: MUFU ex2 runs at an eighth of the FMA rate on
     Hopper, so the exponentials, not the tensor cores, can pace a step). x = n + f with
     n = round(x) from the low bits of x + 1.5 * 2^23 and f in [-0.5, 0.5]; 2^f by a cubic
     (relative error under 7.5e-5, below bf16's rounding of P) whose exponent field n is added

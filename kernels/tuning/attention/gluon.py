@@ -1,7 +1,7 @@
 """The device sweep behind ``configs/attention_gluon.json``: every statically sound Gluon config,
 checked and timed on this GPU next to the Triton kernels, and applied only where it wins.
 
-    python -m kernels.nvidia.gluon.tune_attention --out DIR --budget-s 150 [--apply]
+    python -m kernels.tuning.attention.gluon --out DIR --budget-s 150 [--apply]
 
 1. **Candidates**: the grid of ``configs/attention_gluon_space.json`` per kernel and head dim,
    each compiled for sm_90a and held to the design (:mod:`kernels.nvidia.gluon.static_check`) in
@@ -11,7 +11,7 @@ checked and timed on this GPU next to the Triton kernels, and applied only where
    candidate run once on fresh random inputs at a small shape of the same specialization and are
    compared with float64 by the error-ratio rule (error <= 2 x the error of PyTorch's own bf16
    computation + 2e-3 x max|ref|); the correct ones are timed by CUDA-graph replay
-   (``kernels.nvidia.tune.time_graph``), forward and backward separately, each group in an equal
+   (``kernels.tuning.timers.time_graph``), forward and backward separately, each group in an equal
    share of ``budget_s``.
 3. **Apply** (``--apply``): where the fastest correct candidate beats the Triton kernels, its
    knobs replace the table's for that head dim and direction, and the problem (head dim,
@@ -130,7 +130,7 @@ def _implementation(config: dict, causal: bool):
 
 
 def _time(config: dict, shape, causal: bool, rep_ms: int) -> dict:
-    from kernels.nvidia.tune import time_graph
+    from kernels.tuning.timers import time_graph
 
     b, s, h = shape[0], shape[1], shape[2]
     q, k, v, do = _inputs(b, s, h, shape[3], seed=0)
@@ -241,7 +241,7 @@ def apply(wins: list[dict]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kernels.nvidia.gluon.tune_attention", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m kernels.tuning.attention.gluon", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--budget-s", type=float, default=150.0)
