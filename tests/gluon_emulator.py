@@ -95,6 +95,8 @@ class Smem:
 
     def index(self, i):
         i = int(i)
+        if not 0 <= i < self.data.shape[0]:  # no wrap-around: a slot index out of range is a bug
+            raise IndexError(f"shared-memory index {i} outside [0, {self.data.shape[0]})")
         return Smem(self.data[i], None if self.barriers is None else self.barriers[i])
 
     def reshape(self, shape):

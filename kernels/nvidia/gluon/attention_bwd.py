@@ -50,7 +50,7 @@ from kernels.nvidia.gluon.api import (
     warpgroup_mma,
     warpgroup_mma_wait,
 )
-from kernels.nvidia.gluon.attention_fwd import mma_layout
+from kernels.nvidia.gluon.attention_fwd import mma_layout, step_zero
 
 LOG2E = gl.constexpr(1.4426950408889634)
 # Keys per consumer warpgroup (the M of one wgmma) and head-dim columns per dQ piece.
@@ -108,8 +108,8 @@ def _bwd_producer(desc_q, desc_k, desc_v, desc_do, desc_lse, desc_delta, k_smem,
     h = bh % n_heads
     hk = h // group
     mbarrier.expect(kv_ready, desc_k.block_type.nbytes + desc_v.block_type.nbytes)
-    tma_load(desc_k, [b, start_n, hk * HEAD_DIM], kv_ready, k_smem)
-    tma_load(desc_v, [b, start_n, hk * HEAD_DIM], kv_ready, v_smem)
+    tma_load(desc_k, [b, start_n, hk * HEAD_DIM], kv_ready, k_smem.index(0))
+    tma_load(desc_v, [b, start_n, hk * HEAD_DIM], kv_ready, v_smem.index(0))
     lo, mid, full_end, tail, n_blocks = query_block_range(start_n, seqlen_q, seqlen_k, BLOCK_M, BLOCK_N, CAUSAL)
     # The consumers' three loops cover [lo, n_blocks) in order; so does this one. The per-row
     # vectors are (batch * heads * q_len) float32: rows past q_len read the next head's values
@@ -129,8 +129,8 @@ def _bwd_producer(desc_q, desc_k, desc_v, desc_do, desc_lse, desc_delta, k_smem,
 
 
 @gluon.jit
-def _bwd_step(m0, count, k, v, ds_smem, dq_smem, WG, dk, dv, q_smem, do_smem, lse_smem, delta_smem, q_ready, q_empty,
-              do_ready, do_empty, desc_dq, b, h, n0, seqlen_q, seqlen_k, qk_scale, sm_scale,
+def _bwd_step(m0, count, k_smem, v_smem, ds_smem, dq_smem, WG, dk, dv, q_smem, do_smem, lse_smem, delta_smem, q_ready,
+              q_empty, do_ready, do_empty, desc_dq, b, h, n0, seqlen_q, seqlen_k, qk_scale, sm_scale,
               HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, NUM_STAGES: gl.constexpr,
               MASKED: gl.constexpr, CAUSAL: gl.constexpr):
     """The five products of one query block (ring block ``count``, rows m0..) against this
@@ -141,6 +141,10 @@ def _bwd_step(m0, count, k, v, ds_smem, dq_smem, WG, dk, dv, q_smem, do_smem, ls
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=kv_layout, k_width=2)
     slot = count % NUM_STAGES
     phase = (count // NUM_STAGES) & 1
+    # This warpgroup's keys of the K and V block, viewed anew each step (see step_zero).
+    zero = step_zero(m0, seqlen_q)
+    k = k_smem.index(zero).reshape([2 * WG_N, HEAD_DIM]).slice(WG * WG_N, WG_N)
+    v = v_smem.index(zero).reshape([2 * WG_N, HEAD_DIM]).slice(WG * WG_N, WG_N)
     q = q_smem.index(slot).reshape([BLOCK_M, HEAD_DIM])
     do = do_smem.index(slot).reshape([BLOCK_M, HEAD_DIM])
 
@@ -220,8 +224,6 @@ def _bwd_consumer(DK, DV, desc_dq, k_smem, v_smem, q_smem, do_smem, lse_smem, de
     b = bh // n_heads
     h = bh % n_heads
     n0 = start_n + WG * WG_N  # this warpgroup's first key
-    k = k_smem.reshape([BLOCK_N, HEAD_DIM]).slice(WG * WG_N, WG_N)
-    v = v_smem.reshape([BLOCK_N, HEAD_DIM]).slice(WG * WG_N, WG_N)
     ds = ds_smem.index(WG)
     dk = gl.zeros([WG_N, HEAD_DIM], gl.float32, kv_layout)
     dv = gl.zeros([WG_N, HEAD_DIM], gl.float32, kv_layout)
@@ -229,16 +231,16 @@ def _bwd_consumer(DK, DV, desc_dq, k_smem, v_smem, q_smem, do_smem, lse_smem, de
     mbarrier.wait(kv_ready, 0)
     # The query blocks in the order the producer loads them: ring block i is query block lo + i.
     for i in range(mid - lo):
-        dk, dv = _bwd_step((lo + i) * BLOCK_M, i, k, v, ds, dq_smem, WG, dk, dv, q_smem, do_smem, lse_smem,
-                           delta_smem, q_ready, q_empty, do_ready, do_empty, desc_dq, b, h, n0, seqlen_q,
-                           seqlen_k, qk_scale, sm_scale, HEAD_DIM, BLOCK_M, NUM_STAGES, True, CAUSAL)
-    for i in range(full_end - mid):
-        dk, dv = _bwd_step((mid + i) * BLOCK_M, mid - lo + i, k, v, ds, dq_smem, WG, dk, dv, q_smem, do_smem,
+        dk, dv = _bwd_step((lo + i) * BLOCK_M, i, k_smem, v_smem, ds, dq_smem, WG, dk, dv, q_smem, do_smem,
                            lse_smem, delta_smem, q_ready, q_empty, do_ready, do_empty, desc_dq, b, h, n0,
+                           seqlen_q, seqlen_k, qk_scale, sm_scale, HEAD_DIM, BLOCK_M, NUM_STAGES, True, CAUSAL)
+    for i in range(full_end - mid):
+        dk, dv = _bwd_step((mid + i) * BLOCK_M, mid - lo + i, k_smem, v_smem, ds, dq_smem, WG, dk, dv, q_smem,
+                           do_smem, lse_smem, delta_smem, q_ready, q_empty, do_ready, do_empty, desc_dq, b, h, n0,
                            seqlen_q, seqlen_k, qk_scale, sm_scale, HEAD_DIM, BLOCK_M, NUM_STAGES, False, CAUSAL)
     for i in range(n_blocks - tail):
-        dk, dv = _bwd_step((tail + i) * BLOCK_M, tail - lo + i, k, v, ds, dq_smem, WG, dk, dv, q_smem, do_smem,
-                           lse_smem, delta_smem, q_ready, q_empty, do_ready, do_empty, desc_dq, b, h, n0,
+        dk, dv = _bwd_step((tail + i) * BLOCK_M, tail - lo + i, k_smem, v_smem, ds, dq_smem, WG, dk, dv, q_smem,
+                           do_smem, lse_smem, delta_smem, q_ready, q_empty, do_ready, do_empty, desc_dq, b, h, n0,
                            seqlen_q, seqlen_k, qk_scale, sm_scale, HEAD_DIM, BLOCK_M, NUM_STAGES, True, CAUSAL)
     # dK, dV of this query head's keys (dK = scale dS^T Q); keys no query sees get zeros.
     row_stride = n_heads * HEAD_DIM
@@ -266,8 +268,9 @@ def attention_bwd_kernel(desc_q, desc_k, desc_v, desc_do, desc_lse, desc_delta, 
     gl.static_assert(BLOCK_N == 2 * WG_N, "two consumer warpgroups of 64 keys each")
     gl.static_assert(HEAD_DIM % DQ_PIECE == 0, "dQ is accumulated in 64-column pieces")
     dtype: gl.constexpr = desc_q.dtype
-    k_smem = gl.allocate_shared_memory(dtype, desc_k.block_type.shape, desc_k.layout)
-    v_smem = gl.allocate_shared_memory(dtype, desc_v.block_type.shape, desc_v.layout)
+    # K and V as one-slot rings: the consumers index them by step_zero each step.
+    k_smem = gl.allocate_shared_memory(dtype, [1] + desc_k.block_type.shape, desc_k.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [1] + desc_v.block_type.shape, desc_v.layout)
     q_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES] + desc_q.block_type.shape, desc_q.layout)
     do_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES] + desc_do.block_type.shape, desc_do.layout)
     lse_smem = gl.allocate_shared_memory(gl.float32, [NUM_STAGES] + desc_lse.block_type.shape, desc_lse.layout)

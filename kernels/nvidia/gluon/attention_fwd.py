@@ -200,6 +200,18 @@ def mma_layout(n):
 
 
 @gluon.jit
+def step_zero(start, length):
+    """0, as a value of one loop step: ``start`` (the first row of a block the loop visits) is
+    below ``length``, so ``(start - length) >> 31`` is -1. A shared-memory operand that stays
+    the same across a loop (Q in the forward, K and V in the backward) is indexed by it, so the
+    wgmma descriptors of its k-steps are recomputed each step (a few uniform adds). Computed
+    once before the loops instead, they stay live across all of them, and beside the
+    accumulators (a 64 x 256 output in the forward at head dim 256; dK, dV, S^T and dP^T in
+    the backward at head dim 128) ptxas spills them out of the 240 registers."""
+    return ((start - length) >> 31) + 1
+
+
+@gluon.jit
 def _mask_scores(s, j, m0, seqlen_k, causal_offset, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
     """Scores of key block j for rows m0.. with keys past k_len (and, if causal, right of the
     diagonal) set to -inf."""
@@ -228,8 +240,8 @@ def _online_softmax(s, m_i, l_i, qk_scale, MASKED: gl.constexpr, EXP2_SPLIT: gl.
 
 
 @gluon.jit
-def _fwd_first_block(j, count, q, m_i, l_i, k_smem, k_ready, k_empty, m0, seqlen_k, causal_offset, qk_scale,
-                     HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
+def _fwd_first_block(j, count, q_smem, m_i, l_i, k_smem, k_ready, k_empty, m0, seqlen_k, causal_offset, qk_scale,
+                     WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
                      CAUSAL: gl.constexpr, EXP2_SPLIT: gl.constexpr):
     """The peeled first (highest, always masked) key block of a tile: its scores and P; no P V
     yet, that goes out with the next block's Q K^T."""
@@ -237,6 +249,7 @@ def _fwd_first_block(j, count, q, m_i, l_i, k_smem, k_ready, k_empty, m0, seqlen
     o_layout: gl.constexpr = mma_layout(HEAD_DIM)
     slot = count % NUM_STAGES
     mbarrier.wait(k_ready.index(slot), (count // NUM_STAGES) & 1)
+    q = q_smem.index(WG).reshape([WG_M, HEAD_DIM])
     k = k_smem.index(slot).reshape([BLOCK_N, HEAD_DIM])
     s = warpgroup_mma(q, k.permute((1, 0)), gl.zeros([WG_M, BLOCK_N], gl.float32, s_layout), use_acc=False,
                       is_async=True)
@@ -249,7 +262,7 @@ def _fwd_first_block(j, count, q, m_i, l_i, k_smem, k_ready, k_empty, m0, seqlen
 
 
 @gluon.jit
-def _fwd_step(j, count, turns, q, p, acc, m_i, l_i, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turn,
+def _fwd_step(j, count, turns, q_smem, p, acc, m_i, l_i, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turn,
               m0, seqlen_k, causal_offset, qk_scale,
               WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
               MASKED: gl.constexpr, CAUSAL: gl.constexpr, EXP2_SPLIT: gl.constexpr, PINGPONG: gl.constexpr):
@@ -264,6 +277,8 @@ def _fwd_step(j, count, turns, q, p, acc, m_i, l_i, k_smem, v_smem, k_ready, k_e
         # Our turn to issue: consumer 0's n-th wait is on phase n - 1 of its barrier (its first
         # passes at once), consumer 1's on phase n (it starts after consumer 0's first issue).
         mbarrier.wait(turn.index(WG), (turns & 1) ^ (1 - WG))
+    # This warpgroup's rows of the tile's Q, viewed anew each step (see step_zero).
+    q = q_smem.index(WG + step_zero(j * BLOCK_N, seqlen_k)).reshape([WG_M, HEAD_DIM])
     k = k_smem.index(k_slot).reshape([BLOCK_N, HEAD_DIM])
     s = warpgroup_mma(q, k.permute((1, 0)), gl.zeros([WG_M, BLOCK_N], gl.float32, s_layout), use_acc=False,
                       is_async=True)
@@ -321,7 +336,6 @@ def _fwd_consumer(desc_o, LSE, q_smem, k_smem, v_smem, o_smem, q_ready, q_empty,
                   PINGPONG: gl.constexpr, O_IN_Q: gl.constexpr):
     s_layout: gl.constexpr = mma_layout(BLOCK_N)
     o_layout: gl.constexpr = mma_layout(HEAD_DIM)
-    q = q_smem.index(WG).reshape([WG_M, HEAD_DIM])
     causal_offset = seqlen_k - seqlen_q
     consumed = 0  # K/V blocks taken from the rings so far (the producer counts the same)
     turns = 0  # ping-pong turns taken so far
@@ -337,23 +351,23 @@ def _fwd_consumer(desc_o, LSE, q_smem, k_smem, v_smem, o_smem, q_ready, q_empty,
         acc = gl.zeros([WG_M, HEAD_DIM], gl.float32, o_layout)
         m_i = gl.full([WG_M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
         l_i = gl.zeros([WG_M], gl.float32, gl.SliceLayout(1, s_layout))
-        p = gl.zeros([WG_M, BLOCK_N], q.dtype, gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
+        p = gl.zeros([WG_M, BLOCK_N], q_smem.dtype, gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
         mbarrier.wait(q_ready.index(WG), tiles_done & 1)
         if n_blocks > 0:
-            p, m_i, l_i = _fwd_first_block(n_blocks - 1, consumed, q, m_i, l_i, k_smem, k_ready, k_empty, m0,
-                                           seqlen_k, causal_offset, qk_scale, HEAD_DIM, BLOCK_N, NUM_STAGES,
+            p, m_i, l_i = _fwd_first_block(n_blocks - 1, consumed, q_smem, m_i, l_i, k_smem, k_ready, k_empty, m0,
+                                           seqlen_k, causal_offset, qk_scale, WG, HEAD_DIM, BLOCK_N, NUM_STAGES,
                                            CAUSAL, EXP2_SPLIT)
             n_masked = n_blocks - 1 - n_full
             for i in range(n_masked):
-                p, acc, m_i, l_i = _fwd_step(n_blocks - 2 - i, consumed + 1 + i, turns + i, q, p, acc, m_i, l_i,
+                p, acc, m_i, l_i = _fwd_step(n_blocks - 2 - i, consumed + 1 + i, turns + i, q_smem, p, acc, m_i, l_i,
                                              k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turn, m0, seqlen_k,
                                              causal_offset, qk_scale, WG, HEAD_DIM, BLOCK_N, NUM_STAGES, True,
                                              CAUSAL, EXP2_SPLIT, PINGPONG)
             for i in range(n_full):
-                p, acc, m_i, l_i = _fwd_step(n_full - 1 - i, consumed + 1 + n_masked + i, turns + n_masked + i, q, p,
-                                             acc, m_i, l_i, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turn,
-                                             m0, seqlen_k, causal_offset, qk_scale, WG, HEAD_DIM, BLOCK_N,
-                                             NUM_STAGES, False, CAUSAL, EXP2_SPLIT, PINGPONG)
+                p, acc, m_i, l_i = _fwd_step(n_full - 1 - i, consumed + 1 + n_masked + i, turns + n_masked + i,
+                                             q_smem, p, acc, m_i, l_i, k_smem, v_smem, k_ready, k_empty, v_ready,
+                                             v_empty, turn, m0, seqlen_k, causal_offset, qk_scale, WG, HEAD_DIM,
+                                             BLOCK_N, NUM_STAGES, False, CAUSAL, EXP2_SPLIT, PINGPONG)
         if not O_IN_Q:
             # Every Q K^T of the tile has retired: the producer may load the next tile's Q.
             mbarrier.arrive(q_empty.index(WG))
