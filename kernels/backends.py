@@ -181,14 +181,43 @@ SECOND_IMPLEMENTATIONS: dict[tuple[str, str], tuple[str, str]] = {
 }
 
 
-def report() -> list[dict[str, str]]:
-    """One row per (op, backend): mode and reason, for ``ceiling backends``; and one per second
-    implementation of an op on a backend, named ``backend:implementation`` ("nvidia:gluon")."""
-    rows = [
+class Report(list):
+    """The rows of :func:`report` (a list of dicts), shown as a table when printed or echoed by a REPL."""
+
+    def table(self, width: int | None = None) -> str:
+        import shutil
+
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title="Backends on this machine")
+        table.add_column("op", no_wrap=True)
+        table.add_column("backend", no_wrap=True)
+        table.add_column("mode", no_wrap=True)
+        table.add_column("reason", overflow="fold")
+        for row in self:
+            table.add_row(row["op"], row["backend"], row["mode"], row["reason"])
+        console = Console(width=width or shutil.get_terminal_size((120, 24)).columns, record=True,
+                          force_terminal=False, color_system=None)
+        with console.capture() as captured:
+            console.print(table)
+        return captured.get().rstrip("\n")
+
+    def __str__(self) -> str:
+        return self.table()
+
+    __repr__ = __str__
+
+
+def report() -> Report:
+    """One row per (op, backend): mode and reason (``ceiling backends``), and one per second
+    implementation of an op on a backend, named ``backend:implementation`` ("nvidia:gluon");
+    prints as a table."""
+    rows = Report(
         {"op": op, "backend": b, "mode": (a := op_availability(op, b)).mode, "reason": a.reason}
         for op in OPS
         for b in BACKENDS
-    ]
+    )
     for (op, backend), (name, where) in SECOND_IMPLEMENTATIONS.items():
         module, func = where.split(":")
         mode, reason = getattr(importlib.import_module(module), func)()

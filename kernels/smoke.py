@@ -1,10 +1,13 @@
 """Correctness smoke checks: one small random problem per (op, backend), against float64.
 
-Used by ``ceiling run`` (every backend that runs here, interpreted or emulated
-included) and by the device check (on the GPU). Each check draws fresh random
-inputs, poisons nothing it does not own, and returns its measured error next to
-the bound it was held to (the error-ratio rule: at most twice the error of the
-framework's own computation at the same precision, plus a small atol).
+Every op (GEMM, attention, triangle attention, the triangle multiplicative update)
+has one, checking its output and every gradient the op has. ``ceiling run`` runs
+``cases("cpu")`` (every backend that runs here, interpreted or emulated included),
+one ``run_one`` per worker task; ``run_all(device="cuda")`` checks the native
+backends on a GPU at larger, odd sizes. Each check draws fresh random inputs and
+returns its measured error next to the bound it was held to (the error-ratio rule:
+at most twice the error of the framework's own computation at the same precision,
+plus a small atol).
 """
 
 from __future__ import annotations
@@ -67,6 +70,53 @@ def gemm_smoke(backend: str, device: str, seed: int) -> list[SmokeResult]:
         error = _err(out, ref)
         results.append(SmokeResult("gemm", backend, mode, f"{m}x{n}x{k} {str(dtype)[6:]} bias+gelu, b transposed",
                                    error, bound, error <= bound))
+    return results
+
+
+# Small tiles for the interpreted Triton attention kernels (several blocks and ragged tails per sequence).
+_INTERPRETED_ATTENTION_CONFIG = {
+    "nvidia": {"fwd": {"block_m": 32, "block_n": 16}, "dkdv": {"block_m": 16, "block_n": 32},
+               "dq": {"block_m": 32, "block_n": 16}},
+    "amd": {"fwd": {"block_m": 32, "block_n": 16}, "dkdv": {"block_m": 16, "block_n": 32},
+            "dq": {"block_m": 32, "block_n": 16}},
+}
+
+
+def attention_smoke(backend: str, device: str, seed: int) -> list[SmokeResult]:
+    """Forward and every gradient (the bias's included) of causal GQA attention with a bias and a mask
+    holding a fully masked row, bf16, q_len != k_len."""
+    import kernels
+    from kernels.attention.reference import attention_bwd, attention_fwd
+
+    mode = backends.op_availability("attention", backend).mode
+    gen = torch.Generator().manual_seed(seed)
+    big = device != "cpu"
+    B, SQ, SK, H, HK, D = (2, 300, 457, 4, 2, 128) if big else (1, 19, 45, 2, 1, 32)
+    q = torch.randn(B, SQ, H, D, generator=gen).to(device, torch.bfloat16)
+    k, v = (torch.randn(B, SK, HK, D, generator=gen).to(device, torch.bfloat16) for _ in range(2))
+    dout = torch.randn(B, SQ, H, D, generator=gen).to(device, torch.bfloat16)
+    bias = torch.randn(B, H, SQ, SK, generator=gen).to(device)
+    mask = (torch.rand(B, 1, SQ, SK, generator=gen) > 0.2).to(device)
+    mask[:, :, 3] = False  # a query that sees no key: zeros out, zero gradients
+    scale = D ** -0.5
+
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v, bias)]
+    config = None if big else _INTERPRETED_ATTENTION_CONFIG.get(backend)
+    out = kernels.attention(*leaves[:3], causal=True, bias=leaves[3], mask=mask, backend=backend, config=config)
+    ours = (out, *torch.autograd.grad(out, leaves, dout))
+
+    def closed_form(compute):
+        o, lse = attention_fwd(q, k, v, bias.to(compute), mask, True, scale, compute_dtype=compute)
+        return (o, *attention_bwd(dout, q, k, v, o, lse, bias.to(compute), mask, True, scale, True,
+                                  compute_dtype=compute))
+
+    exact, framework = closed_form(torch.float64), closed_form(torch.bfloat16)
+    results = []
+    for name, o, e, f in zip(("out", "dq", "dk", "dv", "dbias"), ours, exact, framework):
+        bound = 2 * _err(f, e) + 2e-2
+        error = _err(o, e)
+        results.append(SmokeResult("attention", backend, mode, f"q_len={SQ} k_len={SK} H={H}/{HK} D={D} causal "
+                                   f"bias+mask bf16 {name}", error, bound, error <= bound))
     return results
 
 
@@ -138,15 +188,17 @@ def trimul_smoke(backend: str, device: str, seed: int) -> list[SmokeResult]:
 
 SMOKES: dict[str, Callable[[str, str, int], list[SmokeResult]]] = {
     "gemm": gemm_smoke,
+    "attention": attention_smoke,
     "triangle_attention": triangle_attention_smoke,
     "triangle_multiplicative_update": trimul_smoke,
 }
 
 
-def run_all(device: str = "cpu", seed: int = 0, ops: list[str] | None = None) -> list[SmokeResult]:
-    """Every op's smoke check on every backend that can run it here."""
-    results: list[SmokeResult] = []
-    for op, smoke in SMOKES.items():
+def cases(device: str = "cpu", ops: list[str] | None = None) -> list[tuple[str, str]]:
+    """The (op, backend) pairs a smoke run checks here: every vendor backend that can run the op
+    (interpreted or emulated included on the CPU; only native ones on a device)."""
+    pairs = []
+    for op in SMOKES:
         if ops and op not in ops:
             continue
         for backend in backends.OPS[op]:
@@ -155,9 +207,19 @@ def run_all(device: str = "cpu", seed: int = 0, ops: list[str] | None = None) ->
                 continue
             if device != "cpu" and avail.mode != "native":
                 continue
-            try:
-                results.extend(smoke(backend, device, seed))
-            except Exception as exc:  # noqa: BLE001 - a failing backend is reported, the rest go on
-                results.append(SmokeResult(op, backend, avail.mode, "run", float("nan"), 0.0, False,
-                                           f"{type(exc).__name__}: {exc}"[:500]))
-    return results
+            pairs.append((op, backend))
+    return pairs
+
+
+def run_one(op: str, backend: str, device: str = "cpu", seed: int = 0) -> list[SmokeResult]:
+    """One op's smoke check on one backend; a crash is a failed result, not an exception."""
+    try:
+        return SMOKES[op](backend, device, seed)
+    except Exception as exc:  # noqa: BLE001 - a failing backend is reported, the rest go on
+        mode = backends.op_availability(op, backend).mode
+        return [SmokeResult(op, backend, mode, "run", float("nan"), 0.0, False, f"{type(exc).__name__}: {exc}"[:500])]
+
+
+def run_all(device: str = "cpu", seed: int = 0, ops: list[str] | None = None) -> list[SmokeResult]:
+    """Every op's smoke check on every backend that can run it here."""
+    return [r for op, backend in cases(device, ops) for r in run_one(op, backend, device, seed)]

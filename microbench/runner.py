@@ -107,7 +107,7 @@ def run_suite(name: str, out_dir: str | os.PathLike | None, ctx: SuiteContext, g
     suite = get(name)
     t0 = time.perf_counter()
     if suite.needs_gpu and gpu_index is None:
-        return SuiteOutcome(name, "unavailable", "device is 'cpu'")
+        return SuiteOutcome(name, "unavailable", "--device cpu: a GPU suite, not run on the CPU")
     try:
         why_not = suite.check(ctx)
     except Exception as exc:  # noqa: BLE001

@@ -19,6 +19,7 @@ from roofline import ceilings as _ceilings
 from roofline import devices
 from roofline import model as _model
 from roofline import plot as _plot
+from roofline import report as _report
 from roofline import selection as _selection
 from roofline.report import ReportData, Step
 
@@ -72,35 +73,56 @@ def plot_devices(records: list[Record], table: dict[str, _ceilings.DeviceCeiling
 
 def analyze(records: list[Record], out: str | Path, families: list[str] | None = None,
             targets: list[str] | None = None, progress: Callable[[str], None] | None = None,
-            always_plot: tuple[str, ...] = ("h200",)) -> ReportData:
-    """Fit, plot and export into ``out`` (``fit/``, ``plots/``, ``templates/``); the report's data."""
+            always_plot: tuple[str, ...] = ("h200",), origins: dict[int, str] | None = None) -> ReportData:
+    """Fit, plot and export into ``out`` (``fit/``, ``plots/``, ``templates/``); the report's data.
+
+    ``origins`` maps ``id(record)`` to "here" for the records this run took, or to where the
+    others were read from; every figure of the report cites it.
+    """
     from roofline.templates import export
 
     out = Path(out)
-    data = ReportData(records=list(records))
+    data = ReportData(records=list(records), origins=dict(origins or {}))
     say = progress or (lambda msg: None)
 
     t0 = time.perf_counter()
     say("fitting ceilings and the performance model")
     result = fit(records)
     result.save(out / "fit")
-    data.ceilings = [row for dc in result.ceilings.values() for row in dc.rows()]
+    data.ceilings = [row for dc in result.ceilings.values() for row in dc.rows(data.origins)]
     data.evaluations = {k: e.as_dict() for k, e in result.evaluations.items()}
     data.model_modes = result.modes
+    used = result.selection.used if result.selection else []
+    data.model_source = ("Fit on " + "; ".join(sorted(_where(used, data.origins))) + "." if used else
+                         "No kernel timings to fit: every device uses the analytic model.")
     fitted = [k for k, m in result.modes.items() if m == "fitted"]
     data.steps.append(Step("fit ceilings and model", "ok", time.perf_counter() - t0,
                            f"model fitted for {', '.join(fitted)}" if fitted else
                            "no kernel timings to fit: every device uses the analytic model"))
 
     t0 = time.perf_counter()
-    for key in [*plot_devices(records, result.ceilings), *(k for k in always_plot if k in result.ceilings)]:
+    keys = [*plot_devices(records, result.ceilings), *(k for k in always_plot if k in result.ceilings)]
+    timed = {_selection.device_key(r) for r in records if r.kind == "kernel"}
+    for key in sorted(dict.fromkeys(keys), key=lambda k: k not in timed):  # devices with kernel timings first
         if any(p["device"] == result.ceilings[key].device for p in data.plots):
             continue
         say(f"plotting the roofline of {key}")
         dc = result.ceilings[key]
-        png, svg = _plot.plot(dc, _plot.placements(records, key), out / "plots" / _safe(key))
-        data.plots.append({"device": dc.device, "png": png, "svg": svg})
-    data.steps.append(Step("roofline plots", "ok", time.perf_counter() - t0, f"{len(data.plots)} devices"))
+        points = _plot.placements(records, key)
+        png, svg = _plot.plot(dc, points, out / "plots" / _safe(key))
+        kernels = _where([r for r in records if r.kind == "kernel" and _selection.device_key(r) == key], data.origins)
+        caption = (f"{len(points)} kernels (implementation and problem), " + "; ".join(sorted(kernels)) if points else
+                   "no kernel timings on this device; the roofs alone")
+        data.plots.append({"device": dc.device, "png": png, "svg": svg, "caption": caption})
+    for (device, op), rows in _by_device_op(_report.problems(records, data.origins)).items():
+        say(f"charting {op} speedups on {device}")
+        title = f"{op} on {device}"
+        png, svg = _plot.speedups(rows, out / "plots" / _safe(f"speedup-{device}-{op}"), title)
+        data.charts.append({"device": device, "op": op, "png": png, "svg": svg,
+                            "caption": f"{op} on {device}, {len(rows)} problems; " + "; ".join(
+                                sorted({r["measured"] for r in rows}))})
+    data.steps.append(Step("roofline plots and speedup charts", "ok", time.perf_counter() - t0,
+                           f"{len(data.plots)} rooflines, {len(data.charts)} speedup charts"))
 
     t0 = time.perf_counter()
     say("exporting search templates")
@@ -116,30 +138,60 @@ def analyze(records: list[Record], out: str | Path, families: list[str] | None =
     return data
 
 
+def _where(records: list[Record], origins: dict[int, str]) -> set[str]:
+    """Where a set of records was measured: one line per device, date and origin, with its commits
+    ("measured on NVIDIA H200, 2026-11-30, commits 2bcccbe, e69058c (committed records)")."""
+    runs: dict[tuple, set[str]] = {}
+    for r in records:
+        p = r.provenance
+        runs.setdefault((p.device, p.timestamp[:10], origins.get(id(r))), set()).add((p.git_commit or "unknown")[:7])
+    out = set()
+    for (device, date, origin), commits in runs.items():
+        where = "measured here" if origin == "here" else f"measured on {device}"
+        label = "commit" if len(commits) == 1 else "commits"
+        out.add(f"{where}, {date}, {label} {', '.join(sorted(commits))}"
+                + (f" ({origin})" if origin and origin != "here" else ""))
+    return out
+
+
+def _by_device_op(rows: list[dict]) -> dict[tuple[str, str], list[dict]]:
+    """Problems with our time and at least one baseline, per (device, op)."""
+    out: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        if r["ours_s"] is not None and r["baselines"]:
+            out.setdefault((r["device"], r["op"]), []).append(r)
+    return out
+
+
 def _safe(name: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in name).strip("-") or "device"
 
 
-def report_step(out: Path, summary: dict, families: list[str] | None = None) -> dict[str, Path]:
+def report_step(out: Path, summary: dict, families: list[str] | None = None,
+                progress: Callable[[str], None] | None = None) -> dict[str, Path]:
     """The last step of ``ceiling run``: fit, plot, export and write ``OUT/report/``.
 
     Fits from the run's records (``OUT/records``) together with the measurements
-    shipped in the package, so a machine without a GPU still fits from the
-    committed H200 data. ``summary`` is the run's summary so far: its steps
+    committed with the package, so a machine without a GPU still fits from the
+    committed H200 data; the committed host (CPU) records are left out, since they
+    describe another machine than this one, whose host ceilings the run measured
+    itself. ``summary`` is the run's summary so far: its steps
     (``{"steps": {title: {"status", "seconds"}}}``) and, when present, its
     ``hardware`` table appear in the report. Returns the report's paths.
     """
-    from roofline import report as _report
     from roofline import store as _store
 
     out = Path(out)
-    records = _store.load([out / "records"])
-    data = analyze(records, out / "report", families)
+    here = _store.load([out / "records"], embedded=False)
+    committed = [r for r in _store.load() if r.kind != "host"]
+    origins = {id(r): "here" for r in here} | {id(r): "committed records" for r in committed}
+    data = analyze([*committed, *here], out / "report", families, progress=progress, origins=origins)
     steps = []
     for title, info in summary.get("steps", {}).items():
         status = str(info.get("status", ""))
-        state = "ok" if status == "ok" else ("skipped" if status.startswith("skipped") else "failed")
-        steps.append(Step(title, state, float(info.get("seconds", 0.0)), "" if status == "ok" else status))
+        state = "ok" if status.startswith("ok") else ("skipped" if status.startswith("skipped") else "failed")
+        note = status.split(":", 1)[1].strip() if state == "ok" and ":" in status else ("" if state == "ok" else status)
+        steps.append(Step(title, state, float(info.get("seconds", 0.0)), note))
     data.steps = steps + data.steps
     hardware = summary.get("hardware")
     if isinstance(hardware, dict):

@@ -92,6 +92,12 @@ def _cols_blocks(sq: int, sk: int, bm: int, bn: int, causal: bool) -> list[int]:
 def busiest(per_program: list[int], copies: int, units: int, overhead_steps: float) -> tuple[float, int]:
     """List-schedule ``copies`` repetitions of ``per_program`` (launch order, first free SM).
     Returns the busiest SM's block steps and its program count."""
+    return _busiest(tuple(per_program), copies, units, overhead_steps)
+
+
+@functools.lru_cache(maxsize=4096)
+def _busiest(per_program: tuple[int, ...], copies: int, units: int, overhead_steps: float) -> tuple[float, int]:
+    """:func:`busiest`, remembered: a template's points share their tiles, so their schedules."""
     load = [(0.0, 0, u) for u in range(units)]  # (busy until, programs, sm)
     heapq.heapify(load)
     for _ in range(copies):

@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Mapping
 
 from microbench.records import Record
 from roofline import devices
@@ -47,6 +48,15 @@ class Ceiling:
     unit: str
     source: str  # "measured" or "published"
     detail: str  # the record (op/name) it came from, or the published citation
+    record: Record | None = field(default=None, compare=False, repr=False)  # the measurement, when measured
+
+    def provenance(self, origins: Mapping[int, str] | None = None) -> str:
+        """Where the figure comes from, for a reader: measured here, measured on a device at a date and
+        commit (from which records), or published (with the source). ``origins`` maps ``id(record)``
+        to "here" for records this run took, or to a name for where the others were read from."""
+        if self.source != "measured" or self.record is None:
+            return f"{self.source}: {self.detail}"
+        return measured_where(self.record, (origins or {}).get(id(self.record)))
 
 
 @dataclass
@@ -64,13 +74,23 @@ class DeviceCeilings:
             return self.compute[dtype]
         return max(self.compute.values(), key=lambda c: c.value, default=None)
 
-    def rows(self) -> list[dict]:
+    def rows(self, origins: Mapping[int, str] | None = None) -> list[dict]:
         out = []
         for kind, table in (("bandwidth", self.bandwidth), ("compute", self.compute)):
             for c in table.values():
                 out.append(dict(device=self.device, kind=kind, name=c.name, value=c.value, unit=c.unit,
-                                source=c.source, detail=c.detail))
+                                source=c.source, detail=c.detail, provenance=c.provenance(origins)))
         return out
+
+
+def measured_where(record: Record, origin: str | None = None) -> str:
+    """"measured here (host, date)" for a record this run took (``origin == "here"``), else
+    "measured on <device>, <date>, commit <c> (<origin>)"."""
+    p = record.provenance
+    commit = (p.git_commit or "unknown")[:7]
+    if origin == "here":
+        return f"measured here ({p.host or 'this machine'}, {p.timestamp[:10]}, commit {commit})"
+    return f"measured on {p.device}, {p.timestamp[:10]}, commit {commit}" + (f" ({origin})" if origin else "")
 
 
 def level_of(record: Record) -> str | None:
@@ -123,12 +143,12 @@ def fit(records: Iterable[Record], include_published: bool = True) -> dict[str, 
                 continue
             best = dc.bandwidth.get(level)
             if best is None or _rate(r) > best.value:
-                dc.bandwidth[level] = Ceiling(level, _rate(r), "B/s", "measured", detail)
+                dc.bandwidth[level] = Ceiling(level, _rate(r), "B/s", "measured", detail, r)
         else:
             dtype = dtype_of(r)
             best = dc.compute.get(dtype)
             if best is None or _rate(r) > best.value:
-                dc.compute[dtype] = Ceiling(dtype, _rate(r), "FLOP/s", "measured", detail)
+                dc.compute[dtype] = Ceiling(dtype, _rate(r), "FLOP/s", "measured", detail, r)
     if include_published:
         for spec in devices.PUBLISHED.values():
             dc = out.setdefault(spec.key, DeviceCeilings(spec.name, spec.key))

@@ -4,6 +4,9 @@ These are the vendor's (or a cited third party's) numbers, never ours: every
 figure carries its source, and ``roofline.ceilings`` marks a ceiling taken from
 here as *published*, so a plot or report never passes one off as measured.
 Bandwidths are in B/s, compute in FLOP/s (dense, no sparsity), sizes in bytes.
+The resource limits configs must respect (shared memory, registers, VMEM, SBUF, PSUM) are
+the compile target's, read from ``kernels/spaces/targets.json``: the search spaces' constraints
+use the same numbers.
 """
 
 from __future__ import annotations
@@ -11,8 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-KiB = 1024
-MiB = 1024 * KiB
+from kernels.spaces import target_info, target_limits
 
 
 @dataclass(frozen=True)
@@ -53,21 +55,12 @@ _H100_SXM = DeviceSpec(
     clock_mhz=1980.0,
     peak_flops={"bfloat16": 989.5e12, "float16": 989.5e12, "float8": 1979e12, "tf32": 494.7e12, "float32": 66.9e12},
     bandwidth={"hbm": 3.35e12, "smem": _smem_bw(128, 132, 1980.0)},
-    limits={
-        "smem_per_block": 227 * KiB,
-        "smem_per_unit": 228 * KiB,
-        "registers_per_unit": 65536,
-        "max_registers_per_thread": 255,
-        "max_threads_per_block": 1024,
-        "max_warps_per_unit": 64,
-        "max_blocks_per_unit": 32,
-        "warp_size": 32,
-    },
+    limits=target_limits("sm_90a"),
     sources={
         "peak_flops": "NVIDIA H100 SXM datasheet (dense tensor-core rates)",
         "hbm": "NVIDIA H100 SXM datasheet",
         "smem": "derived: 32 banks x 4 B per clock per SM x 132 SMs x 1980 MHz",
-        "limits": "CUDA C++ Programming Guide, compute capability 9.0",
+        "limits": target_info("sm_90a")["source"],
     },
     match=(r"h100.*(sxm|hbm3)", r"^h100$"),
 )
@@ -81,13 +74,13 @@ _H200 = DeviceSpec(
     clock_mhz=1980.0,
     peak_flops=dict(_H100_SXM.peak_flops),
     bandwidth={"hbm": 4.8e12, "l2": 9.7e12, "smem": _smem_bw(128, 132, 1980.0)},
-    limits=dict(_H100_SXM.limits),
+    limits=target_limits("sm_90a"),
     sources={
         "peak_flops": "NVIDIA H200 datasheet (same SM array and clocks as H100 SXM)",
         "hbm": "NVIDIA H200 datasheet",
         "l2": "third-party measurement: te42kyfo/gpu-benches gpu-l2-cache on H200 (9.7-10.2 TB/s)",
         "smem": "derived: 32 banks x 4 B per clock per SM x 132 SMs x 1980 MHz",
-        "limits": "CUDA C++ Programming Guide, compute capability 9.0",
+        "limits": target_info("sm_90a")["source"],
     },
     match=(r"h200",),
 )
@@ -101,20 +94,12 @@ _MI300X = DeviceSpec(
     clock_mhz=2100.0,
     peak_flops={"bfloat16": 1307.4e12, "float16": 1307.4e12, "float8": 2614.9e12, "tf32": 653.7e12, "float32": 163.4e12},
     bandwidth={"hbm": 5.3e12, "smem": _smem_bw(128, 304, 2100.0)},
-    limits={
-        "smem_per_block": 64 * KiB,  # LDS per workgroup = LDS per CU on gfx942
-        "smem_per_unit": 64 * KiB,
-        "vgprs_per_lane": 512,  # unified arch VGPR + AGPR file
-        "max_acc_registers": 256,  # AGPRs per lane
-        "max_waves_per_simd": 8,
-        "max_threads_per_block": 1024,
-        "warp_size": 64,
-    },
+    limits=target_limits("gfx942"),
     sources={
         "peak_flops": "AMD Instinct MI300X datasheet (dense matrix rates)",
         "hbm": "AMD Instinct MI300X datasheet",
         "smem": "derived: LDS 128 B per clock per CU x 304 CUs x 2100 MHz",
-        "limits": "LLVM AMDGPU (gfx942): 512 VGPRs per lane, 8 waves per SIMD, 64 KiB LDS",
+        "limits": target_info("gfx942")["source"],
     },
     match=(r"mi300x", r"gfx942"),
 )
@@ -128,11 +113,11 @@ _TPU_V5E = DeviceSpec(
     clock_mhz=None,
     peak_flops={"bfloat16": 197e12, "int8": 394e12},
     bandwidth={"hbm": 819e9},
-    limits={"vmem_bytes": 128 * MiB, "mxu_dim": 128},
+    limits=target_limits("tpu-v5e"),
     sources={
         "peak_flops": "Google Cloud TPU v5e system architecture",
         "hbm": "Google Cloud TPU v5e system architecture",
-        "vmem_bytes": "JAX scaling book, TPU chapter",
+        "limits": target_info("tpu-v5e")["source"],
     },
     match=(r"v5\s*lite", r"v5e"),
 )
@@ -146,10 +131,11 @@ _TPU_V5P = DeviceSpec(
     clock_mhz=None,
     peak_flops={"bfloat16": 459e12, "int8": 918e12},
     bandwidth={"hbm": 2765e9},
-    limits={"mxu_dim": 128},
+    limits=target_limits("tpu-v5p"),
     sources={
         "peak_flops": "Google Cloud TPU v5p system architecture",
         "hbm": "Google Cloud TPU v5p system architecture",
+        "limits": target_info("tpu-v5p")["source"],
     },
     match=(r"v5p",),
 )
@@ -163,10 +149,11 @@ _TPU_V6E = DeviceSpec(
     clock_mhz=None,
     peak_flops={"bfloat16": 918e12, "int8": 1836e12},
     bandwidth={"hbm": 1640e9},
-    limits={"mxu_dim": 256},
+    limits=target_limits("tpu-v6e"),
     sources={
         "peak_flops": "Google Cloud TPU v6e (Trillium) system architecture",
         "hbm": "Google Cloud TPU v6e (Trillium) system architecture",
+        "limits": target_info("tpu-v6e")["source"],
     },
     match=(r"v6\s*lite", r"v6e", r"trillium"),
 )
@@ -180,11 +167,11 @@ _TRN1 = DeviceSpec(
     clock_mhz=None,
     peak_flops={"bfloat16": 190e12, "float16": 190e12, "float32": 47.5e12},
     bandwidth={"hbm": 820e9},
-    limits={"sbuf_bytes": 24 * MiB, "psum_bytes": 2 * MiB, "partitions": 128},
+    limits=target_limits("trn1"),
     sources={
         "peak_flops": "AWS Neuron docs, Trainium architecture (per chip)",
         "hbm": "AWS Neuron docs, Trainium architecture (per chip)",
-        "sbuf_bytes": "AWS Neuron NKI architecture guide (per NeuronCore)",
+        "limits": target_info("trn1")["source"],
     },
     match=(r"trn1", r"trainium1?$"),
 )
@@ -198,11 +185,11 @@ _TRN2 = DeviceSpec(
     clock_mhz=None,
     peak_flops={"bfloat16": 667e12, "float8": 1299e12},
     bandwidth={"hbm": 2.9e12},
-    limits={"sbuf_bytes": 24 * MiB, "psum_bytes": 2 * MiB, "partitions": 128},
+    limits=target_limits("trn2"),
     sources={
         "peak_flops": "AWS Neuron docs, Trainium2 architecture (per device, 8 NeuronCore-v3)",
         "hbm": "AWS Neuron docs, Trainium2 architecture",
-        "sbuf_bytes": "AWS Neuron NKI architecture guide (per NeuronCore)",
+        "limits": target_info("trn2")["source"],
     },
     match=(r"trn2", r"trainium2"),
 )

@@ -14,7 +14,6 @@ multi-GPU box, or a cluster (``address="auto"``).
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,33 +30,37 @@ STATIC_METRICS = {
 }
 
 
-def _backend_module(template: Template):
-    return importlib.import_module(f"kernels.{template.backend}.{template.family}")
-
-
-def inspect_point(template_json: str, config: dict[str, Any]) -> list[dict]:
-    """Compile one point for the template's target; its static facts as record dicts (runs in a worker)."""
+def inspect_point(template_json: str, config: dict[str, Any], shape: dict[str, Any] | None = None) -> list[dict]:
+    """Compile one point (every kernel of it, for a sectioned family; one kernel for a point of one
+    section) for the template's target; its static facts as record dicts (runs in a worker)."""
     from kernels import isa
+    from roofline.templates import families
     from roofline.templates.schema import Template
 
     template = Template.model_validate_json(template_json)
     prov = _records.host_provenance(device=f"target {template.target}").model_dump()
     base = dict(kind="static", op=template.op, name=template.backend, backend=template.backend,
                 config=dict(config), method="static", provenance=prov, shape={"dtype": template.dtype})
+    # a point of one kernel (a section's parameters) compiles that kernel alone
+    sections = sorted({k.split(".", 1)[0] for k in config if "." in k})
+    only = sections[0] if len(sections) == 1 and set(config) == set(template.section_names(sections[0])) else None
     try:
-        module = _backend_module(template)
-        spec = module.compile_spec(dict(config), template.dtype)
-        facts = isa.profile(spec, template.target)
+        specs = families.compile_specs(template.family, template.target, template.nest(dict(config)),
+                                       shape or (template.workloads[0] if template.workloads else None), template.dtype,
+                                       only)
+        profiles = [isa.profile(spec, template.target) for spec in specs]
     except Exception as exc:  # noqa: BLE001 - a failed compile is a result, not a crash
         return [dict(base, metric="compiled", value=0.0, unit="bool",
                      extra={"status": "compile-failed", "error": f"{type(exc).__name__}: {exc}"[:2000]})]
-    values = {"registers": facts.registers, "spill_bytes": facts.spill_bytes, "smem_bytes": facts.shared_bytes,
-              "tensor_core_instructions": facts.tensor_core_instructions}
-    out = [dict(base, metric="compiled", value=1.0, unit="bool", extra={"status": "ok", "kernel": facts.name})]
-    for metric, unit in STATIC_METRICS.items():
-        out.append(dict(base, metric=metric, value=float(values[metric]), unit=unit,
-                        extra={"kernel": facts.name, **({"occupancy": facts.extra.get("occupancy")}
-                                                        if "occupancy" in facts.extra else {})}))
+    out = [dict(base, metric="compiled", value=1.0, unit="bool",
+                extra={"status": "ok", "kernel": ", ".join(f.name for f in profiles)})]
+    for facts in profiles:
+        values = {"registers": facts.registers, "spill_bytes": facts.spill_bytes, "smem_bytes": facts.shared_bytes,
+                  "tensor_core_instructions": facts.tensor_core_instructions}
+        for metric, unit in STATIC_METRICS.items():
+            out.append(dict(base, metric=metric, value=float(values[metric]), unit=unit,
+                            extra={"kernel": facts.name, **({"occupancy": facts.extra.get("occupancy")}
+                                                            if "occupancy" in facts.extra else {})}))
     return out
 
 

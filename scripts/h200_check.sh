@@ -43,9 +43,10 @@
 #            than SMs, head dim 256, fp16, the exp2-split and no-ping-pong configs);
 #         2. `ceiling bench attention --shapes attention-gluon`: both Hopper implementations
 #            against SDPA with its own backend choice and with flash, cuDNN and efficient pinned;
-#         3. the Gluon config sweep (kernels.tuning.attention.gluon --apply): winners go into
-#            configs/attention_gluon.json, with provenance, only where correct and faster than the
-#            Triton kernels (copy in OUTDIR's tune/attention_gluon-table-after.json).
+#         3. the Gluon config sweep (kernels.tuning.attention.gluon --apply) over the statically
+#            checked candidates (kernels/spaces/candidates/attention_gluon.sm_90a.json): winners go
+#            into configs/attention_gluon.json, with provenance, only where correct and faster than
+#            the Triton kernels (copy in OUTDIR's tune/attention_gluon-table-after.json).
 # A later command starts from the tree as committed, not from what an earlier one applied on the
 # machine: commit the tables a run returns before relying on them in another.
 # Usage: scripts/h200_check.sh OUTDIR [main|gemm|check|pair|attention-gluon]  -> OUTDIR/log.txt and OUTDIR/results.tgz,
@@ -53,7 +54,7 @@
 # Knobs: TEST_BUDGET_S (90), ATTN_TUNE_BUDGET_S (100), TRI_TUNE_BUDGET_S (35), TRIMUL_TUNE_BUDGET_S (40),
 # GEMM_TUNE_SHAPES (gemm-llm-skinny), TUNE_BUDGET_S (40), CHECK_BUDGET_S (150 for main, 120 for gemm,
 # 400 for check), MICROBENCH=--microbench (check only); for pair: PAIR_DEPS (.pair-deps), PAIR_TEST_BUDGET_S (90),
-# TRI_TUNE_BUDGET_S and TRIMUL_TUNE_BUDGET_S (25 each), PAIR_BENCH_BUDGET_S (140), TRI_BENCH_BUDGET_S (50);
+# TRI_TUNE_BUDGET_S (40) and TRIMUL_TUNE_BUDGET_S (25), PAIR_BENCH_BUDGET_S (140), TRI_BENCH_BUDGET_S (35);
 # for attention-gluon: GLUON_TEST_BUDGET_S (120), GLUON_BENCH_BUDGET_S (120), GLUON_TUNE_BUDGET_S (110).
 set -uo pipefail
 dest=${1:?usage: $0 OUTDIR [main|gemm|check|pair|attention-gluon]}
@@ -119,10 +120,12 @@ case "$part" in
     timeout "${PAIR_TEST_BUDGET_S:-90}" python3 -m pytest tests/test_triangle_models.py -m gpu -q -p no:cacheprovider -rs \
       -o addopts="" --junitxml="$work/pair-tests.xml" 2>&1 | tail -30 | log
     save
-    sweep triangle-attention "${TRI_TUNE_BUDGET_S:-25}" triangle_attention.json --rep-ms 10
+    # the triangle sweep decides ROWS (fwd_rows), DQ_ATOMIC (bwd_dkdv_dq) and ROW_SPLIT by timing
+    # them next to what ships; --apply writes a knob into the table only where it won
+    sweep triangle-attention "${TRI_TUNE_BUDGET_S:-40}" triangle_attention.json --rep-ms 10
     sweep trimul "${TRIMUL_TUNE_BUDGET_S:-25}" triangle_multiplication.json --rep-ms 50
     bench "${PAIR_BENCH_BUDGET_S:-140}" pair_stack
-    bench "${TRI_BENCH_BUDGET_S:-50}" triangle_attention triangle_multiplicative_update
+    bench "${TRI_BENCH_BUDGET_S:-35}" triangle_attention triangle_multiplicative_update
     ;;
   attention-gluon)
     timeout "${GLUON_TEST_BUDGET_S:-120}" python3 -m pytest tests/test_attention_gluon.py -m gpu -q -p no:cacheprovider -rs \

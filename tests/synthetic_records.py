@@ -7,6 +7,7 @@ plus log-normal noise, so a correct fit must recover them within the noise.
 from __future__ import annotations
 
 import random
+import zlib
 
 from microbench.records import Provenance, Record
 from roofline import model
@@ -44,4 +45,42 @@ def gemm_records(device: str = "h200", target: str = "sm_90a", shapes=SHAPES, pe
                               metric="time", value=seconds, unit="s", shape={**shape, "dtype": "bfloat16"},
                               config=config, method="synthetic", repetitions=1, median=seconds,
                               p20=seconds * 0.99, p80=seconds * 1.01, provenance=prov))
+    return out
+
+
+ATTENTION_SHAPE = {"batch": 4, "heads": 32, "seq": 4096, "head_dim": 128}
+
+
+def attention_seconds(template, shape: dict, section: str, point: dict, machine) -> float:
+    """A known law for one attention kernel's time: the model's terms of its tiles (the backward's
+    for dkdv and dq) with LAW's weights, times a fixed factor per value of the section's other knobs
+    (warps, stages, switches) so that every parameter matters."""
+    config = template.nest({**template.default_point(), **point})
+    direction = "fwd" if section == "fwd" else "bwd"
+    t = model.terms("attention", {**shape, "direction": direction, "dtype": "bfloat16"}, config, machine, "bfloat16")
+    base = sum(LAW.get(k, 0.0) * v for k, v in t.items())
+    knobs = sorted((k, v) for k, v in point.items() if not k.endswith((".block_m", ".block_n")))
+    factor = 1.0 + (sum(zlib.crc32(f"{k}={v}".encode()) % 7 for k, v in knobs) % 11) / 20  # in [1, 1.5], fixed
+    return base * factor
+
+
+def attention_records(shape: dict = ATTENTION_SHAPE, section: str = "fwd", per_shape: int | None = None,
+                      noise: float = 0.03, seed: int = 0, device: str = "h200") -> list[Record]:
+    """Timings of one attention kernel (a section of the sm_90a template) at ``shape``, every valid
+    point of the section (or ``per_shape`` of them), by :func:`attention_seconds` with log-normal noise."""
+    rng = random.Random(seed)
+    machine = published(device)
+    template = export.build("attention", "sm_90a", [], machine=machine)
+    prov = Provenance(device=machine.name, host="synthetic", versions={"law": "tests.synthetic_records"})
+    points = template.valid_points(shape, section)
+    if per_shape:
+        points = rng.sample(points, min(per_shape, len(points)))
+    out = []
+    for point in points:
+        seconds = attention_seconds(template, shape, section, point, machine) * rng.lognormvariate(0.0, noise)
+        out.append(Record(kind="kernel", op="attention", name="nvidia", backend="nvidia", metric="time",
+                          value=seconds, unit="s", shape={**shape, "dtype": "bfloat16"},
+                          config=template.nest(point), method="synthetic", repetitions=1, median=seconds,
+                          p20=seconds * 0.99, p80=seconds * 1.01, provenance=prov,
+                          extra={"kernel": section}))
     return out

@@ -57,18 +57,35 @@ def hopper(monkeypatch):
 # ----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("config,word", [
-    ({"implementation": "cutlass"}, "implementation"),
-    ({"implementation": "gluon", "deterministic": "yes"}, "deterministic"),
-    ({"implementation": "gluon", "gluon": {"fwd": {"block_k": 64}}}, "knobs"),
-    ({"implementation": "gluon", "gluon": {"fwd": {"block_n": 96}}}, "block_n"),
-    ({"implementation": "gluon", "gluon": {"bwd": {"num_stages": True}}}, "num_stages"),
-    ({"implementation": "gluon", "gluon": {"dq": {}}}, "sections"),
+@pytest.mark.parametrize("config,words", [
+    ({"implementation": "cutlass"}, ("implementation='cutlass'", "['triton', 'gluon']")),
+    ({"implementation": "gluon", "deterministic": "yes"}, ("deterministic='yes'", "[False, True]")),
+    ({"implementation": "gluon", "gluon": {"fwd": {"block_k": 64}}}, ("gluon.fwd.block_k=64", "unknown keys")),
+    ({"implementation": "gluon", "gluon": {"fwd": {"block_n": 96}}}, ("gluon.fwd.block_n=96", "one of [64, 128]")),
+    ({"implementation": "gluon", "gluon": {"bwd": {"num_stages": True}}}, ("gluon.bwd.num_stages=True", "[1, 2, 3]")),
+    ({"implementation": "gluon", "gluon": {"dq": {}}}, ("gluon.dq", "unknown keys", "gluon.fwd")),
+    ({"implementation": "gluon", "gluon": 64}, ("gluon=64", "attention_gluon")),
 ])
-def test_bad_configs_are_refused_before_any_launch(config, word):
+def test_bad_configs_are_refused_before_any_launch(config, words):
+    """Refused by the attention space (the Gluon tiles by the Gluon space it names) whether or not
+    the Gluon kernels would run: here, on the CPU, they would not."""
     q = torch.randn(1, 8, 1, 64, dtype=torch.bfloat16)
-    with pytest.raises(InputError, match=word):
+    with pytest.raises(InputError) as err:
         kernels.attention(q, q, q, backend="nvidia", config=config)
+    for word in words:
+        assert word in str(err.value), (word, str(err.value))
+
+
+def test_gluon_tiles_that_do_not_fit_are_refused_before_the_launch(hopper, monkeypatch):
+    """The merged tiles of the kernel about to run, checked against the Gluon space's constraints
+    at the problem's head dim: too much shared memory is an InputError naming the keys."""
+    monkeypatch.setattr(gluon, "_sm_count", lambda index: 132)
+    q = torch.randn(1, 8, 1, 128, dtype=torch.bfloat16)
+    with pytest.raises(InputError) as err:
+        gluon.forward(q, q, q, False, 0.1, {"implementation": "gluon", "gluon": {"fwd": {"num_stages": 4}}})
+    assert "gluon.fwd.block_n, gluon.fwd.num_stages" in str(err.value) and "smem_per_block" in str(err.value)
+    assert gluon.tiles(128, "fwd", {"gluon": {"fwd": {"num_stages": 3, "block_n": 64}}}) == {
+        **static_check.table()["sm90"]["128"]["fwd"], "num_stages": 3, "block_n": 64}
 
 
 def test_uncovered_problems_run_the_triton_kernels_and_say_why(hopper):
@@ -485,16 +502,22 @@ def test_gluon_exp2_split_and_no_pingpong_configs():
 # ----------------------------------------------------------------------------------------------
 
 
-def test_sweep_candidates_start_with_the_shipped_config():
+def test_sweep_candidates_are_the_filtered_list_shipped_config_first():
+    """The sweep times the statically checked candidates (kernels/spaces/candidates/
+    attention_gluon.sm_90a.json, every shipped config among them), nearest the shipped one first."""
+    from kernels.tuning import space
     from kernels.tuning.attention import gluon as tune_attention
 
-    for kernel in ("fwd", "bwd"):
-        shipped = static_check.table()["sm90"]["128"][kernel]
-        c = tune_attention.candidates(kernel, 128)
-        assert c[0] == shipped
-        assert len(c) == len(tune_attention.grid(kernel)) and len({tuple(sorted(x.items())) for x in c}) == len(c)
-        changed = [sum(x[k] != v for k, v in shipped.items()) for x in c]
-        assert changed == sorted(changed) and changed[1] == 1
+    for head_dim, entry in static_check.table()["sm90"].items():
+        for kernel, shipped in entry.items():
+            c = tune_attention.candidates(kernel, int(head_dim))
+            listed = [{k: v for k, v in x.items() if k != "static"}
+                      for x in space.candidates("attention_gluon", head_dim, kernel)]
+            assert c[0] == shipped and sorted(map(str, c)) == sorted(map(str, listed)), (head_dim, kernel)
+            changed = [sum(x[k] != v for k, v in shipped.items()) for x in c]
+            assert changed == sorted(changed)
+    assert set(tune_attention.sound_candidates([64, 128])) == {
+        (k, d, causal) for k in ("fwd", "bwd") for d in (64, 128) for causal in (False, True)}
 
 
 def test_sweep_applies_only_correct_winners_faster_than_triton(tmp_path, monkeypatch):

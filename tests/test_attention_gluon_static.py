@@ -21,7 +21,7 @@ from kernels.nvidia.gluon import SUPPORTED_TRITON, pinned_triton, sass_facts, st
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCES = sorted((REPO / "kernels" / "nvidia" / "gluon").glob("*.py")) + [
-    static_check.TABLE_FILE, static_check.SPACE_FILE, Path(__file__).with_name("gluon_static_cases.py")]
+    static_check.TABLE_FILE, Path(__file__).with_name("gluon_static_cases.py")]
 SHIPPED = static_check.shipped_names()
 
 
@@ -69,9 +69,16 @@ def test_planted_regressions_fail_the_check(device_triton):
     assert any("expected >= 232" in v for v in planted["no_reallocation"])
 
 
+# Under this Triton, CI compiles the configs at the register limit (the head-dim-128 backward, with
+# its known spill bound under 3.9, and the head-dim-256 forward); the others are compiled under 3.6
+# above in CI and under this Triton with -m slow.
+UNDER_THIS_TRITON_IN_CI = ("gluon_attn_bwd_d128_causal", "gluon_attn_fwd_d256_causal")
+
+
 @pytest.mark.skipif(triton_release(__import__("triton").__version__) not in SUPPORTED_TRITON,
                     reason="this environment's Triton is not one the Gluon kernels support; the 3.6 check above ran")
-@pytest.mark.parametrize("name", SHIPPED)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in UNDER_THIS_TRITON_IN_CI else pytest.mark.slow)
+                                  for n in SHIPPED])
 def test_compiles_to_the_design_under_this_triton(name):
     s = next(s for s in static_check.shipped() if s.name == name)
     result = static_check.check(s)

@@ -22,11 +22,12 @@ from kernels.tuning.attention import sweep as attention_sweep
 
 
 def _sample(op: str, per_kernel: int = 1) -> list[tuple]:
-    """A fixed sample of shipped candidates: per (key, kernel), a seeded pick (and the first)."""
+    """A fixed sample of shipped candidates: per (key, sweep kernel), a seeded pick (and the first)."""
     rng = random.Random(0)
     picks = []
-    for key, kernels in space.load(op)["candidates"].items():
-        for kernel, cands in kernels.items():
+    for key in space.keys(op):
+        for kernel in space.kernels(op):
+            cands = space.candidates(op, key, kernel)
             if not cands:  # every grid point spilled: the sweep times the shipped config alone
                 continue
             chosen = {0, rng.randrange(len(cands))} if per_kernel > 1 else {rng.randrange(len(cands))}
@@ -46,20 +47,23 @@ def test_shipped_candidates_compile_without_spills(op, key, kernel, cand):
     assert facts["shared_bytes"] <= space.SMEM_LIMIT
 
 
-@pytest.mark.parametrize("op", space.OPS)
-def test_every_grid_point_is_a_candidate_or_dropped_with_a_reason(op):
-    table = space.load(op)
+@pytest.mark.parametrize("family", space.FAMILIES)
+def test_every_grid_point_is_a_candidate_or_dropped_with_a_reason(family):
+    """The lists are the space's: made from today's grid (the digests match), every grid point kept or
+    dropped with a reason, every kept point within the space's constraints."""
+    table = space.load(family)
     assert table["checked_with"], "the candidate list was never checked"
-    for key, kernels in table["space"].items():
-        for kernel, knobs in kernels.items():
-            kept = [{k: v for k, v in c.items() if k != "static"} for c in table["candidates"][key][kernel]]
-            dropped = table["dropped"][key][kernel]
+    assert space.stale(family) == [], f"the {family} space changed since its candidates were made: rerun the filter"
+    for key in space.keys(family):
+        for section in space.sections(family):
+            kept = [{k: v for k, v in c.items() if k != "static"} for c in table["candidates"][key][section]]
+            dropped = table["dropped"][key][section]
             assert all(d["why"] for d in dropped)
             seen = kept + [d["config"] for d in dropped]
-            for point in space.grid(knobs):
-                assert point in seen, f"{op} {key} {kernel}: {point} is neither kept nor dropped"
+            for point in space.grid(family, section):
+                assert point in seen, f"{family} {key} {section}: {point} is neither kept nor dropped"
             for point in kept:
-                assert space.rule_drop(op, kernel, key, point, table.get("rules", {})) is None
+                assert space.rule_drop(family, section, key, point) is None
 
 
 def test_shipped_configs_are_timed_first():
@@ -146,6 +150,53 @@ def test_apply_triangle_writes_the_faster_forward_and_keeps_float32(tmp_path):
     assert {k: {n: v for n, v in c.items() if (n, v) != ("ROWS", 1)} for k, c in new32.items()} == old32
     assert T.config_for("H100", 32, "bfloat16", path) == T.config_for("H100", 32, "bfloat16")
     triangle._table.cache_clear()
+
+
+@pytest.mark.parametrize("atomic_ms, expect_atomic", [(0.25, True), (0.35, False)])
+def test_apply_triangle_picks_dq_atomic_only_when_it_beats_the_pair(tmp_path, atomic_ms, expect_atomic):
+    """bwd_dkdv_dq replaces bwd_dkdv + bwd_dq when faster than their sum (0.2 + 0.1 ms), written as
+    an explicit DQ_ATOMIC; ROW_SPLIT goes in with its tiles; the float32 entries keep both off; the
+    written table is a point of the space."""
+    from kernels import spaces
+
+    path = tmp_path / "triangle_attention.json"
+    path.write_text(T.CONFIG_FILE.read_text())
+    g = problems.triangle_groups()[0]
+    dkdv = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
+    fused = {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
+    dbias = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3, "ROW_SPLIT": 2}
+    rows = [_row(g, "bwd_dkdv", dkdv, 0.2), _row(g, "bwd_dq", {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4,
+                                                                "num_stages": 2}, 0.1),
+            _row(g, "bwd_dkdv_dq", fused, atomic_ms), _row(g, "bwd_dbias", dbias, 0.1)]
+    table = results.apply_triangle(rows, "measured here", path=path)
+    triangle._table.cache_clear()
+    try:
+        assert "bwd_dkdv_dq" not in table["H200"]["d<=32"]
+        bf16 = T.config_for("H200", 32, "bfloat16", path)
+        assert bf16["bwd_dkdv"] == ({**fused, "DQ_ATOMIC": True} if expect_atomic else {**dkdv, "DQ_ATOMIC": False})
+        assert bf16["bwd_dbias"] == dbias
+        f32 = T.config_for("H200", 32, "float32", path)
+        assert f32["bwd_dkdv"]["DQ_ATOMIC"] is False and f32["bwd_dbias"]["ROW_SPLIT"] == 1
+        for dtype, cfg in (("bfloat16", bf16), ("float32", f32)):
+            spaces.check("triangle_attention", "sm_90a", cfg, {"head_dim": 32, "dtype_bytes": 4 if dtype == "float32" else 2})
+    finally:
+        triangle._table.cache_clear()
+
+
+def test_triangle_sweep_times_the_knobs_next_to_what_ships():
+    """The sweep kernels pin DQ_ATOMIC (bwd_dkdv without, bwd_dkdv_dq with) and list the candidates
+    one step from the shipped config first."""
+    g = problems.triangle_groups()[0]
+    assert "bwd_dkdv_dq" in g.kernels and "bwd_dkdv_dq" in space.kernels("triangle_attention")
+    for kernel in ("bwd_dkdv", "bwd_dkdv_dq"):
+        assert all("DQ_ATOMIC" not in c for c in space.candidates("triangle_attention", "32", kernel))
+    plan = problems.candidate_list(g, "bwd_dbias")
+    shipped = problems.plain(plan[0])
+    steps = [sum(problems.plain(c).get(k, False) != shipped.get(k, False) for k in set(problems.plain(c)) | set(shipped))
+             for c in plan[1:]]
+    assert steps == sorted(steps) and steps[0] == 1
+    assert any(c.get("ROW_SPLIT", 1) > 1 for c in plan[1:])
+    assert space.candidates("triangle_attention", "32", "fwd_rows"), "no row-sharing forward compiles"
 
 
 def test_flops_count_the_dots_each_kernel_runs():

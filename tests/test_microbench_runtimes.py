@@ -3,6 +3,7 @@ launches and records as through the CuPy stand-in, runtime selection and its rea
 option, PyCUDA buffers and the occupancy twin (cuda.bindings and ctypes)."""
 
 import ctypes
+import json
 import sys
 
 import numpy as np
@@ -81,9 +82,10 @@ def test_both_runtimes_make_the_same_launches_and_records(monkeypatch, suite):
 
 
 def test_select_runtime_prefers_cupy_and_explains_when_neither_works(monkeypatch):
-    with monkeypatch.context() as m:
+    with monkeypatch.context() as m:  # a machine with a GPU but neither library
         _no_cupy(m)
         _no_pycuda(m)
+        m.setattr(runtimes, "no_gpu_reason", lambda: None)
         choice = runtimes.select_runtime()
         assert choice.name is None
         assert "cupy: CuPy is not importable" in choice.reason and "pycuda: PyCUDA is not importable" in choice.reason
@@ -104,6 +106,27 @@ def test_select_runtime_prefers_cupy_and_explains_when_neither_works(monkeypatch
         runtimes.select_runtime("opencl")
 
 
+def test_without_a_gpu_the_reason_is_the_missing_gpu_not_a_library(monkeypatch, tmp_path):
+    """No NVIDIA driver or GPU: every GPU suite says so (not "install cupy-cuda13x"), whole, in the table."""
+    _no_cupy(monkeypatch)
+    _no_pycuda(monkeypatch)
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # no NVML either: the driver's files decide
+    monkeypatch.setattr(runtimes, "Path", lambda p: tmp_path / "no-such-driver")
+    reason = runtimes.select_runtime().reason
+    assert reason.startswith("no NVIDIA GPU on this machine") and "install" not in reason
+    ctx = SuiteContext(quick=True)
+    assert all(get(suite).check(ctx) == reason for suite in GPU_SUITES)
+    result = CliRunner().invoke(app, ["microbench", "clocks", "--out", str(tmp_path / "mb")], env={"COLUMNS": "120"})
+    assert result.exit_code == 0, result.output
+    assert "clocks: unavailable" in result.output and "cupy" not in result.output.lower()
+    table = result.output[result.output.index("microbench ("):]
+    assert "no NVIDIA GPU on this machine" in table and "…" not in table
+    result = CliRunner().invoke(app, ["microbench", "clocks", "--json", "--out", str(tmp_path / "mb")])
+    doc = json.loads(result.stdout[result.stdout.index("{"):])
+    assert doc["suites"] == [{"suite": "clocks", "status": "unavailable", "records": 0, "seconds": 0.0,
+                              "reason": reason}]
+
+
 def test_runner_and_cli_pass_the_runtime(pycuda_only, tmp_path):
     outcomes = runner.run(["clocks"], tmp_path, device=0, quick=True, runtime="pycuda", isolate=False)
     assert outcomes[0].status == "ok", outcomes[0].reason
@@ -117,10 +140,9 @@ def test_runner_and_cli_pass_the_runtime(pycuda_only, tmp_path):
 
 
 def test_isolated_suite_gets_the_runtime():
-    # the child process has no stand-in, so the reason it gives shows which runtime it was asked for
-    from microbench.runtimes.pycuda_runtime import pycuda_unavailable_reason
-
-    expected = pycuda_unavailable_reason()
+    # the child process has no stand-in: it gives the reason the parent would for that runtime (on a
+    # machine without a GPU, that there is none), and a runtime that does not exist fails in the child
+    expected = runtimes.select_runtime("pycuda").reason
     if expected is not None:  # this machine's PyCUDA cannot run here: the child must say so, in the same words
         status, reason, _ = runner._run_isolated("clocks", SuiteContext(quick=True, runtime="pycuda"), timeout_s=120)
         assert (status, reason) == ("unavailable", expected)

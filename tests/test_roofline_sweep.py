@@ -8,7 +8,8 @@ import pytest
 
 from microbench import records as store
 from roofline import model, sweep
-from roofline.templates import export, expressions
+from kernels.spaces import expressions
+from roofline.templates import export
 
 
 def test_compile_sweep_on_a_local_ray_cluster(tmp_path):

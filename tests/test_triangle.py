@@ -136,6 +136,30 @@ def test_triangle_attention_forward_exp2_split(poisoned):
     assert (out[:, 1] == 0).all()
 
 
+@pytest.mark.parametrize("dtype,N,H,D", [(torch.float32, 33, 1, 16), (torch.bfloat16, 35, 1, 32)])
+def test_triangle_attention_backward_dq_atomic_row_split(dtype, N, H, D, poisoned):
+    """The dK/dV kernel adding dQ with atomics (DQ_ATOMIC; the dq kernel skipped) and the bias
+    gradient summed over rows in separate runs (ROW_SPLIT): every gradient, a random output
+    gradient, N not a multiple of the blocks, fully masked rows."""
+    from kernels.nvidia.triangle_attention import config_for
+
+    q, k, v, bias, mask = attention_inputs(1, N, H, D, dtype, seed=60 + N, fully_masked_rows=(1, N - 1))
+    dout = torch.randn(1, N, H, N, D).to(dtype)
+    config = config_for(None, D, str(dtype).removeprefix("torch."))
+    # 16-wide blocks: three key blocks add into each row of dQ, each starting at another query block.
+    config["bwd_dkdv"] = {**config["bwd_dkdv"], "BLOCK_M": 16, "BLOCK_N": 16, "DQ_ATOMIC": True}
+    # and the bias gradient's rows in three runs (N / 3 not whole), added up afterwards
+    config["bwd_dbias"] = {**config["bwd_dbias"], "BLOCK_M": 16, "BLOCK_N": 16, "ROW_SPLIT": 3}
+    out, grads = attention_grads(q, k, v, bias, mask, dout, "nvidia", config)
+    exact_out, exact_grads = exact_attention(q, k, v, bias, mask, dout)
+    fw_out, fw_grads = framework_attention(q, k, v, bias, mask, dout)
+    atol = 1e-6 if dtype == torch.float32 else 2e-2
+    for name, g, e, f in zip(("dq", "dk", "dv", "dbias"), grads, exact_grads, fw_grads):
+        assert_close_ratio(name, g, e, f, atol)
+    for g in grads[:3]:
+        assert (g[:, 1] == 0).all() and (g[:, N - 1] == 0).all()
+
+
 @pytest.mark.parametrize("rows", [2, 4])
 def test_triangle_attention_rows_forward(rows, poisoned):
     """The forward that shares each bias tile between several rows, N not a multiple of ROWS."""

@@ -25,9 +25,11 @@ from pathlib import Path
 
 import torch
 
+from kernels import spaces
 from kernels.triton import attention as flash
 
 CONFIG_FILE = Path(__file__).parent / "configs" / "attention.json"
+TARGET = "gfx942"
 KERNELS = flash.KERNELS
 
 
@@ -61,12 +63,16 @@ def heuristic(head_dim_padded: int) -> dict:
 
 def select_config(head_dim: int, device: torch.device, config: dict | None = None, biased: bool = False) -> dict:
     """Tuned entry over the heuristic, its ``"narrow"`` overrides when a bias/mask tile is
-    live, then ``config``."""
+    live, then ``config``, checked against the gfx942 space (``kernels/spaces/attention.json``):
+    its keys and values, then the merged config at this head dim (16-bit inputs)."""
+    if config is not None:
+        spaces.check("attention", TARGET, config, partial=True)
     pad = flash.head_dim_pad(head_dim)
     tuned = dict(_tuned().get(device_key(device), {}).get(str(pad), {}))
     narrower = tuned.pop("narrow", None)
     cfg = flash.merge_config(heuristic(pad), tuned, narrower if biased else None, config)
     cfg["use_tma"] = False  # CDNA3 has no TMA
+    spaces.check("attention", TARGET, cfg, {"head_dim": head_dim, "dtype_bytes": 2})
     return cfg
 
 

@@ -55,6 +55,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels import spaces
 from kernels.errors import InputError
 from kernels.gemm.spec import GemmProblem
 from kernels.triton_runtime import launcher
@@ -299,13 +300,12 @@ def _split_k(tiles: int, k: int, block_k: int, num_cus: int, max_split: int) -> 
 
 def select_config(problem: GemmProblem, device: str | None = None, config: dict | None = None) -> dict:
     """The config for ``problem``: its shape class on ``device``, fitted to the dtype's
-    LDS budget, split-K chosen for underfilled grids; keys in ``config`` override."""
+    LDS budget, split-K chosen for underfilled grids; keys in ``config`` override. The user's
+    keys and the result are checked against the gfx942 space (``kernels/spaces/gemm.json``)."""
     device = device or current_device()
     entry = device_entry(device)
     if config is not None:
-        unknown = sorted(set(config) - set(CONFIG_KEYS))
-        if unknown:
-            raise InputError("config", f"keys among {CONFIG_KEYS}", f"unknown keys {unknown}")
+        spaces.check("gemm", TARGET_ARCH, config, partial=True)
     chosen = fit_to_dtype(entry["configs"][shape_class(problem, device)], problem.dtype)
     chosen.setdefault("SPLIT_K", 1)
     if not (config and "SPLIT_K" in config) and entry.get("max_split_k", 1) > 1:
@@ -317,22 +317,13 @@ def select_config(problem: GemmProblem, device: str | None = None, config: dict 
         tiles = batch * triton.cdiv(m, bm) * triton.cdiv(problem.n, bn)
         chosen["SPLIT_K"] = _split_k(tiles, problem.k, bk, entry["num_cus"], entry["max_split_k"])
     chosen.update(config or {})
-    _check_config(chosen)
+    out = problem.out_dtype or problem.dtype
+    spaces.check("gemm", TARGET_ARCH, chosen, {"M": problem.m, "N": problem.n, "K": problem.k,
+                                               "dtype_bytes": _BYTES[problem.dtype], "out_dtype_bytes": _BYTES[out]})
     return chosen
 
 
-def _check_config(cfg: dict) -> None:
-    for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K"):
-        v = cfg[key]
-        if not isinstance(v, int) or v < 16 or v & (v - 1):
-            raise InputError("config", f"{key} a power of two >= 16", repr(v))
-    for key in ("GROUP_M", "SPLIT_K", "num_warps", "num_stages"):
-        if not isinstance(cfg[key], int) or cfg[key] < 1:
-            raise InputError("config", f"{key} a positive int", repr(cfg[key]))
-    if cfg["matrix_instr_nonkdim"] not in (0, 16, 32):
-        raise InputError("config", "matrix_instr_nonkdim in (0, 16, 32)", repr(cfg["matrix_instr_nonkdim"]))
-    if cfg["kpack"] not in (1, 2):
-        raise InputError("config", "kpack 1 or 2", repr(cfg["kpack"]))
+_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 
 
 def fp32_precision(arch: str) -> str:

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kernels import spaces
 from kernels.triton import triangle_multiplication as _triton
 
 CONFIG_FILE = Path(__file__).with_name("configs") / "triangle_multiplication.json"
+TARGET = "gfx942"
 AMD_OPTIONS = ("waves_per_eu", "matrix_instr_nonkdim")
 
 
@@ -20,16 +22,28 @@ def config_for(device_name: str | None, dtype: str, table_path: Path = CONFIG_FI
     return _triton.config_for(device_name, dtype, table_path)
 
 
+def resolve_config(device_name: str | None, dtype: str, config: dict | None) -> dict:
+    """``config`` checked against the space (``kernels/spaces/triangle_multiplication.json``) and
+    merged, kernel by kernel, over the table's entry: a partial config overrides the keys it names."""
+    return spaces.resolve("triangle_multiplication", TARGET, config_for(device_name, dtype), config)
+
+
+def _resolved(x, config: dict | None) -> dict | None:
+    if config is None:
+        return None  # the table's entry, chosen by the kernels' module
+    return resolve_config(_triton._device_name(x), str(x.dtype).removeprefix("torch."), config)
+
+
 def trimul_saved_shapes(x, c, config=None):
-    return _triton.trimul_saved_shapes(x, c, config, table=CONFIG_FILE)
+    return _triton.trimul_saved_shapes(x, c, _resolved(x, config), table=CONFIG_FILE)
 
 
 def trimul_fwd(x, direction, mask, weights, eps, config=None):
-    return _triton.trimul_fwd(x, direction, mask, weights, eps, config, table=CONFIG_FILE, extra_keys=AMD_OPTIONS)
+    return _triton.trimul_fwd(x, direction, mask, weights, eps, _resolved(x, config), table=CONFIG_FILE, extra_keys=AMD_OPTIONS)
 
 
 def trimul_bwd(x, direction, mask, weights, eps, saved, dout, config=None):
-    return _triton.trimul_bwd(x, direction, mask, weights, eps, saved, dout, config, table=CONFIG_FILE,
+    return _triton.trimul_bwd(x, direction, mask, weights, eps, saved, dout, _resolved(x, config), table=CONFIG_FILE,
                               extra_keys=AMD_OPTIONS)
 
 

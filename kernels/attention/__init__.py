@@ -39,14 +39,17 @@ def attention(
         backend: "reference", "nvidia" or "amd"; None picks the GPU vendor for GPU
             arrays and the reference otherwise. A Triton backend named for CPU tensors
             runs its kernels under the Triton interpreter.
-        config: tiles for the chosen Triton backend, overriding its tuned table, e.g.
+        config: tiles for the chosen backend, overriding its tuned table, e.g.
             ``{"fwd": {"block_m": 64, "block_n": 64, "num_warps": 4, "num_stages": 2},
-            "dkdv": {...}, "dq": {...}, "use_tma": False}``. On "nvidia",
-            ``"implementation": "gluon"`` asks for the warp-specialized Gluon kernels (Hopper,
-            Triton 3.6/3.9; problems they do not take run the Triton kernels, and
-            ``kernels.nvidia.attention.implementation_for`` says which runs and why), with
-            ``"deterministic": True`` for a bitwise-reproducible backward; see
-            ``kernels.nvidia.gluon.attention``.
+            "dkdv": {...}, "dq": {...}, "use_tma": False}`` on the Triton backends (a partial
+            config overrides the keys it names, section by section). Its keys, domains and
+            constraints are the backend's space (``kernels/spaces/attention.json``), checked
+            before anything launches. On "nvidia", ``"implementation": "gluon"`` asks for the
+            warp-specialized Gluon kernels (Hopper, Triton 3.6/3.9; problems they do not take
+            run the Triton kernels, and ``kernels.nvidia.attention.implementation_for`` says
+            which runs and why), their tiles under ``"gluon"`` (checked against
+            ``kernels/spaces/attention_gluon.json``), with ``"deterministic": True`` for a
+            bitwise-reproducible backward; see ``kernels.nvidia.gluon.attention``.
 
     Queries that see no key get output 0 and lse -inf, and zero gradients.
     Returns ``out`` like q, or ``(out, lse)``. Raises ``kernels.errors.InputError`` naming

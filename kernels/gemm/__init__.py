@@ -33,7 +33,10 @@ def gemm(
             backend named for CPU tensors runs its kernel under the Triton
             interpreter; see ``kernels.backends``.
         config: a kernel config for the chosen backend (block sizes, stages...),
-            overriding the tuned table and the heuristic.
+            overriding the tuned table and the heuristic; its keys, their domains and the
+            constraints between them are the backend's space (``kernels/spaces/gemm.json``),
+            checked before anything launches. On the Triton and Trainium backends a partial
+            config overrides the keys it names; TPU configs give bm, bn and bk together.
 
     float32 inputs run on the tensor cores as TF32 on the GPU backends
     (10-bit mantissa products, float32 accumulation); use the reference backend
@@ -50,6 +53,12 @@ def gemm(
 
         raise InputError("backend", f"one of {BACKENDS} or None", repr(backend))
     chosen = backend or default_backend(problem)
+    autotune = isinstance(config, str) and config == "autotune" and chosen == "nvidia" and problem.framework == "torch"
+    if config is not None and not isinstance(config, dict) and not autotune:
+        from kernels.errors import InputError
+
+        raise InputError("config", 'a dict of the backend\'s config keys, None, or "autotune" (nvidia, PyTorch)',
+                         repr(config))
     if problem.framework == "torch":
         from kernels.gemm import torch_op
 

@@ -10,6 +10,11 @@ runs the pointer path unless a config asks for TMA.
 Tiles per device key (``sm90``) and padded head dim are in ``configs/attention.json``, with
 ``"causal"``, ``"narrow"`` (a bias or mask tile live, or pointer loads) and ``"pointer_bias"``
 overrides; :func:`heuristic` covers the rest.
+
+The Gluon warp-specialized kernels (:mod:`kernels.nvidia.gluon.attention`) are this backend's
+second implementation: :func:`implementation_for` says which of the two runs a problem and why
+(the Gluon kernels only when ``config={"implementation": "gluon"}`` asks for them or a device
+run proved them faster for the problem, and only on problems they take).
 """
 
 from __future__ import annotations
@@ -20,9 +25,11 @@ from pathlib import Path
 
 import torch
 
+from kernels import spaces
 from kernels.triton import attention as flash
 
 CONFIG_FILE = Path(__file__).parent / "configs" / "attention.json"
+TARGET = "sm_90a"
 
 
 @functools.cache
@@ -64,7 +71,10 @@ def select_config(head_dim: int, device: torch.device | str, config: dict | None
     overrides for causal attention (the tuning sweep measures both), then its ``"narrow"``
     overrides when more registers are live per tile (a bias or mask tile next to the scores, or
     pointer loads instead of TMA), then its ``"pointer_bias"`` overrides when both hold, then
-    ``config``."""
+    ``config``, checked against the sm_90a space (``kernels/spaces/attention.json``): its keys
+    and values, then the merged config's constraints at this head dim (16-bit inputs)."""
+    if config is not None:
+        spaces.check("attention", TARGET, config, partial=True)
     pad = flash.head_dim_pad(head_dim)
     base = heuristic(pad)
     tuned = dict(_tuned().get(device_key(device), {}).get(str(pad), {}))
@@ -73,8 +83,10 @@ def select_config(head_dim: int, device: torch.device | str, config: dict | None
     causal_only = tuned.pop("causal", None)
     if narrow:
         base = flash.merge_config(base, heuristic_narrow(pad))
-    return flash.merge_config(base, tuned, causal_only if causal else None, narrower if narrow else None,
-                              narrowest if pointer_bias else None, config)
+    cfg = flash.merge_config(base, tuned, causal_only if causal else None, narrower if narrow else None,
+                             narrowest if pointer_bias else None, config)
+    spaces.check("attention", TARGET, cfg, {"head_dim": head_dim, "dtype_bytes": 2})
+    return cfg
 
 
 # ----------------------------------------------------------------------------------------------

@@ -39,9 +39,11 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels import spaces
 from kernels.triton_runtime import launcher
 
 CONFIG_FILE = Path(__file__).with_name("configs") / "gemm.json"
+TARGET = "sm_90a"
 CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_stages", "num_warps", "EPILOGUE_SUBTILE",
                "WARP_SPECIALIZE", "SPLIT_K")
 
@@ -258,11 +260,9 @@ class GemmConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "GemmConfig":
-        unknown = set(d) - set(CONFIG_KEYS)
-        if unknown:
-            from kernels.errors import InputError
-
-            raise InputError("config", f"keys among {CONFIG_KEYS}", f"unknown keys {sorted(unknown)}")
+        """A whole config (a table entry, a point of the search space), checked against the
+        space (``kernels/spaces/gemm.json``, target sm_90a)."""
+        spaces.check("gemm", TARGET, d)
         return cls(**d)
 
     def as_dict(self) -> dict[str, Any]:
@@ -331,6 +331,21 @@ def select_config(m: int, n: int, k: int, dtype: str, device_name: str | None) -
             if entry["dtype"] == dtype and tuple(entry["shape"]) == (m, n, k):
                 return GemmConfig.from_dict(entry["config"]), f"tuned:{key}"
     return heuristic_config(m, n, k, dtype), "heuristic"
+
+
+def resolve_config(m: int, n: int, k: int, dtype: str, device_name: str | None, config: dict | None = None,
+                   out_dtype: str | None = None) -> GemmConfig:
+    """The config a problem runs with: ``config`` (checked against the sm_90a space: keys,
+    domains, the shared memory of this dtype) over the table's entry for this shape, else the
+    heuristic's. A partial config overrides the keys it names and keeps the others."""
+    base, _ = select_config(m, n, k, dtype, device_name)
+    if config is None:
+        return base
+    context = {"M": m, "N": n, "K": k, "dtype_bytes": _BYTES[dtype], "out_dtype_bytes": _BYTES[out_dtype or dtype]}
+    return GemmConfig(**spaces.resolve("gemm", TARGET, base.as_dict(), config, context))
+
+
+_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 
 
 def shipped_configs(dtype: str = "bfloat16") -> list[GemmConfig]:
@@ -405,7 +420,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, bias, activation, out_dtype, config=N
     """``activation(a @ b + bias)`` on the Hopper kernel (interpreted on CPU tensors).
 
     Arguments are validated by ``kernels.gemm.spec``; ``out_dtype`` is a torch dtype
-    and ``config`` a dict of :data:`CONFIG_KEYS` (or None for the table/heuristic).
+    and ``config`` a dict of :data:`CONFIG_KEYS` (or None for the table/heuristic); a partial
+    one overrides the keys it names (:func:`resolve_config`).
     """
     on_gpu = a.is_cuda
     out = torch.empty((*a.shape[:-1], b.shape[-1]), dtype=out_dtype, device=a.device)
@@ -427,10 +443,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, bias, activation, out_dtype, config=N
         return out.copy_(activate_torch(z + bias.float() if bias is not None else z, activation))
 
     dtype = str(a.dtype).removeprefix("torch.")
-    if config is None:
-        cfg, _ = select_config(m, n, k, dtype, _device_name(a.device.index or 0) if on_gpu else None)
-    else:
-        cfg = GemmConfig.from_dict(config)
+    cfg = resolve_config(m, n, k, dtype, _device_name(a.device.index or 0) if on_gpu else None, config,
+                         str(out_dtype).removeprefix("torch."))
 
     split_k = cfg.SPLIT_K if not batched else 1  # batched problems have parallelism to spare
     a_view, a_trans = _tma_storage(a)
@@ -594,10 +608,7 @@ def _gemm_jax_triton(a, b, bias, activation, out_dtype, config):
     n = b.shape[-1]
     device = jax.devices()[0]
     dtype = jnp.dtype(a.dtype).name
-    if config is None:
-        cfg, _ = select_config(m, n, k, dtype, device.device_kind)
-    else:
-        cfg = GemmConfig.from_dict(config)
+    cfg = resolve_config(m, n, k, dtype, device.device_kind, config, jnp.dtype(out_dtype).name)
     split_k = cfg.SPLIT_K if not batched else 1
     items = cdiv(m, cfg.BLOCK_M) * cdiv(n, cfg.BLOCK_N) * nbatch * split_k
     num_sms = max(1, min(getattr(device, "core_count", H100_H200_SMS), items))

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kernels import spaces
 from kernels.triton import triangle_attention as _triton
 
 CONFIG_FILE = Path(__file__).with_name("configs") / "triangle_attention.json"
+TARGET = "sm_90a"
 
 
 def config_for(device_name: str | None, head_dim: int, dtype: str, table_path: Path = CONFIG_FILE) -> dict:
@@ -17,13 +19,27 @@ def config_for(device_name: str | None, head_dim: int, dtype: str, table_path: P
     return _triton.config_for(device_name, head_dim, dtype, table_path)
 
 
+def resolve_config(device_name: str | None, head_dim: int, dtype: str, config: dict | None) -> dict:
+    """``config`` checked against the space (``kernels/spaces/triangle_attention.json``) and
+    merged, kernel by kernel, over the table's entry: a partial config overrides the keys it names."""
+    return spaces.resolve("triangle_attention", TARGET, config_for(device_name, head_dim, dtype), config,
+                          {"head_dim": head_dim})
+
+
+def _resolved(q, config: dict | None) -> dict | None:
+    if config is None:
+        return None  # the table's entry, chosen by the kernels' module
+    return resolve_config(_triton._device_name(q), q.shape[-1], str(q.dtype).removeprefix("torch."), config)
+
+
 def triangle_attention_fwd(q, k, v, bias, mask, scale, config=None):
-    return _triton.triangle_attention_fwd(q, k, v, bias, mask, scale, config, table=CONFIG_FILE)
+    return _triton.triangle_attention_fwd(q, k, v, bias, mask, scale, _resolved(q, config), table=CONFIG_FILE)
 
 
 def triangle_attention_bwd(q, k, v, bias, mask, scale, out, lse, dout, config=None, only: str | None = None):
     """``only`` (a kernel name) runs the preprocess and that kernel alone, for the tuning sweep."""
-    return _triton.triangle_attention_bwd(q, k, v, bias, mask, scale, out, lse, dout, config, table=CONFIG_FILE,
+    return _triton.triangle_attention_bwd(q, k, v, bias, mask, scale, out, lse, dout, _resolved(q, config),
+                                          table=CONFIG_FILE,
                                           only=only)
 
 

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kernels import spaces
 from kernels.triton import triangle_multiplication as _triton
 
 CONFIG_FILE = Path(__file__).with_name("configs") / "triangle_multiplication.json"
+TARGET = "sm_90a"
 
 
 def config_for(device_name: str | None, dtype: str, table_path: Path = CONFIG_FILE) -> dict:
@@ -18,16 +20,28 @@ def config_for(device_name: str | None, dtype: str, table_path: Path = CONFIG_FI
     return _triton.config_for(device_name, dtype, table_path)
 
 
+def resolve_config(device_name: str | None, dtype: str, config: dict | None) -> dict:
+    """``config`` checked against the space (``kernels/spaces/triangle_multiplication.json``) and
+    merged, kernel by kernel, over the table's entry: a partial config overrides the keys it names."""
+    return spaces.resolve("triangle_multiplication", TARGET, config_for(device_name, dtype), config)
+
+
+def _resolved(x, config: dict | None) -> dict | None:
+    if config is None:
+        return None  # the table's entry, chosen by the kernels' module
+    return resolve_config(_triton._device_name(x), str(x.dtype).removeprefix("torch."), config)
+
+
 def trimul_saved_shapes(x, c, config=None):
-    return _triton.trimul_saved_shapes(x, c, config, table=CONFIG_FILE)
+    return _triton.trimul_saved_shapes(x, c, _resolved(x, config), table=CONFIG_FILE)
 
 
 def trimul_fwd(x, direction, mask, weights, eps, config=None):
-    return _triton.trimul_fwd(x, direction, mask, weights, eps, config, table=CONFIG_FILE)
+    return _triton.trimul_fwd(x, direction, mask, weights, eps, _resolved(x, config), table=CONFIG_FILE)
 
 
 def trimul_bwd(x, direction, mask, weights, eps, saved, dout, config=None):
-    return _triton.trimul_bwd(x, direction, mask, weights, eps, saved, dout, config, table=CONFIG_FILE)
+    return _triton.trimul_bwd(x, direction, mask, weights, eps, saved, dout, _resolved(x, config), table=CONFIG_FILE)
 
 
 def compile_specs(dtype: str = "bfloat16", c_z: int = 128, c: int = 128, device: str = "H200", *,

@@ -78,6 +78,7 @@ from jax.experimental.pallas import tpu as pltpu
 
 from kernels.errors import InputError
 from kernels.tpu.attention_rules import RULES, AttentionConfigError, blocks, check_config
+from kernels.tpu.gemm_rules import copied
 from kernels.tpu.vmem import dtype_name, sublane_multiple, vmem_limit_bytes
 from kernels.tpu.generations import DEFAULT_TARGET, LANES, TARGETS, attached_tpu, generation
 
@@ -737,7 +738,7 @@ def _make_plan(q, k, bias4, mask4, causal, scale, config, target, interpret) -> 
     target = target or attached_tpu() or DEFAULT_TARGET
     if config is None:
         config = select_config(target, kdtype, head_dim, q_len, k_len, bias_dtype, mask4 is not None)
-    config = dict(config)
+    config = copied(config)
     estimates = check_config(config, kdtype, d_pad, target, bias_dtype, mask4 is not None)
     bq, bk, bqb, bkb = blocks(config)
     full = (batch, heads, q_len, k_len)

@@ -43,7 +43,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from kernels.tpu import gemm_rules
-from kernels.tpu.gemm_rules import ConfigError, check_config
+from kernels.tpu.gemm_rules import ConfigError, check_config, copied
 from kernels.tpu.vmem import dtype_name, sublane_multiple, vmem_limit_bytes
 from kernels.tpu.generations import DEFAULT_TARGET, LANES, TARGETS, attached_tpu, generation
 
@@ -289,7 +289,7 @@ def gemm_jax(a, b, bias=None, activation=None, out_dtype=None, config=None, *, t
     n = b.shape[-1]
     batch = a.shape[0] if a.ndim == 3 else 1
 
-    config = select_config(target, kdtype, kout, m, n, k, batch) if config is None else dict(config)
+    config = select_config(target, kdtype, kout, m, n, k, batch) if config is None else copied(config)
     estimate = check_config(config, kdtype, kout, target, bias is not None)
     bm, bn, bk = config["bm"], config["bn"], config["bk"]
 

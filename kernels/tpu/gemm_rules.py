@@ -74,11 +74,20 @@ def check_keys(config: Any, required: tuple[str, ...], optional: tuple[str, ...]
     """The ``keys`` rule every TPU config shares: the required keys, perhaps some optional ones,
     nothing else, and each value a positive integer; raises ``error`` (a ConfigError) if not."""
     if not isinstance(config, dict) or not set(required) <= set(config) or not set(config) <= {*required, *optional}:
-        got = sorted(config) if isinstance(config, dict) else type(config).__name__
-        raise error("keys", config, f"keys {got}")
+        if not isinstance(config, dict):
+            raise error("keys", config, f"a {type(config).__name__}")
+        missing = sorted(set(required) - set(config))
+        unknown = sorted(set(config) - {*required, *optional})
+        raise error("keys", config, f"keys {sorted(config)}" + (f"; missing {missing}" if missing else "")
+                    + (f"; unknown {unknown}" if unknown else ""))
     for key, value in config.items():
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
             raise error("keys", config, f"{key}={value!r}")
+
+
+def copied(config: Any) -> Any:
+    """A copy of a dict config; anything else as it is, for the ``keys`` rule to name."""
+    return dict(config) if isinstance(config, dict) else config
 
 
 def check_config(config: Any, dtype: Any, out_dtype: Any, target: str, has_bias: bool = True) -> VmemEstimate:

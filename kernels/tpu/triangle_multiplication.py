@@ -73,6 +73,7 @@ from jax.experimental.pallas import tpu as pltpu
 from kernels.tpu import gemm as tpu_gemm
 from kernels.tpu.generations import DEFAULT_TARGET, LANES, attached_tpu, generation
 from kernels.tpu.trimul_rules import RULES, TrimulConfigError, blocks, check_config
+from kernels.tpu.gemm_rules import copied
 from kernels.tpu.vmem import dtype_name, vmem_limit_bytes
 
 CONFIGS_PATH = Path(__file__).parent / "configs" / "trimul.json"
@@ -526,7 +527,7 @@ def make_plan(x_shape, x_dtype, c, has_mask, eps, config=None, target=None, inte
     batch, n, _, c_z = x_shape
     kd = kernel_dtype(x_dtype)
     target = target or attached_tpu() or DEFAULT_TARGET
-    config = select_config(target, kd, n, c_z, c) if config is None else dict(config)
+    config = select_config(target, kd, n, c_z, c) if config is None else copied(config)
     estimates = check_config(config, kd, c_z, c, target)
     bm, bmb = blocks(config)
     rows = n * n

@@ -573,24 +573,14 @@ CONFIG_KEYS = ("target", "name", "fwd_block_k", "bwd_block_k", "q_in_flight")
 
 
 def _validate_config(config: dict | None) -> None:
-    from kernels.errors import InputError
-
+    """Keys and values of a (partial) config, checked against the Trainium space
+    (``kernels/spaces/attention.json``) of the target it names, else of the default target."""
     if not config:
         return
-    unknown = sorted(set(config) - set(CONFIG_KEYS))
-    if unknown:
-        raise InputError("config", f"keys among {CONFIG_KEYS}", f"unknown keys {unknown}")
-    if config.get("target") not in (None, "trn1", "trn2"):
-        raise InputError("config", "target 'trn1' or 'trn2'", repr(config["target"]))
-    for key in ("fwd_block_k", "bwd_block_k"):
-        v = config.get(key)
-        # Multiples of 128: the kernels cut key tiles into 128-key TensorE chunks. Whether a
-        # size fits the hardware (moving free <= 512, PSUM banks) is the emulator's to check.
-        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < CHUNK or v % CHUNK):
-            raise InputError("config", f"{key} a positive multiple of {CHUNK}", repr(v))
-    v = config.get("q_in_flight")
-    if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-        raise InputError("config", "q_in_flight a positive int", repr(v))
+    from kernels import spaces
+
+    named = config.get("target") if isinstance(config, dict) else None
+    spaces.check("attention", named if named in spaces.targets("attention") else default_target(), config, partial=True)
 
 
 def default_target(config: dict | None = None) -> str:

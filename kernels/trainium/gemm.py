@@ -226,19 +226,14 @@ CONFIG_KEYS = ("target", "name", "TILES_IN_BLOCK_M", "TILES_IN_BLOCK_N", "TILES_
 
 
 def _validate_config(config: dict | None) -> None:
-    from kernels.errors import InputError
-
+    """Keys and values of a (partial) config, checked against the Trainium space
+    (``kernels/spaces/gemm.json``) of the target it names, else of the default target."""
     if not config:
         return
-    unknown = sorted(set(config) - set(CONFIG_KEYS))
-    if unknown:
-        raise InputError("config", f"keys among {CONFIG_KEYS}", f"unknown keys {unknown}")
-    if config.get("target") not in (None, "trn1", "trn2"):
-        raise InputError("config", "target 'trn1' or 'trn2'", repr(config["target"]))
-    for key in CONFIG_KEYS[2:]:
-        v = config.get(key)
-        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-            raise InputError("config", f"{key} a positive int", repr(v))
+    from kernels import spaces
+
+    named = config.get("target") if isinstance(config, dict) else None
+    spaces.check("gemm", named if named in spaces.targets("gemm") else default_target(), config, partial=True)
 
 
 def resolve_config(m: int, n: int, k: int, target: str, dtype: str, out_dtype: str, has_bias: bool, config: dict | None) -> dict:

@@ -893,12 +893,12 @@ def _gemm_config(config):
 
 
 def _check_config(config):
-    from kernels.errors import InputError
+    """The chip a call runs on; the config (only ``target`` here) checked against the Trainium
+    space (``kernels/spaces/triangle_multiplication.json``)."""
+    from kernels import spaces
 
-    if config and set(config) - {"target"}:
-        raise InputError("config", "only the key 'target' ('trn1' or 'trn2')", f"keys {sorted(config)}")
-    if config and config.get("target") not in ("trn1", "trn2"):
-        raise InputError("config", "target 'trn1' or 'trn2'", repr(config.get("target")))
+    if config:
+        spaces.check("triangle_multiplication", "trn2", config, partial=True)
     if config is None or "target" not in config:
         return nki_gemm.default_target(config)
     return config["target"]

@@ -64,11 +64,11 @@ class _TorchBackendJax:
         self.gpu = jax_bridge.on_gpu() and backend in TRITON_BACKENDS
 
     def _gpu_config(self, vendor, *shape_key, dtype) -> dict:
-        """``config``, else the entry for JAX's GPU of the table of ``vendor`` (the backend's
-        module for the op, whose ``config_for`` reads that vendor's table)."""
+        """``config`` merged over the entry for JAX's GPU of the table of ``vendor`` (the
+        backend's module for the op, whose ``resolve_config`` checks it against the space)."""
         from kernels import jax_bridge
 
-        return self.config or vendor.config_for(jax_bridge.device_name(), *shape_key, jnp.dtype(dtype).name)
+        return vendor.resolve_config(jax_bridge.device_name(), *shape_key, jnp.dtype(dtype).name, self.config)
 
     def triangle_attention_fwd_jax(self, q, k, v, bias, mask, scale):
         if self.gpu:

@@ -50,7 +50,9 @@ def triangle_attention(q, k, v, bias, mask=None, scale=None, backend: str | None
         backend: "reference", "nvidia", "amd", ... None picks the device's vendor
             (the reference for CPU arrays); a Triton backend named for CPU tensors
             runs under the Triton interpreter.
-        config: per-kernel block sizes overriding the tuned table.
+        config: per-kernel block sizes overriding the tuned table (a partial config overrides
+            the keys it names, kernel by kernel, on the Triton backends); checked against the
+            backend's space (``kernels/spaces/triangle_attention.json``) before anything launches.
         return_lse: also return the float32 (B, N, H, N) (or (N, H, N)) log-sum-exp
             (torch only).
 
@@ -121,7 +123,9 @@ def triangle_multiplicative_update(
     ``"incoming"``: y_ij = sum_k a_ki b_kj (see CONVENTIONS.md for AlphaFold 3's
     released weights). ``precision`` is accepted for signature compatibility: the
     contraction always accumulates in float32, and float32 inputs are computed
-    without TF32.
+    without TF32. ``config`` overrides the backend's tuned table (per kernel on the Triton
+    backends, where a partial config overrides the keys it names; ``block_rows`` on TPU) and is
+    checked against its space (``kernels/spaces/triangle_multiplication.json``) first.
     """
     weights = {name: value for name, value in locals().items() if name in TRIMUL_WEIGHTS}
     problem = check_trimul(x, direction, mask, weights)

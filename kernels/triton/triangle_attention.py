@@ -14,8 +14,12 @@ Kernels (one program per tile; q, k, v, o contiguous (B, N, H, N, D), so row
 
 * ``fwd_kernel``: online softmax over key blocks; writes O and the natural-log
   LSE (+inf for a row with no valid key, whose output is written as zeros).
-  ``fwd_rows_kernel`` (config ``ROWS`` > 1) is the same for several rows i per
-  program, reading each bias tile once for all of them.
+  With config ``ROWS`` > 1 (the ``fwd_rows`` entry of a table) one program runs
+  several rows i, reading each bias tile once for all of them.
+
+The key mask reaches every kernel as a float32 key bias (0 to keep a key, -inf to
+drop it, built by :func:`key_bias`), padded with -inf past N, so that a masked or
+out-of-range key costs no compare and select per score.
 * ``bwd_preprocess_kernel``: ``delta = rowsum(dO * O)``.
 * ``bwd_dkdv_kernel``: per key block, loops over query blocks (FA2 order).
 * ``bwd_dq_kernel``: per query block, loops over key blocks.
@@ -57,74 +61,20 @@ KERNELS = ("fwd", "bwd_dkdv", "bwd_dq", "bwd_dbias")
 
 
 @triton.jit
-def fwd_kernel(Q, K, V, Bias, Mask, O, LSE, N, H, D, qk_scale,
-               HAS_MASK: tl.constexpr, PRECISION: tl.constexpr,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
-               EXP2_SPLIT: tl.constexpr = False):
-    """Flash attention over one (batch, i, head) row of the pair stack, the fp32 bias added to
-    the scores. At head dim 32 a score costs 64 tensor-core multiply-adds but one exponential,
-    so the exponentials pace a step; ``EXP2_SPLIT`` computes half of them on the FMA pipe
-    (:func:`kernels.triton.attention.softmax_exp2`)."""
-    pid_m = tl.program_id(0)
-    r = tl.program_id(1).to(tl.int64)  # (b*N + i)*H + h
-    h = r % H
-    bi = r // H
-    b = bi // N
-    row = r * N * D
-    bias_base = (b * H + h) * N * N
+def fwd_kernel(Q, K, V, Bias, KeyBias, O, LSE, N, H, D, kb_row_stride, qk_scale,
+               PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+               EXP2_SPLIT: tl.constexpr = False, ROWS: tl.constexpr = 1):
+    """Flash attention over ROWS pair rows i of one (batch, head), BLOCK_M queries each, the
+    fp32 bias added to the scores.
 
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, HEAD_DIM)
-    in_m = offs_m < N
-    in_d = offs_d < D
-    q = tl.load(Q + row + offs_m[:, None] * D + offs_d[None, :], mask=in_m[:, None] & in_d[None, :], other=0.0)
-
-    # -1e30, not -inf, so that alpha = exp2(m_old - m_new) stays finite while a
-    # row has seen only masked keys (their logits are -inf and contribute 0).
-    m_i = tl.full([BLOCK_M], -1.0e30, tl.float32)
-    l_i = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-    for start_n in range(0, N, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
-        in_n = offs_n < N
-        kv_mask = in_n[:, None] & in_d[None, :]
-        k = tl.load(K + row + offs_n[:, None] * D + offs_d[None, :], mask=kv_mask, other=0.0)
-        v = tl.load(V + row + offs_n[:, None] * D + offs_d[None, :], mask=kv_mask, other=0.0)
-        bias = tl.load(Bias + bias_base + offs_m[:, None] * N + offs_n[None, :],
-                       mask=in_m[:, None] & in_n[None, :], other=0.0).to(tl.float32)
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale + bias * 1.4426950408889634
-        valid = in_n
-        if HAS_MASK:
-            valid = valid & (tl.load(Mask + bi * N + offs_n, mask=in_n, other=0) != 0)
-        s = tl.where(valid[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        alpha = tl.exp2(m_i - m_new)
-        p = softmax_exp2(s - m_new[:, None], EXP2_SPLIT)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-        m_i = m_new
-
-    has_any = l_i > 0.0
-    l_safe = tl.where(has_any, l_i, 1.0)
-    out = tl.where(has_any[:, None], acc / l_safe[:, None], 0.0)
-    lse = tl.where(has_any, (m_i + tl.log2(l_safe)) * 0.6931471805599453, float("inf"))
-    tl.store(O + row + offs_m[:, None] * D + offs_d[None, :], out.to(O.dtype.element_ty),
-             mask=in_m[:, None] & in_d[None, :])
-    tl.store(LSE + r * N + offs_m, lse, mask=in_m)
-
-
-@triton.jit
-def fwd_rows_kernel(Q, K, V, Bias, Mask, O, LSE, N, H, D, qk_scale,
-                    HAS_MASK: tl.constexpr, PRECISION: tl.constexpr, ROWS: tl.constexpr,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
-    """The forward for ROWS pair rows i at once, sharing each bias tile between them.
-
-    Every row reads the same (BLOCK_M, N) slice of the fp32 bias; at d = 32 that
-    slice is twice the bytes of the row's own k and v, so ``fwd_kernel`` moves
-    most of its L2 traffic as bias. Here one program owns rows i0..i0+ROWS-1 of one
-    (batch, head) and loads each bias tile once for all of them; the per-row
-    products are batched dots over a leading ROWS dimension (mma.sync rather than
-    wgmma, which takes no batch dimension).
+    The bias tile of a key step is the same for every row i, so it is read once per program for
+    all ROWS rows (its L2 traffic divided by ROWS) and each row runs its own 2-D dots (wgmma).
+    Per score the step issues one FFMA before the max: the bias, scaled by ``1/scale`` once per
+    tile, seeds the QK^T accumulator, and ``s * qk_scale + key_bias`` turns the sum into base-2
+    logits with the key mask (0 or -inf per key, -inf past N: ``KeyBias`` rows of
+    ``kb_row_stride``, 0 when every row shares one) in the same instruction. ``EXP2_SPLIT``
+    computes half of the exponentials on the FMA pipe
+    (:func:`kernels.triton.attention.softmax_exp2`).
     """
     pid_m = tl.program_id(0)
     pid = tl.program_id(1).to(tl.int64)  # ((b * G) + g) * H + h, G = cdiv(N, ROWS)
@@ -134,52 +84,61 @@ def fwd_rows_kernel(Q, K, V, Bias, Mask, O, LSE, N, H, D, qk_scale,
     b = pid // (H * G)
     bias_base = (b * H + h) * N * N
 
-    offs_r = tl.arange(0, ROWS)
-    rows_i = g * ROWS + offs_r
-    in_r = rows_i < N
-    bi = b * N + rows_i                       # (ROWS,)
-    row = (bi * H + h) * N * D                # (ROWS,) int64
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     in_m = offs_m < N
     in_d = offs_d < D
-    q_mask = in_r[:, None, None] & in_m[None, :, None] & in_d[None, None, :]
-    q = tl.load(Q + row[:, None, None] + offs_m[None, :, None] * D + offs_d[None, None, :], mask=q_mask, other=0.0)
+    q_mask = in_m[:, None] & in_d[None, :]
+    inv_scale = 1.4426950408889634 / qk_scale
 
-    m_i = tl.full([ROWS, BLOCK_M], -1.0e30, tl.float32)
-    l_i = tl.zeros([ROWS, BLOCK_M], tl.float32)
-    acc = tl.zeros([ROWS, BLOCK_M, HEAD_DIM], tl.float32)
+    # Per row r: where its q/k/v/o rows start, its key-mask row, which of its queries it stores
+    # (the last group may run past N: such a row computes row N - 1 again and stores nothing), its q tile
+    # and its softmax state. -1e30, not -inf, starts the max so that alpha = exp2(m_old - m_new)
+    # stays finite while a row has seen only masked keys (their logits are -inf and give 0).
+    rows, kb_rows, lse_rows, real, qs, ms, ls, accs = (), (), (), (), (), (), (), ()
+    for r in tl.static_range(ROWS):
+        i = g * ROWS + r
+        i_c = tl.minimum(i, N - 1)
+        rr = ((b * N + i_c) * H + h)
+        rows = rows + (rr * N * D,)
+        kb_rows = kb_rows + ((b * N + i_c) * kb_row_stride,)
+        lse_rows = lse_rows + (rr * N,)
+        real = real + (in_m & ((offs_m * 0 + i) < N),)  # (a vector: the interpreter masks with blocks only)
+        qs = qs + (tl.load(Q + rr * N * D + offs_m[:, None] * D + offs_d[None, :], mask=q_mask, other=0.0),)
+        ms = ms + (tl.full([BLOCK_M], -1.0e30, tl.float32),)
+        ls = ls + (tl.zeros([BLOCK_M], tl.float32),)
+        accs = accs + (tl.zeros([BLOCK_M, HEAD_DIM], tl.float32),)
+
     for start_n in range(0, N, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         in_n = offs_n < N
-        kv_mask = in_r[:, None, None] & in_n[None, :, None] & in_d[None, None, :]
-        kv_off = row[:, None, None] + offs_n[None, :, None] * D + offs_d[None, None, :]
-        k = tl.load(K + kv_off, mask=kv_mask, other=0.0)
-        v = tl.load(V + kv_off, mask=kv_mask, other=0.0)
-        bias = tl.load(Bias + bias_base + offs_m[:, None] * N + offs_n[None, :],
-                       mask=in_m[:, None] & in_n[None, :], other=0.0).to(tl.float32)
-        s = tl.dot(q, tl.permute(k, (0, 2, 1)), input_precision=PRECISION) * qk_scale
-        s += (bias * 1.4426950408889634)[None, :, :]
-        valid = in_n[None, :] & in_r[:, None]
-        if HAS_MASK:
-            key_ok = tl.load(Mask + bi[:, None] * N + offs_n[None, :], mask=in_r[:, None] & in_n[None, :], other=0)
-            valid = valid & (key_ok != 0)
-        s = tl.where(valid[:, None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 2))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, :, None])
-        l_i = l_i * alpha + tl.sum(p, 2)
-        acc = acc * alpha[:, :, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-        m_i = m_new
+        kv_mask = in_n[:, None] & in_d[None, :]
+        # bias / scale: once multiplied by qk_scale with the products it is bias * log2(e)
+        bias_seed = tl.load(Bias + bias_base + offs_m[:, None] * N + offs_n[None, :],
+                            mask=in_m[:, None] & in_n[None, :], other=0.0).to(tl.float32) * inv_scale
+        new_m, new_l, new_acc = (), (), ()
+        for r in tl.static_range(ROWS):
+            k = tl.load(K + rows[r] + offs_n[:, None] * D + offs_d[None, :], mask=kv_mask, other=0.0)
+            v = tl.load(V + rows[r] + offs_n[:, None] * D + offs_d[None, :], mask=kv_mask, other=0.0)
+            key_bias = tl.load(KeyBias + kb_rows[r] + offs_n)
+            s = tl.dot(qs[r], tl.trans(k), acc=bias_seed, input_precision=PRECISION) * qk_scale + key_bias[None, :]
+            m_new = tl.maximum(ms[r], tl.max(s, 1))
+            alpha = tl.exp2(ms[r] - m_new)
+            p = softmax_exp2(s - m_new[:, None], EXP2_SPLIT)
+            new_l = new_l + (ls[r] * alpha + tl.sum(p, 1),)
+            new_acc = new_acc + (accs[r] * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION),)
+            new_m = new_m + (m_new,)
+        ms, ls, accs = new_m, new_l, new_acc
 
-    has_any = l_i > 0.0
-    l_safe = tl.where(has_any, l_i, 1.0)
-    out = tl.where(has_any[:, :, None], acc / l_safe[:, :, None], 0.0)
-    lse = tl.where(has_any, (m_i + tl.log2(l_safe)) * 0.6931471805599453, float("inf"))
-    tl.store(O + row[:, None, None] + offs_m[None, :, None] * D + offs_d[None, None, :],
-             out.to(O.dtype.element_ty), mask=q_mask)
-    lse_row = (bi * H + h) * N
-    tl.store(LSE + lse_row[:, None] + offs_m[None, :], lse, mask=in_r[:, None] & in_m[None, :])
+    for r in tl.static_range(ROWS):
+        l_i = ls[r]
+        has_any = l_i > 0.0
+        l_safe = tl.where(has_any, l_i, 1.0)
+        out = tl.where(has_any[:, None], accs[r] / l_safe[:, None], 0.0)
+        lse = tl.where(has_any, (ms[r] + tl.log2(l_safe)) * 0.6931471805599453, float("inf"))
+        tl.store(O + rows[r] + offs_m[:, None] * D + offs_d[None, :], out.to(O.dtype.element_ty),
+                 mask=real[r][:, None] & in_d[None, :])
+        tl.store(LSE + lse_rows[r] + offs_m, lse, mask=real[r])
 
 
 @triton.jit
@@ -196,13 +155,13 @@ def bwd_preprocess_kernel(O, DO, Delta, N, D, BLOCK_M: tl.constexpr, HEAD_DIM: t
 
 
 @triton.jit
-def probs_and_dscores(q, k, v, do, bias, lse2, delta, valid_n, qk_scale, PRECISION: tl.constexpr):
-    """P and dS (BLOCK_M, BLOCK_N) of one tile, recomputed from the saved LSE.
+def probs_and_dscores(q, k, v, do, logit_bias, lse2, delta, qk_scale, PRECISION: tl.constexpr):
+    """P and dS (BLOCK_M, BLOCK_N) of one tile, recomputed from the saved LSE; ``logit_bias`` is
+    the tile's bias in base-2 units plus the key bias (-inf at a masked key).
 
     A row with no valid key has lse = +inf, so P, and with it dS, is exactly 0.
     """
-    s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale + bias * 1.4426950408889634
-    s = tl.where(valid_n[None, :], s, float("-inf"))
+    s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale + logit_bias
     p = tl.exp2(s - lse2[:, None])
     dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
     ds = p * (dp - delta[:, None])
@@ -210,17 +169,19 @@ def probs_and_dscores(q, k, v, do, bias, lse2, delta, valid_n, qk_scale, PRECISI
 
 
 @triton.jit
-def key_validity(Mask, bi, offs_n, N, HAS_MASK: tl.constexpr):
-    valid = offs_n < N
-    if HAS_MASK:
-        valid = valid & (tl.load(Mask + bi * N + offs_n, mask=offs_n < N, other=0) != 0)
-    return valid
+def bwd_dkdv_kernel(Q, K, V, Bias, KeyBias, DO, LSE, Delta, DK, DV, N, H, D, kb_row_stride, qk_scale, scale,
+                    PRECISION: tl.constexpr,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                    DQ_ATOMIC: tl.constexpr = False, DQ32=None):
+    """dK, dV for BLOCK_N keys of one (batch, i, head) row, looping over its query blocks.
 
-
-@triton.jit
-def bwd_dkdv_kernel(Q, K, V, Bias, Mask, DO, LSE, Delta, DK, DV, N, H, D, qk_scale, scale,
-                    HAS_MASK: tl.constexpr, PRECISION: tl.constexpr,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
+    With ``DQ_ATOMIC`` it also adds this key block's share of dQ, ``scale * dS K``, into the
+    float32 DQ32 (laid out as q, zeroed by the caller) with atomics, and the dq kernel is not
+    run: one more dot here instead of that kernel's second recomputation of S, P and dP. The
+    programs of one row's key blocks run side by side, so each starts its query loop at a
+    different block (``pid_n``) to spread their atomics over different rows of dQ. The order
+    of the additions varies from run to run, so dQ is then not bitwise reproducible; dK and dV
+    still are."""
     pid_n = tl.program_id(0)
     r = tl.program_id(1).to(tl.int64)
     h = r % H
@@ -236,12 +197,16 @@ def bwd_dkdv_kernel(Q, K, V, Bias, Mask, DO, LSE, Delta, DK, DV, N, H, D, qk_sca
     kv_mask = in_n[:, None] & in_d[None, :]
     k = tl.load(K + row + offs_n[:, None] * D + offs_d[None, :], mask=kv_mask, other=0.0)
     v = tl.load(V + row + offs_n[:, None] * D + offs_d[None, :], mask=kv_mask, other=0.0)
-    valid_n = key_validity(Mask, bi, offs_n, N, HAS_MASK)
+    key_bias = tl.load(KeyBias + bi * kb_row_stride + offs_n)
 
     dk = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
-    for start_m in range(0, N, BLOCK_M):
-        offs_m = start_m + tl.arange(0, BLOCK_M)
+    num_m = tl.cdiv(N, BLOCK_M)
+    for step in range(0, num_m):
+        block_m = step
+        if DQ_ATOMIC:
+            block_m = (step + pid_n) % num_m
+        offs_m = block_m * BLOCK_M + tl.arange(0, BLOCK_M)
         in_m = offs_m < N
         q_mask = in_m[:, None] & in_d[None, :]
         q = tl.load(Q + row + offs_m[:, None] * D + offs_d[None, :], mask=q_mask, other=0.0)
@@ -250,16 +215,21 @@ def bwd_dkdv_kernel(Q, K, V, Bias, Mask, DO, LSE, Delta, DK, DV, N, H, D, qk_sca
         delta = tl.load(Delta + r * N + offs_m, mask=in_m, other=0.0)
         bias = tl.load(Bias + bias_base + offs_m[:, None] * N + offs_n[None, :],
                        mask=in_m[:, None] & in_n[None, :], other=0.0).to(tl.float32)
-        p, ds = probs_and_dscores(q, k, v, do, bias, lse2, delta, valid_n, qk_scale, PRECISION)
+        p, ds = probs_and_dscores(q, k, v, do, bias * 1.4426950408889634 + key_bias[None, :], lse2, delta, qk_scale,
+                                  PRECISION)
         dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PRECISION)
-        dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PRECISION)
+        ds_lo = ds.to(q.dtype)
+        dk += tl.dot(tl.trans(ds_lo), q, input_precision=PRECISION)
+        if DQ_ATOMIC:
+            dq = tl.dot(ds_lo, k, input_precision=PRECISION) * scale
+            tl.atomic_add(DQ32 + row + offs_m[:, None] * D + offs_d[None, :], dq, mask=q_mask, sem="relaxed")
     tl.store(DK + row + offs_n[:, None] * D + offs_d[None, :], (dk * scale).to(DK.dtype.element_ty), mask=kv_mask)
     tl.store(DV + row + offs_n[:, None] * D + offs_d[None, :], dv.to(DV.dtype.element_ty), mask=kv_mask)
 
 
 @triton.jit
-def bwd_dq_kernel(Q, K, V, Bias, Mask, DO, LSE, Delta, DQ, N, H, D, qk_scale, scale,
-                  HAS_MASK: tl.constexpr, PRECISION: tl.constexpr,
+def bwd_dq_kernel(Q, K, V, Bias, KeyBias, DO, LSE, Delta, DQ, N, H, D, kb_row_stride, qk_scale, scale,
+                  PRECISION: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
     pid_m = tl.program_id(0)
     r = tl.program_id(1).to(tl.int64)
@@ -286,24 +256,36 @@ def bwd_dq_kernel(Q, K, V, Bias, Mask, DO, LSE, Delta, DQ, N, H, D, qk_scale, sc
         kv_mask = in_n[:, None] & in_d[None, :]
         k = tl.load(K + row + offs_n[:, None] * D + offs_d[None, :], mask=kv_mask, other=0.0)
         v = tl.load(V + row + offs_n[:, None] * D + offs_d[None, :], mask=kv_mask, other=0.0)
-        valid_n = key_validity(Mask, bi, offs_n, N, HAS_MASK)
+        key_bias = tl.load(KeyBias + bi * kb_row_stride + offs_n)
         bias = tl.load(Bias + bias_base + offs_m[:, None] * N + offs_n[None, :],
                        mask=in_m[:, None] & in_n[None, :], other=0.0).to(tl.float32)
-        p, ds = probs_and_dscores(q, k, v, do, bias, lse2, delta, valid_n, qk_scale, PRECISION)
+        p, ds = probs_and_dscores(q, k, v, do, bias * 1.4426950408889634 + key_bias[None, :], lse2, delta, qk_scale,
+                                  PRECISION)
         dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
     tl.store(DQ + row + offs_m[:, None] * D + offs_d[None, :], (dq * scale).to(DQ.dtype.element_ty), mask=q_mask)
 
 
 @triton.jit
-def bwd_dbias_kernel(Q, K, V, Bias, Mask, DO, LSE, Delta, DBias, N, H, D, qk_scale,
-                     HAS_MASK: tl.constexpr, PRECISION: tl.constexpr,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
+def bwd_dbias_kernel(Q, K, V, Bias, KeyBias, DO, LSE, Delta, DBias, N, H, D, kb_row_stride, qk_scale,
+                     PRECISION: tl.constexpr,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                     ROW_SPLIT: tl.constexpr = 1):
+    """A (BLOCK_M, BLOCK_N) tile of ``dbias = sum_i dS_i``, the sum over the pair rows i kept in
+    registers. With ``ROW_SPLIT`` > 1 the rows are cut into that many consecutive runs, one
+    program each, and each run's sum goes to its own slice of DBias (ROW_SPLIT, B, H, N, N),
+    which the caller adds up in a fixed order: more programs where B*H*(N/BLOCK)^2 alone would
+    not fill the GPU (144 at N = 384 for 132 SMs), and still the same sum on every run."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
-    bh = tl.program_id(2).to(tl.int64)  # b*H + h
+    pid_z = tl.program_id(2).to(tl.int64)  # (b*H + h) * ROW_SPLIT + split
+    bh = pid_z // ROW_SPLIT
+    split = pid_z % ROW_SPLIT
     h = bh % H
     b = bh // H
     bias_base = bh * N * N
+    rows_per_split = tl.cdiv(N, ROW_SPLIT)
+    row_lo = split * rows_per_split
+    row_hi = tl.minimum(row_lo + rows_per_split, N)
 
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -314,10 +296,11 @@ def bwd_dbias_kernel(Q, K, V, Bias, Mask, DO, LSE, Delta, DBias, N, H, D, qk_sca
     q_mask = in_m[:, None] & in_d[None, :]
     kv_mask = in_n[:, None] & in_d[None, :]
     tile = in_m[:, None] & in_n[None, :]
-    bias = tl.load(Bias + bias_base + offs_m[:, None] * N + offs_n[None, :], mask=tile, other=0.0).to(tl.float32)
+    bias2 = tl.load(Bias + bias_base + offs_m[:, None] * N + offs_n[None, :], mask=tile,
+                    other=0.0).to(tl.float32) * 1.4426950408889634
 
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    for i in range(0, N):
+    for i in range(row_lo, row_hi):
         bi = b * N + i
         r = bi * H + h
         row = r * N * D
@@ -327,10 +310,12 @@ def bwd_dbias_kernel(Q, K, V, Bias, Mask, DO, LSE, Delta, DBias, N, H, D, qk_sca
         v = tl.load(V + row + offs_n[:, None] * D + offs_d[None, :], mask=kv_mask, other=0.0)
         lse2 = tl.load(LSE + r * N + offs_m, mask=in_m, other=float("inf")) * 1.4426950408889634
         delta = tl.load(Delta + r * N + offs_m, mask=in_m, other=0.0)
-        valid_n = key_validity(Mask, bi, offs_n, N, HAS_MASK)
-        p, ds = probs_and_dscores(q, k, v, do, bias, lse2, delta, valid_n, qk_scale, PRECISION)
+        key_bias = tl.load(KeyBias + bi * kb_row_stride + offs_n)
+        p, ds = probs_and_dscores(q, k, v, do, bias2 + key_bias[None, :], lse2, delta, qk_scale, PRECISION)
         acc += ds
-    tl.store(DBias + bias_base + offs_m[:, None] * N + offs_n[None, :], acc, mask=tile)
+    num_bh = tl.num_programs(2) // ROW_SPLIT
+    out_base = (split * num_bh + bh) * N * N
+    tl.store(DBias + out_base + offs_m[:, None] * N + offs_n[None, :], acc, mask=tile)
 
 
 # ----------------------------------------------------------------------------- configs
@@ -403,31 +388,46 @@ class _Skipped:
         return lambda *args, **kwargs: None
 
 
+KEY_PAD = 256  # key-bias rows are padded with -inf to a multiple of this, the largest BLOCK_N
+
+
+def key_bias(mask, B: int, N: int, device) -> tuple[torch.Tensor, int]:
+    """(key_bias, row stride): float32 rows of 0 for a key that may be attended to and -inf for a
+    masked key, padded with -inf to a multiple of ``KEY_PAD`` keys so that a kernel reads any key
+    block without a bounds check; one row per (batch, pair row) under ``mask``, else a single row
+    (stride 0) that every pair row shares."""
+    n_pad = triton.cdiv(N, KEY_PAD) * KEY_PAD
+    if mask is None:
+        kb = torch.full((1, n_pad), float("-inf"), device=device, dtype=torch.float32)
+        kb[:, :N] = 0.0
+        return kb, 0
+    kb = torch.full((B * N, n_pad), float("-inf"), device=device, dtype=torch.float32)
+    kb[:, :N].masked_fill_(mask.reshape(B * N, N).to(device=device, dtype=torch.bool), 0.0)
+    return kb, n_pad
+
+
 def triangle_attention_fwd(q, k, v, bias, mask, scale, config=None, *, table: Path, extra_keys=()):
     """(out, lse) for contiguous q, k, v (B, N, H, N, D); lse (B, N, H, N) float32. ``config``, else
-    the device's entry of ``table``; ``extra_keys``: the vendor's launch options beyond warps and stages."""
+    the device's entry of ``table``; ``extra_keys``: the vendor's launch options beyond warps and stages.
+    A config with ``ROWS`` > 1 runs each program over that many pair rows, sharing the bias tiles."""
     B, N, H, _, D = q.shape
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     bias = bias.contiguous()
-    mask_i8 = mask.reshape(B, N, N).to(torch.int8).contiguous() if mask is not None else q.new_empty(1, dtype=torch.int8)
     cfg = (config or config_for(_device_name(q), D, str(q.dtype).removeprefix("torch."), table))["fwd"]
+    if cfg["BLOCK_N"] > KEY_PAD:
+        raise ValueError(f"BLOCK_N: at most {KEY_PAD}, got {cfg['BLOCK_N']}")
+    kb, kb_stride = key_bias(mask, B, N, q.device)
     out = torch.empty_like(q)
     lse = torch.empty((B, N, H, N), device=q.device, dtype=torch.float32)
     on_gpu = q.is_cuda
-    opts = _launch_options(cfg, extra_keys) if on_gpu else {}
-    common = dict(HAS_MASK=mask is not None, PRECISION=_precision(q.dtype),
-                  BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], HEAD_DIM=head_dim_block(D), **opts)
     rows = cfg.get("ROWS", 1)
-    if rows > 1:
-        grid = (triton.cdiv(N, cfg["BLOCK_M"]), B * triton.cdiv(N, rows) * H)
-        launcher(fwd_rows_kernel, on_gpu=on_gpu)[grid](
-            q, k, v, bias, mask_i8, out, lse, N, H, D, scale * LOG2E, ROWS=rows, **common)
-    else:
-        grid = (triton.cdiv(N, cfg["BLOCK_M"]), B * N * H)
-        launcher(fwd_kernel, on_gpu=on_gpu)[grid](q, k, v, bias, mask_i8, out, lse, N, H, D, scale * LOG2E,
-                                                 # 16-bit inputs only: its error is below bf16's, not fp32's
-                                                 EXP2_SPLIT=bool(cfg.get("EXP2_SPLIT")) and q.dtype != torch.float32,
-                                                 **common)
+    grid = (triton.cdiv(N, cfg["BLOCK_M"]), B * triton.cdiv(N, rows) * H)
+    launcher(fwd_kernel, on_gpu=on_gpu)[grid](
+        q, k, v, bias, kb, out, lse, N, H, D, kb_stride, scale * LOG2E,
+        PRECISION=_precision(q.dtype), BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], HEAD_DIM=head_dim_block(D),
+        # 16-bit inputs only: its error is below bf16's, not fp32's
+        EXP2_SPLIT=bool(cfg.get("EXP2_SPLIT")) and q.dtype != torch.float32, ROWS=rows,
+        **(_launch_options(cfg, extra_keys) if on_gpu else {}))
     return out, lse
 
 
@@ -435,16 +435,19 @@ def triangle_attention_bwd(q, k, v, bias, mask, scale, out, lse, dout, config=No
                            extra_keys=(), only: str | None = None):
     """(dq, dk, dv, dbias); dbias in float32 before the cast to bias's dtype. ``only`` (a kernel
     name: "bwd_dkdv", "bwd_dq", "bwd_dbias") runs the preprocess and that kernel alone, for the
-    tuning sweep to time it; the other outputs are then left unwritten."""
+    tuning sweep to time it; the other outputs are then left unwritten. With ``DQ_ATOMIC`` in the
+    bwd_dkdv config, "bwd_dkdv" writes dq too (zeroing its float32 buffer and the final cast
+    included) and the dq kernel does not run unless ``only`` names it."""
     B, N, H, _, D = q.shape
     q, k, v, out, dout = (t.contiguous() for t in (q, k, v, out, dout))
     bias_c = bias.contiguous()
-    mask_i8 = mask.reshape(B, N, N).to(torch.int8).contiguous() if mask is not None else q.new_empty(1, dtype=torch.int8)
     cfgs = config or config_for(_device_name(q), D, str(q.dtype).removeprefix("torch."), table)
     on_gpu = q.is_cuda
     hd = head_dim_block(D)
     prec = _precision(q.dtype)
-    has_mask = mask is not None
+    if max(cfgs[name]["BLOCK_N"] for name in ("bwd_dkdv", "bwd_dq", "bwd_dbias")) > KEY_PAD:
+        raise ValueError(f"BLOCK_N: at most {KEY_PAD}")
+    kb, kb_stride = key_bias(mask, B, N, q.device)
 
     delta = torch.empty((B, N, H, N), device=q.device, dtype=torch.float32)
     pre = cfgs["bwd_dq"]
@@ -453,21 +456,34 @@ def triangle_attention_bwd(q, k, v, bias, mask, scale, out, lse, dout, config=No
 
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     c = cfgs["bwd_dkdv"]
+    # DQ_ATOMIC: the dK/dV kernel adds dQ into a zeroed float32 buffer and the dq kernel is
+    # skipped (unless it is the one being timed; nor is the buffer made when another kernel is).
+    dq_atomic = bool(c.get("DQ_ATOMIC")) and only in (None, "bwd_dkdv")
+    atomic = {}
+    if dq_atomic:
+        dq32 = torch.zeros(q.shape, device=q.device, dtype=torch.float32)
+        atomic = dict(DQ_ATOMIC=True, DQ32=dq32)
     _run(launcher(bwd_dkdv_kernel, on_gpu=on_gpu), only, "bwd_dkdv")[(triton.cdiv(N, c["BLOCK_N"]), B * N * H)](
-        q, k, v, bias_c, mask_i8, dout, lse, delta, dk, dv, N, H, D, scale * LOG2E, scale,
-        HAS_MASK=has_mask, PRECISION=prec, BLOCK_M=c["BLOCK_M"], BLOCK_N=c["BLOCK_N"], HEAD_DIM=hd,
+        q, k, v, bias_c, kb, dout, lse, delta, dk, dv, N, H, D, kb_stride, scale * LOG2E, scale,
+        PRECISION=prec, BLOCK_M=c["BLOCK_M"], BLOCK_N=c["BLOCK_N"], HEAD_DIM=hd, **atomic,
         **(_launch_options(c, extra_keys) if on_gpu else {}))
-    c = cfgs["bwd_dq"]
-    _run(launcher(bwd_dq_kernel, on_gpu=on_gpu), only, "bwd_dq")[(triton.cdiv(N, c["BLOCK_M"]), B * N * H)](
-        q, k, v, bias_c, mask_i8, dout, lse, delta, dq, N, H, D, scale * LOG2E, scale,
-        HAS_MASK=has_mask, PRECISION=prec, BLOCK_M=c["BLOCK_M"], BLOCK_N=c["BLOCK_N"], HEAD_DIM=hd,
-        **(_launch_options(c, extra_keys) if on_gpu else {}))
-    dbias = torch.empty((B, 1, H, N, N), device=q.device, dtype=torch.float32)
+    if dq_atomic:
+        dq.copy_(dq32)
+    else:
+        c = cfgs["bwd_dq"]
+        _run(launcher(bwd_dq_kernel, on_gpu=on_gpu), only, "bwd_dq")[(triton.cdiv(N, c["BLOCK_M"]), B * N * H)](
+            q, k, v, bias_c, kb, dout, lse, delta, dq, N, H, D, kb_stride, scale * LOG2E, scale,
+            PRECISION=prec, BLOCK_M=c["BLOCK_M"], BLOCK_N=c["BLOCK_N"], HEAD_DIM=hd,
+            **(_launch_options(c, extra_keys) if on_gpu else {}))
     c = cfgs["bwd_dbias"]
-    _run(launcher(bwd_dbias_kernel, on_gpu=on_gpu), only, "bwd_dbias")[(triton.cdiv(N, c["BLOCK_M"]), triton.cdiv(N, c["BLOCK_N"]), B * H)](
-        q, k, v, bias_c, mask_i8, dout, lse, delta, dbias, N, H, D, scale * LOG2E,
-        HAS_MASK=has_mask, PRECISION=prec, BLOCK_M=c["BLOCK_M"], BLOCK_N=c["BLOCK_N"], HEAD_DIM=hd,
-        **(_launch_options(c, extra_keys) if on_gpu else {}))
+    split = int(c.get("ROW_SPLIT", 1))
+    dbias = torch.empty((split, B, 1, H, N, N), device=q.device, dtype=torch.float32)
+    grid = (triton.cdiv(N, c["BLOCK_M"]), triton.cdiv(N, c["BLOCK_N"]), B * H * split)
+    _run(launcher(bwd_dbias_kernel, on_gpu=on_gpu), only, "bwd_dbias")[grid](
+        q, k, v, bias_c, kb, dout, lse, delta, dbias, N, H, D, kb_stride, scale * LOG2E,
+        PRECISION=prec, BLOCK_M=c["BLOCK_M"], BLOCK_N=c["BLOCK_N"], HEAD_DIM=hd,
+        ROW_SPLIT=split, **(_launch_options(c, extra_keys) if on_gpu else {}))
+    dbias = dbias[0] if split == 1 else dbias.sum(0)  # a fixed-order sum: the same bits every run
     return dq, dk, dv, dbias.to(bias.dtype)
 
 
@@ -482,9 +498,9 @@ def compile_specs(dtype: str, head_dim: int, device: str, *, table: Path, prefix
     """A ``kernels.isa.CompileSpec`` per kernel at ``table``'s config for ``device``, specialized as
     a launch at the AlphaFold sizes (N = 384 or 768, head dim 32: multiples of 16) specializes it."""
     cfgs = config_for(device, head_dim, dtype, table)
-    return [kernel_spec(name, cfgs[name], dtype, head_dim, prefix=prefix, extra_keys=extra_keys,
-                        aligned=head_dim % 16 == 0)
-            for name in (*KERNELS, "fwd_rows")]
+    return [kernel_spec(name, cfgs["bwd_dkdv" if name == "bwd_dkdv_dq" else name], dtype, head_dim, prefix=prefix,
+                        extra_keys=extra_keys, aligned=head_dim % 16 == 0)
+            for name in (*KERNELS, "fwd_rows", "bwd_dkdv_dq")]
 
 
 def kernel_spec(name: str, cfg: dict, dtype: str = "bfloat16", head_dim: int = 32, *,
@@ -498,35 +514,38 @@ def kernel_spec(name: str, cfg: dict, dtype: str = "bfloat16", head_dim: int = 3
     prec = "ieee" if dtype == "float32" else "tf32"
     hd = head_dim_block(head_dim)
     common = {"N": "i32", "H": "i32", "D": "i32"}
-    fwd_sig = {"Q": f"*{t}", "K": f"*{t}", "V": f"*{t}", "Bias": "*fp32", "Mask": "*i8",
-               "O": f"*{t}", "LSE": "*fp32", **common, "qk_scale": "fp32"}
+    inputs = {"Q": f"*{t}", "K": f"*{t}", "V": f"*{t}", "Bias": "*fp32", "KeyBias": "*fp32"}
+    bwd_inputs = {**inputs, "DO": f"*{t}", "LSE": "*fp32", "Delta": "*fp32"}
+    ints = {"N": "i32", "H": "i32", "D": "i32", "kb_row_stride": "i32"}
     kernels = {
-        "fwd": (fwd_kernel, fwd_sig),
-        "fwd_rows": (fwd_rows_kernel, fwd_sig),
-        "bwd_dkdv": (bwd_dkdv_kernel, {"Q": f"*{t}", "K": f"*{t}", "V": f"*{t}", "Bias": "*fp32", "Mask": "*i8",
-                                       "DO": f"*{t}", "LSE": "*fp32", "Delta": "*fp32", "DK": f"*{t}", "DV": f"*{t}",
-                                       **common, "qk_scale": "fp32", "scale": "fp32"}),
-        "bwd_dq": (bwd_dq_kernel, {"Q": f"*{t}", "K": f"*{t}", "V": f"*{t}", "Bias": "*fp32", "Mask": "*i8",
-                                   "DO": f"*{t}", "LSE": "*fp32", "Delta": "*fp32", "DQ": f"*{t}",
-                                   **common, "qk_scale": "fp32", "scale": "fp32"}),
-        "bwd_dbias": (bwd_dbias_kernel, {"Q": f"*{t}", "K": f"*{t}", "V": f"*{t}", "Bias": "*fp32", "Mask": "*i8",
-                                         "DO": f"*{t}", "LSE": "*fp32", "Delta": "*fp32", "DBias": "*fp32",
-                                         **common, "qk_scale": "fp32"}),
+        "fwd": (fwd_kernel, {**inputs, "O": f"*{t}", "LSE": "*fp32", **ints, "qk_scale": "fp32"}),
+        "bwd_dkdv": (bwd_dkdv_kernel, {**bwd_inputs, "DK": f"*{t}", "DV": f"*{t}", **ints, "qk_scale": "fp32",
+                                       "scale": "fp32"}),
+        "bwd_dq": (bwd_dq_kernel, {**bwd_inputs, "DQ": f"*{t}", **ints, "qk_scale": "fp32", "scale": "fp32"}),
+        "bwd_dbias": (bwd_dbias_kernel, {**bwd_inputs, "DBias": "*fp32", **ints, "qk_scale": "fp32"}),
     }
+    kernels["fwd_rows"] = kernels["fwd"]
+    kernels["bwd_dkdv_dq"] = (bwd_dkdv_kernel, {**kernels["bwd_dkdv"][1], "DQ32": "*fp32"})
     fn, signature = kernels[name]
-    constexprs = {"HAS_MASK": True, "PRECISION": prec, "BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"],
-                  "HEAD_DIM": hd}
-    if fn is fwd_rows_kernel:
-        constexprs["ROWS"] = cfg["ROWS"]
+    constexprs = {"PRECISION": prec, "BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"], "HEAD_DIM": hd}
+    if fn is bwd_dkdv_kernel:  # "bwd_dkdv_dq", or DQ_ATOMIC: the dK/dV kernel with dQ added in it
+        constexprs["DQ_ATOMIC"] = name == "bwd_dkdv_dq" or bool(cfg.get("DQ_ATOMIC", False))
+        if constexprs["DQ_ATOMIC"]:
+            signature = kernels["bwd_dkdv_dq"][1]
+        else:
+            constexprs["DQ32"] = None
     if fn is fwd_kernel:
+        constexprs["ROWS"] = int(cfg.get("ROWS", 1))
         constexprs["EXP2_SPLIT"] = bool(cfg.get("EXP2_SPLIT", False))
+    if fn is bwd_dbias_kernel:
+        constexprs["ROW_SPLIT"] = int(cfg.get("ROW_SPLIT", 1))
     signature = {**signature, **{key: "constexpr" for key in constexprs}}
     opts = {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}
     for key in extra_keys:
         if key in cfg:
             opts[key] = cfg[key]
-    divisible = tuple(n for n in fn.arg_names if n not in constexprs and (n[0].isupper() or n in ("N", "D"))
-                      ) if aligned else ()
+    divisible = tuple(n for n in fn.arg_names if n not in constexprs
+                      and (n[0].isupper() or n in ("N", "D", "kb_row_stride"))) if aligned else ()
     return CompileSpec(f"{prefix}_{name}_{dtype}_d{head_dim}", fn, signature, constexprs, opts, cfg,
                        divisible_by_16=divisible)
 

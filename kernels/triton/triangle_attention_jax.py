@@ -24,8 +24,8 @@ from kernels.triton.triangle_attention import (
     bwd_dkdv_kernel,
     bwd_dq_kernel,
     bwd_preprocess_kernel,
+    KEY_PAD,
     fwd_kernel,
-    fwd_rows_kernel,
     head_dim_block,
 )
 
@@ -42,19 +42,11 @@ def multiple_of_16(x, IS_MULTIPLE: tl.constexpr):
 
 
 @triton.jit
-def fwd_kernel_jax(Q, K, V, Bias, Mask, N, H, qk_scale, O, LSE,
-                   D: tl.constexpr, N_16: tl.constexpr, HAS_MASK: tl.constexpr, PRECISION: tl.constexpr,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
-    fwd_kernel(Q, K, V, Bias, Mask, O, LSE, multiple_of_16(N, N_16), H, D, qk_scale,
-               HAS_MASK, PRECISION, BLOCK_M, BLOCK_N, HEAD_DIM)
-
-
-@triton.jit
-def fwd_rows_kernel_jax(Q, K, V, Bias, Mask, N, H, qk_scale, O, LSE,
-                        D: tl.constexpr, N_16: tl.constexpr, HAS_MASK: tl.constexpr, PRECISION: tl.constexpr,
-                        ROWS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
-    fwd_rows_kernel(Q, K, V, Bias, Mask, O, LSE, multiple_of_16(N, N_16), H, D, qk_scale,
-                    HAS_MASK, PRECISION, ROWS, BLOCK_M, BLOCK_N, HEAD_DIM)
+def fwd_kernel_jax(Q, K, V, Bias, KeyBias, N, H, kb_row_stride, qk_scale, O, LSE,
+                   D: tl.constexpr, N_16: tl.constexpr, PRECISION: tl.constexpr,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, ROWS: tl.constexpr):
+    fwd_kernel(Q, K, V, Bias, KeyBias, O, LSE, multiple_of_16(N, N_16), H, D, multiple_of_16(kb_row_stride, True),
+               qk_scale, PRECISION, BLOCK_M, BLOCK_N, HEAD_DIM, False, ROWS)
 
 
 @triton.jit
@@ -64,27 +56,27 @@ def bwd_preprocess_kernel_jax(O, DO, N, Delta, D: tl.constexpr, N_16: tl.constex
 
 
 @triton.jit
-def bwd_dkdv_kernel_jax(Q, K, V, Bias, Mask, DO, LSE, Delta, N, H, qk_scale, scale, DK, DV,
-                        D: tl.constexpr, N_16: tl.constexpr, HAS_MASK: tl.constexpr, PRECISION: tl.constexpr,
+def bwd_dkdv_kernel_jax(Q, K, V, Bias, KeyBias, DO, LSE, Delta, N, H, kb_row_stride, qk_scale, scale, DK, DV,
+                        D: tl.constexpr, N_16: tl.constexpr, PRECISION: tl.constexpr,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
-    bwd_dkdv_kernel(Q, K, V, Bias, Mask, DO, LSE, Delta, DK, DV, multiple_of_16(N, N_16), H, D, qk_scale, scale,
-                    HAS_MASK, PRECISION, BLOCK_M, BLOCK_N, HEAD_DIM)
+    bwd_dkdv_kernel(Q, K, V, Bias, KeyBias, DO, LSE, Delta, DK, DV, multiple_of_16(N, N_16), H, D,
+                    multiple_of_16(kb_row_stride, True), qk_scale, scale, PRECISION, BLOCK_M, BLOCK_N, HEAD_DIM)
 
 
 @triton.jit
-def bwd_dq_kernel_jax(Q, K, V, Bias, Mask, DO, LSE, Delta, N, H, qk_scale, scale, DQ,
-                      D: tl.constexpr, N_16: tl.constexpr, HAS_MASK: tl.constexpr, PRECISION: tl.constexpr,
+def bwd_dq_kernel_jax(Q, K, V, Bias, KeyBias, DO, LSE, Delta, N, H, kb_row_stride, qk_scale, scale, DQ,
+                      D: tl.constexpr, N_16: tl.constexpr, PRECISION: tl.constexpr,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
-    bwd_dq_kernel(Q, K, V, Bias, Mask, DO, LSE, Delta, DQ, multiple_of_16(N, N_16), H, D, qk_scale, scale,
-                  HAS_MASK, PRECISION, BLOCK_M, BLOCK_N, HEAD_DIM)
+    bwd_dq_kernel(Q, K, V, Bias, KeyBias, DO, LSE, Delta, DQ, multiple_of_16(N, N_16), H, D,
+                  multiple_of_16(kb_row_stride, True), qk_scale, scale, PRECISION, BLOCK_M, BLOCK_N, HEAD_DIM)
 
 
 @triton.jit
-def bwd_dbias_kernel_jax(Q, K, V, Bias, Mask, DO, LSE, Delta, N, H, qk_scale, DBias,
-                         D: tl.constexpr, N_16: tl.constexpr, HAS_MASK: tl.constexpr, PRECISION: tl.constexpr,
+def bwd_dbias_kernel_jax(Q, K, V, Bias, KeyBias, DO, LSE, Delta, N, H, kb_row_stride, qk_scale, DBias,
+                         D: tl.constexpr, N_16: tl.constexpr, PRECISION: tl.constexpr,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
-    bwd_dbias_kernel(Q, K, V, Bias, Mask, DO, LSE, Delta, DBias, multiple_of_16(N, N_16), H, D, qk_scale,
-                     HAS_MASK, PRECISION, BLOCK_M, BLOCK_N, HEAD_DIM)
+    bwd_dbias_kernel(Q, K, V, Bias, KeyBias, DO, LSE, Delta, DBias, multiple_of_16(N, N_16), H, D,
+                     multiple_of_16(kb_row_stride, True), qk_scale, PRECISION, BLOCK_M, BLOCK_N, HEAD_DIM)
 
 
 # ----------------------------------------------------------------------------- launchers
@@ -94,19 +86,24 @@ def _options(cfg: dict) -> dict:
     return {k: v for k, v in cfg.items() if k in LAUNCH_OPTIONS}
 
 
-def _mask_rows(mask, B: int, N: int):
+def _key_bias(mask, B: int, N: int):
+    """(key bias, row stride) as :func:`kernels.triton.triangle_attention.key_bias` builds them: 0 at
+    a key that may be attended to, -inf at a masked key and in the padding to ``KEY_PAD`` keys."""
     import jax.numpy as jnp
 
+    n_pad = triton.cdiv(N, KEY_PAD) * KEY_PAD
+    pad = jnp.arange(n_pad) >= N
     if mask is None:
-        return jnp.zeros((1,), jnp.int8)  # never read: HAS_MASK is False
-    return mask.reshape(B, N, N).astype(jnp.int8)
+        return jnp.where(pad, -jnp.inf, 0.0).astype(jnp.float32)[None, :], 0
+    keep = jnp.pad(mask.reshape(B * N, N).astype(bool), ((0, 0), (0, n_pad - N)))
+    return jnp.where(keep, 0.0, -jnp.inf).astype(jnp.float32), n_pad
 
 
-def _meta(q, mask, D: int, N: int) -> dict:
+def _meta(q, D: int, N: int) -> dict:
     import jax.numpy as jnp
 
-    return dict(D=D, N_16=N % 16 == 0, HAS_MASK=mask is not None,
-                PRECISION="ieee" if q.dtype == jnp.float32 else "tf32", HEAD_DIM=head_dim_block(D))
+    return dict(D=D, N_16=N % 16 == 0, PRECISION="ieee" if q.dtype == jnp.float32 else "tf32",
+                HEAD_DIM=head_dim_block(D))
 
 
 def triangle_attention_fwd(q, k, v, bias, mask, scale, cfgs: dict):
@@ -118,13 +115,12 @@ def triangle_attention_fwd(q, k, v, bias, mask, scale, cfgs: dict):
     B, N, H, _, D = q.shape
     cfg = cfgs["fwd"]
     rows = cfg.get("ROWS", 1)
-    common = dict(kernel=fwd_rows_kernel_jax if rows > 1 else fwd_kernel_jax,
-                  out_shape=(jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((B, N, H, N), jnp.float32)),
-                  grid=(triton.cdiv(N, cfg["BLOCK_M"]), B * (triton.cdiv(N, rows) if rows > 1 else N) * H),
-                  BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], **_meta(q, mask, D, N), **_options(cfg))
-    if rows > 1:
-        common["ROWS"] = rows
-    return jax_bridge.triton_call(q, k, v, bias, _mask_rows(mask, B, N), N, H, np.float32(scale * LOG2E), **common)
+    kb, kb_stride = _key_bias(mask, B, N)
+    return jax_bridge.triton_call(
+        q, k, v, bias, kb, N, H, kb_stride, np.float32(scale * LOG2E), kernel=fwd_kernel_jax,
+        out_shape=(jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((B, N, H, N), jnp.float32)),
+        grid=(triton.cdiv(N, cfg["BLOCK_M"]), B * triton.cdiv(N, rows) * H),
+        BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], ROWS=rows, **_meta(q, D, N), **_options(cfg))
 
 
 def triangle_attention_bwd(q, k, v, bias, mask, scale, out, lse, dout, cfgs: dict):
@@ -133,8 +129,8 @@ def triangle_attention_bwd(q, k, v, bias, mask, scale, out, lse, dout, cfgs: dic
     import jax.numpy as jnp
 
     B, N, H, _, D = q.shape
-    meta = _meta(q, mask, D, N)
-    mask_rows = _mask_rows(mask, B, N)
+    meta = _meta(q, D, N)
+    kb, kb_stride = _key_bias(mask, B, N)
     dout = dout.astype(q.dtype)
     scales = (np.float32(scale * LOG2E), np.float32(scale))
 
@@ -143,7 +139,7 @@ def triangle_attention_bwd(q, k, v, bias, mask, scale, out, lse, dout, cfgs: dic
         out, dout, N, kernel=bwd_preprocess_kernel_jax, out_shape=jax.ShapeDtypeStruct((B, N, H, N), jnp.float32),
         grid=(triton.cdiv(N, pre["BLOCK_M"]), B * N * H),
         D=D, N_16=meta["N_16"], BLOCK_M=pre["BLOCK_M"], HEAD_DIM=meta["HEAD_DIM"])
-    operands = (q, k, v, bias, mask_rows, dout, lse, delta, N, H)
+    operands = (q, k, v, bias, kb, dout, lse, delta, N, H, kb_stride)
     c = cfgs["bwd_dkdv"]
     dk, dv = jax_bridge.triton_call(
         *operands, *scales, kernel=bwd_dkdv_kernel_jax,
@@ -165,7 +161,7 @@ def triangle_attention_bwd(q, k, v, bias, mask, scale, out, lse, dout, cfgs: dic
 
 # ----------------------------------------------------------------------------- static compile
 
-JAX_KERNELS = {"fwd": fwd_kernel_jax, "fwd_rows": fwd_rows_kernel_jax, "bwd_dkdv": bwd_dkdv_kernel_jax,
+JAX_KERNELS = {"fwd": fwd_kernel_jax, "fwd_rows": fwd_kernel_jax, "bwd_dkdv": bwd_dkdv_kernel_jax,
                "bwd_dq": bwd_dq_kernel_jax, "bwd_dbias": bwd_dbias_kernel_jax}
 
 
@@ -178,21 +174,18 @@ def compile_specs(cfgs: dict, dtype: str = "bfloat16", head_dim: int = 32, n: in
     specs = []
     for name, fn in JAX_KERNELS.items():
         cfg = cfgs[name]
-        constexprs = {"D": head_dim, "N_16": n % 16 == 0, "HAS_MASK": True,
-                      "PRECISION": "ieee" if dtype == "float32" else "tf32",
+        constexprs = {"D": head_dim, "N_16": n % 16 == 0, "PRECISION": "ieee" if dtype == "float32" else "tf32",
                       "BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"], "HEAD_DIM": head_dim_block(head_dim)}
-        if name == "fwd_rows":
-            constexprs["ROWS"] = cfg["ROWS"]
+        if fn is fwd_kernel_jax:
+            constexprs["ROWS"] = cfg.get("ROWS", 1)
         sig = {}
         for arg in fn.arg_names:
             if arg in constexprs:
                 sig[arg] = "constexpr"
             elif arg in ("N", "H"):
                 sig[arg] = "i32"
-            elif arg in ("Bias", "LSE", "Delta", "DBias"):
+            elif arg in ("Bias", "KeyBias", "LSE", "Delta", "DBias"):
                 sig[arg] = "*fp32"
-            elif arg == "Mask":
-                sig[arg] = "*i8"
             elif arg[0].isupper():
                 sig[arg] = f"*{t}"
             elif arg in ("qk_scale", "scale"):

@@ -1,87 +1,118 @@
-"""Candidate configs for the attention and triangle-attention tuning sweeps, filtered on the CPU.
+"""Candidate configs of the sm_90a tuning sweeps: the search spaces' points, filtered on the CPU.
 
-A search space is plain data (``kernels/nvidia/configs/<op>_space.json``): for each kernel a grid of values
-per knob, and the rules that drop a grid point without compiling it (shared memory that cannot
-fit, tile shapes the Triton tutorial's own Hopper filter drops). :func:`refresh` compiles every
-remaining point for sm_90a with ``kernels.isa`` and keeps those that use tensor-core instructions
-and spill nothing; a point whose SASS is byte-for-byte that of a point already kept (a knob the
-compiler ignored at that shape) is dropped as a duplicate, so the device never times the same
-binary twice. The survivors, the dropped points with their reason, and the Triton versions that
-checked them are written back to the same file, and the device sweep (``kernels.tuning.attention``)
-reads only the survivors.
+A sweep's candidates for one kernel are the points of that kernel's search grid in the
+family's space (``kernels/spaces/<family>.json``, target sm_90a, one section per kernel), at
+each problem key the space's ``tuning.keys`` names (a padded head dim, c_z = c, ...). A point
+is dropped without compiling when it breaks one of the space's constraints (shared memory that
+cannot fit, the Triton tutorial's Hopper filter, ...); :func:`refresh` compiles every other
+point for sm_90a with ``kernels.isa`` and keeps those that use tensor-core instructions, spill
+nothing and fit in 227 KiB of shared memory; a point whose SASS is byte-for-byte that of a point
+already kept (a knob the compiler ignored at that shape) is dropped as a duplicate, so the device
+never times the same binary twice. The survivors with their static facts, the dropped points with
+the reason, the Triton versions that checked them and the digest of each kernel's space are
+written to ``kernels/spaces/candidates/<family>.sm_90a.json``; the device sweeps read only the
+survivors, and a test compares the digests with the spaces so a changed grid shows its list stale.
 
     python -m kernels.tuning.space attention            # from the grid, with this Triton
     python -m kernels.tuning.space attention --recheck  # re-check the survivors only
 
 Run it once with each Triton that matters (the device's and CI's): ``--recheck`` under a second
 version keeps only what passes under both.
+
+The Gluon attention (``attention_gluon``) goes through the same filter, its compile check being
+the Gluon kernels' own (:mod:`kernels.nvidia.gluon.static_check`): HGMMA in both consumer
+partitions, TMA loads in the producer, the register split, no spills beyond the bound that
+module names for its config under this Triton, shared memory within 227 KiB.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
-import itertools
 import json
 import time
 from pathlib import Path
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "nvidia" / "configs"  # the sm_90a spaces sit by the tables
-OPS = ("attention", "triangle_attention")
-SMEM_LIMIT = 232448  # bytes of shared memory one block may use on sm_90 (227 KiB)
+from kernels import spaces
+
+TARGET = "sm_90a"
+FAMILIES = ("attention", "triangle_attention", "triangle_multiplication", "attention_gluon")
+OPS = FAMILIES[:2]  # the attention sweep's ops (kernels.tuning.attention)
+SMEM_LIMIT = spaces.target_limits(TARGET)["smem_per_block"]  # bytes one block may use on sm_90 (227 KiB)
+# What a kept point's binary showed, per family (the candidate file says it).
+KEPT = {"": "with tensor-core instructions, no spills and shared memory within 227 KiB",
+        "attention_gluon": ("to the Gluon design (kernels.nvidia.gluon.static_check: HGMMA in both consumer partitions, "
+                            "TMA loads in the producer, the register split, no spills beyond its known bound for the "
+                            "config under that Triton, shared memory within 227 KiB)")}
+# The kernels a sweep times, in its order, where they are not simply the space's sections: each is
+# a section with some of its parameters pinned. Attention and triangle attention time the dK/dV kernel
+# alone and the dK/dV kernel with dQ accumulated in it (which replaces dkdv + dq) as two kernels.
+SWEEP_KERNELS = {
+    "attention": {"fwd": ("fwd", {}), "dkdv": ("dkdv", {"dq_atomic": False}), "dq": ("dq", {}),
+                  "dkdv_dq": ("dkdv", {"dq_atomic": True})},
+    "triangle_attention": {"fwd": ("fwd", {}), "fwd_rows": ("fwd_rows", {}),
+                           "bwd_dkdv": ("bwd_dkdv", {"DQ_ATOMIC": False}), "bwd_dq": ("bwd_dq", {}),
+                           "bwd_dbias": ("bwd_dbias", {}), "bwd_dkdv_dq": ("bwd_dkdv", {"DQ_ATOMIC": True})},
+}
 
 
-def space_file(op: str) -> Path:
-    return CONFIG_DIR / f"{op}_space.json"
+def candidates_file(family: str) -> Path:
+    return spaces.candidates_file(family, TARGET)
 
 
-def load(op: str) -> dict:
-    return json.loads(space_file(op).read_text())
+def load(family: str) -> dict:
+    """The generated candidate lists of ``family`` (``candidates/<family>.sm_90a.json``)."""
+    return json.loads(candidates_file(family).read_text())
 
 
-def grid(knobs: dict) -> list[dict]:
-    """Every combination of the knob values, in the order the JSON lists them."""
-    names = list(knobs)
-    return [dict(zip(names, values)) for values in itertools.product(*(knobs[n] for n in names))]
+def space(family: str) -> spaces.Space:
+    return spaces.get(family, TARGET)
 
 
-def candidates(op: str, key: str, kernel: str) -> list[dict]:
-    """The statically checked candidates of ``kernel`` for ``key`` (padded head dim, or a bucket)."""
-    return [dict(c) for c in load(op)["candidates"].get(key, {}).get(kernel, [])]
+def keys(family: str) -> dict[str, dict]:
+    """Problem key -> the problem's names the constraints read (``{"64": {"head_dim": 64}}``)."""
+    return dict(space(family).tuning["keys"])
 
 
-# ---------------------------------------------------------------------------------------------
-# Rules that need no compile
-# ---------------------------------------------------------------------------------------------
+def sections(family: str) -> list[str]:
+    return list(space(family).sections)
 
 
-def _attention_smem(kernel: str, head_dim: int, c: dict) -> int:
-    """Lower bound of the shared memory of one attention block (bf16 tiles, TMA path): the tiles
-    that stay resident plus ``num_stages`` buffers of the streamed ones."""
-    bm, bn, s = c["block_m"], c["block_n"], c["num_stages"]
-    if kernel == "fwd":  # Q resident; K and V streamed
-        return 2 * head_dim * (bm + s * 2 * bn)
-    if kernel in ("dkdv", "dkdv_dq"):  # K, V resident; Q and dO streamed
-        return 2 * head_dim * (2 * bn + s * 2 * bm)
-    return 2 * head_dim * (2 * bm + s * 2 * bn)  # dq: Q, dO resident; K, V streamed
+def grid(family: str, section: str) -> list[dict]:
+    """Every combination of a kernel's search values, in the order the space lists them."""
+    return space(family).grid(section)
 
 
-def rule_drop(op: str, kernel: str, key: str, c: dict, rules: dict) -> str | None:
-    """Why ``c`` is dropped without compiling, or None."""
-    if op == "attention":
-        head_dim = int(key)
-        if _attention_smem(kernel, head_dim, c) > SMEM_LIMIT:
-            return f"needs at least {_attention_smem(kernel, head_dim, c)} B of shared memory"
-        small = rules.get("eight_warps_min_tile")
-        if kernel == "fwd" and small and c["num_warps"] == 8 and c["block_m"] * c["block_n"] < small:
-            return f"8 warps on a forward tile under {small} elements (the tutorial's Hopper filter)"
-    else:
-        tile = c["BLOCK_M"] * c["BLOCK_N"] * c.get("ROWS", 1)
-        if c["num_warps"] * 32 * rules.get("min_elements_per_thread", 0) > tile:
-            return f"fewer than {rules['min_elements_per_thread']} score elements per thread"
-        if tile > rules.get("max_tile_elements", 1 << 30):
-            return f"a score tile over {rules['max_tile_elements']} elements"
-    return None
+def kernels(family: str) -> list[str]:
+    """The kernels the sweep of ``family`` times, in its order."""
+    return list(SWEEP_KERNELS.get(family, {s: None for s in sections(family)}))
+
+
+def _kernel(family: str, kernel: str) -> tuple[str, dict]:
+    return SWEEP_KERNELS.get(family, {}).get(kernel, (kernel, {}))
+
+
+def candidates(family: str, key: str, kernel: str) -> list[dict]:
+    """The statically checked candidates of a sweep kernel for ``key`` (each with its ``static``
+    facts); a pinned parameter (``dkdv_dq``'s ``dq_atomic``) is left out of the points."""
+    section, pinned = _kernel(family, kernel)
+    rows = load(family)["candidates"].get(key, {}).get(section, [])
+    return [{k: v for k, v in c.items() if k not in pinned} for c in rows
+            if all(c.get(k) == v for k, v in pinned.items())]
+
+
+def context(family: str, key: str, dtype: str = "bfloat16") -> dict:
+    return {**keys(family)[key], "dtype_bytes": 4 if dtype == "float32" else 2}
+
+
+def rule_drop(family: str, section: str, key: str, point: dict) -> str | None:
+    """Why ``point`` is dropped without compiling (the first constraint it breaks), or None."""
+    sp = space(family)
+    broken = sp.grid_breaks(point, section, context(family, key))
+    if not broken:
+        return None
+    why = {c.id: c.why for c in sp.flat_constraints()}[broken[0]]
+    return f"{broken[0]}: {why}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -89,31 +120,49 @@ def rule_drop(op: str, kernel: str, key: str, c: dict, rules: dict) -> str | Non
 # ---------------------------------------------------------------------------------------------
 
 
-def compile_spec(op: str, kernel: str, key: str, c: dict, dtype: str = "bfloat16"):
-    """The ``kernels.isa.CompileSpec`` the device would compile for candidate ``c``: attention with
-    TMA and causal masking (the causal kernel holds the non-causal one's code and more);
-    triangle attention with a mask, bf16, head dim ``key``."""
-    if op == "attention":
+def compile_spec(family: str, kernel: str, key: str, c: dict, dtype: str = "bfloat16"):
+    """The ``kernels.isa.CompileSpec`` the device would compile for candidate ``c`` of a sweep
+    kernel (a section, or one of :data:`SWEEP_KERNELS`): attention with TMA and causal masking
+    (the causal kernel holds the non-causal one's code and more); triangle attention with a mask,
+    bf16, head dim ``key``; the multiplicative update's kernel at c_z = c = ``key``, N = 768,
+    the other stages at the H200 entry; the Gluon attention's kernel at head dim ``key``, causal
+    (a ``kernels.nvidia.gluon.static_check.Spec``)."""
+    section, pinned = _kernel(family, kernel)
+    c = {**c, **pinned}
+    if family == "attention":
         from kernels.nvidia import attention as A
         from kernels.triton import attention as flash
 
         head_dim = int(key)
-        if kernel == "dkdv_dq":  # the dK/dV kernel with dQ accumulated in it
-            kernel, c = "dkdv", {**c, "dq_atomic": True}
-        cfg = flash.merge_config(A.heuristic(head_dim), {kernel: c})
+        cfg = flash.merge_config(A.heuristic(head_dim), {section: c})
         return next(s for s in flash.kernel_specs(head_dim, cfg, dtype=dtype, causal=True)
-                    if s.config["kernel"] == kernel)
-    from kernels.triton import triangle_attention as T
+                    if s.config["kernel"] == section)
+    if family == "triangle_attention":
+        from kernels.triton import triangle_attention as T
 
-    return T.kernel_spec(kernel, c, dtype, int(key), aligned=True)
+        return T.kernel_spec(section, c, dtype, int(key), aligned=True)
+    if family == "attention_gluon":
+        from kernels.nvidia.gluon import static_check as gluon_check
+
+        return gluon_check.spec(section, int(key), True, c, dtype)
+    from kernels.nvidia import triangle_multiplication as M
+
+    width = int(key)
+    table = M.config_for("H200", dtype)
+    specs = M.compile_specs(dtype, width, width, cfgs={**table, section: c}, prefix="tune")
+    return next(s for s in specs if s.name == f"tune_{section}_{dtype}_cz{width}_c{width}")
 
 
 def static_check(spec) -> dict:
     """Registers, spills, shared memory and tensor-core instruction count of ``spec`` on sm_90a,
-    and a digest of its SASS; ``ok`` when it uses tensor cores, spills nothing and fits."""
+    and a digest of its SASS; ``ok`` when it uses tensor cores, spills nothing and fits (a Gluon
+    spec: when its SASS is the design)."""
     from kernels.isa import _resource_usage, compile_for, sass, sass_mix
+    from kernels.nvidia.gluon import static_check as gluon_check
 
-    kernel = compile_for(spec, "sm_90a")
+    if isinstance(spec, gluon_check.Spec):
+        return _gluon_static_check(spec)
+    kernel = compile_for(spec, TARGET)
     cubin = kernel.asm["cubin"]
     text = sass(cubin)
     usage = _resource_usage(cubin)
@@ -136,59 +185,107 @@ def static_check(spec) -> dict:
     return {**facts, "ok": why is None, "why": why, "sass_sha1": digest}
 
 
-def refresh(op: str, recheck: bool = False, log=print, only: tuple[str, ...] | None = None) -> dict:
-    """Re-derive the candidate lists of ``op`` with this Triton and write them to the space file;
-    ``only`` names the kernels to re-derive (the others keep their lists)."""
+def _gluon_static_check(spec) -> dict:
+    """:func:`static_check`'s facts of a Gluon kernel, judged by the Gluon design's check."""
+    from kernels.isa import sass, sass_mix
+    from kernels.nvidia.gluon import sass_facts
+    from kernels.nvidia.gluon import static_check as gluon_check
+
+    kernel = gluon_check.compile_spec(spec)
+    f = sass_facts.facts(kernel, spec.config)
+    text = sass(kernel.asm["cubin"])
+    mix = sass_mix(text)
+    facts = {
+        "registers": max(p.budget or 0 for p in f.partitions),  # the consumers' budget after USETMAXREG
+        "spill_bytes": f.spill_bytes + 4 * f.ldl_stl,
+        "shared_bytes": f.shared_bytes,
+        "hgmma": mix.get("HGMMA", 0),
+        "hmma": mix.get("HMMA", 0),
+    }
+    bad = sass_facts.violations(f, spec.design)
+    digest = hashlib.sha1(text.encode() + str(facts["shared_bytes"]).encode()).hexdigest()[:16]
+    return {**facts, "ok": not bad, "why": "; ".join(bad) or None, "sass_sha1": digest}
+
+
+def digests(family: str) -> dict[str, str]:
+    """Each kernel's space digest (:meth:`kernels.spaces.Space.digest`): what its list was made from."""
+    return {s: space(family).digest(s) for s in sections(family)}
+
+
+def stale(family: str) -> list[str]:
+    """The kernels whose candidate list was made from another space than today's."""
+    made = load(family).get("space_digest", {})
+    return [s for s, d in digests(family).items() if made.get(s) != d]
+
+
+def refresh(family: str, recheck: bool = False, log=print, only: tuple[str, ...] | None = None) -> dict:
+    """Re-derive the candidate lists of ``family`` with this Triton and write them; ``only``
+    names the kernels (sections) to re-derive (the others keep their lists)."""
     import triton
 
-    table = load(op)
+    path = candidates_file(family)
+    table = json.loads(path.read_text()) if path.exists() else {"candidates": {}, "dropped": {}, "checked_with": []}
     version = triton.__version__
-    rules = table.get("rules", {})
-    out_candidates: dict = {k: dict(v) for k, v in table["candidates"].items()} if only else {}
+    kept_before = {k: dict(v) for k, v in table["candidates"].items()}
+    out_candidates: dict = {k: dict(v) for k, v in kept_before.items()} if only else {}
     dropped: dict = table.get("dropped", {}) if recheck or only else {}
-    for key, kernels in table["space"].items():
-        for kernel, knobs in kernels.items():
-            if only and kernel not in only:
+    for key in keys(family):
+        for section in sections(family):
+            if only and section not in only:
                 continue
-            points = table["candidates"].get(key, {}).get(kernel, []) if recheck else grid(knobs)
+            points = kept_before.get(key, {}).get(section, []) if recheck else grid(family, section)
             kept, seen = [], {}
             if not recheck:
-                dropped.setdefault(key, {})[kernel] = []
-            drops = dropped.setdefault(key, {}).setdefault(kernel, [])
+                dropped.setdefault(key, {})[section] = []
+            drops = dropped.setdefault(key, {}).setdefault(section, [])
             for point in points:
                 c = {k: v for k, v in point.items() if k != "static"}
-                why = rule_drop(op, kernel, key, c, rules)
-                facts = None
+                why = rule_drop(family, section, key, c)
+                facts, compiled = None, why is None
                 if why is None:
                     t0 = time.perf_counter()
                     try:
-                        facts = static_check(compile_spec(op, kernel, key, c))
+                        facts = static_check(compile_spec(family, section, key, c))
                         why = facts.pop("why")
                     except Exception as exc:  # noqa: BLE001 - a config the compiler rejects is dropped with the reason
                         why = f"compile error: {type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
-                    log(f"{op} {key} {kernel} {c}: {why or 'ok'} ({time.perf_counter() - t0:.1f} s)")
+                    log(f"{family} {key} {section} {c}: {why or 'ok'} ({time.perf_counter() - t0:.1f} s)")
                     if facts and why is None and not recheck:  # twins are judged by the first Triton only
                         twin = seen.get(facts["sass_sha1"])
                         if twin is not None:
                             why = f"same SASS as {twin}"
                 if why is not None:
-                    drops.append({"config": c, "why": why, "triton": version})
+                    drops.append({"config": c, "why": why, "triton": version if compiled else None})
                     continue
                 seen[facts["sass_sha1"]] = c
                 static = point.get("static") if recheck else None  # keep the first Triton's facts
                 kept.append({**c, "static": static or {k: facts[k] for k in ("registers", "shared_bytes", "hgmma", "hmma")}})
-            out_candidates.setdefault(key, {})[kernel] = kept
-    table["candidates"] = out_candidates
-    table["dropped"] = dropped
+            out_candidates.setdefault(key, {})[section] = kept
     checked = [v for v in table.get("checked_with", []) if recheck] + [version]
-    table["checked_with"] = sorted(set(checked))
-    tmp = space_file(op).with_suffix(".tmp")
-    tmp.write_text(_dump(table))
-    tmp.replace(space_file(op))
+    table = {
+        "_about": (f"Generated by python -m kernels.tuning.space {family} from kernels/spaces/{family}.json "
+                   f"(target {TARGET}): per problem key ({space(family).tuning.get('compiled', '')}) and kernel, the "
+                   f"search-grid points that compiled {KEPT.get(family, KEPT[''])} "
+                   "under every Triton in 'checked_with', each with its static facts from the first; "
+                   "'dropped' says why each other point was left out ('triton': null when a constraint of the space "
+                   "dropped it without compiling); 'space_digest' is each kernel's space digest when the list was "
+                   "made. Do not edit by hand."),
+        "family": family,
+        "target": TARGET,
+        "checked_with": sorted(set(checked)),
+        "space_digest": {**table.get("space_digest", {}), **{s: d for s, d in digests(family).items()
+                                                             if not only or s in only}},
+        "candidates": out_candidates,
+        "dropped": dropped,
+    }
+    tmp = path.with_suffix(".tmp")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp.write_text(dump(table))
+    tmp.replace(path)
     return table
 
 
-def _dump(table: dict) -> str:
+def dump(table: dict) -> str:
     """JSON with one candidate or dropped point per line, so diffs stay readable."""
     lines = ["{"]
     items = list(table.items())
@@ -196,8 +293,8 @@ def _dump(table: dict) -> str:
         comma = "," if i < len(items) - 1 else ""
         if name in ("candidates", "dropped"):
             lines.append(f'  "{name}": {{')
-            keys = list(value.items())
-            for j, (key, kernels) in enumerate(keys):
+            keys_ = list(value.items())
+            for j, (key, kernels) in enumerate(keys_):
                 lines.append(f'    "{key}": {{')
                 ks = list(kernels.items())
                 for m, (kernel, rows) in enumerate(ks):
@@ -205,7 +302,7 @@ def _dump(table: dict) -> str:
                     for n, row in enumerate(rows):
                         lines.append("        " + json.dumps(row) + ("," if n < len(rows) - 1 else ""))
                     lines.append("      ]" + ("," if m < len(ks) - 1 else ""))
-                lines.append("    }" + ("," if j < len(keys) - 1 else ""))
+                lines.append("    }" + ("," if j < len(keys_) - 1 else ""))
             lines.append("  }" + comma)
         else:
             lines.append(f"  {json.dumps(name)}: {json.dumps(value)}{comma}")
@@ -215,11 +312,11 @@ def _dump(table: dict) -> str:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("op", choices=OPS)
+    parser.add_argument("family", choices=FAMILIES)
     parser.add_argument("--recheck", action="store_true", help="re-check the current candidates only")
     parser.add_argument("--kernel", action="append", help="re-derive only this kernel's list (repeatable)")
     args = parser.parse_args(argv)
-    table = refresh(args.op, recheck=args.recheck, only=tuple(args.kernel) if args.kernel else None)
+    table = refresh(args.family, recheck=args.recheck, only=tuple(args.kernel) if args.kernel else None)
     for key, kernels in table["candidates"].items():
         print(key, {k: len(v) for k, v in kernels.items()})
 

@@ -3,7 +3,10 @@
 The op runs six kernels (three forward, three backward) and a row-block size for the
 backward's weight gradients. Their configs act on separate kernels, so the sweep tunes
 one stage at a time (coordinate descent), starting from the device's current entry:
-each candidate of a stage (``configs/triangle_multiplication_candidates.json``)
+each candidate of a stage (a point of that kernel's search grid in
+``kernels/spaces/triangle_multiplication.json`` that compiled for sm_90a without spills:
+``kernels/spaces/candidates/triangle_multiplication.sm_90a.json``, from
+``python -m kernels.tuning.space triangle_multiplication``; ``bwd_rows`` from the same space)
 replaces that stage's config, is checked against the float32 reference by the
 error-ratio rule, and is timed with CUDA-graph replay (forward stages on the forward,
 backward stages on forward + backward). A stage keeps its fastest correct candidate
@@ -12,16 +15,16 @@ before the next stage is tried, so the sweep costs the sum of the list lengths.
 
 from __future__ import annotations
 
-import json
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from kernels.nvidia import triangle_multiplication as trimul
+from kernels.tuning import space
 
-CANDIDATES_FILE = trimul.CONFIG_FILE.with_name("triangle_multiplication_candidates.json")
+FAMILY = "triangle_multiplication"
+KEY = "128"  # the c_z = c width the candidate lists were compiled at (AlphaFold 3's)
 FORWARD_STAGES = ("ln_gate_proj", "contract", "ln_out_gate")
 BACKWARD_STAGES = ("out_gate_bwd", "ln_out_bwd", "ln_gate_proj_bwd", "bwd_rows")
 WEIGHT_SHAPES = {  # AlphaFold 3 widths: c = c_z
@@ -34,10 +37,16 @@ WEIGHT_SHAPES = {  # AlphaFold 3 widths: c = c_z
 }
 
 
-def candidates(path: Path = CANDIDATES_FILE) -> dict[str, list[Any]]:
-    """Stage -> candidate configs (``bwd_rows`` -> row counts)."""
-    table = json.loads(Path(path).read_text())
-    return {stage: table[stage] for stage in (*FORWARD_STAGES, *BACKWARD_STAGES)}
+def candidates() -> dict[str, list[Any]]:
+    """Stage -> candidate configs, the statically checked ones (``bwd_rows`` -> row counts, the
+    space's search values: they change no kernel's code)."""
+    out: dict[str, list[Any]] = {}
+    for stage in (*FORWARD_STAGES, *BACKWARD_STAGES):
+        if stage in space.sections(FAMILY):
+            out[stage] = [{k: v for k, v in c.items() if k != "static"} for c in space.candidates(FAMILY, KEY, stage)]
+        else:
+            out[stage] = [point[stage] for point in space.grid(FAMILY, "")]
+    return out
 
 
 def with_stage(cfgs: dict, stage: str, value: Any) -> dict:

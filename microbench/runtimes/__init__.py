@@ -17,6 +17,7 @@ pack by their dtype.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 from ..clocks import ClockSummary, nvml_device_facts
@@ -48,8 +49,35 @@ def _reasons() -> dict[str, Callable[[], str | None]]:
     return {"cupy": cupy_unavailable_reason, "pycuda": pycuda_unavailable_reason}
 
 
+def no_gpu_reason() -> str | None:
+    """Why this machine has no NVIDIA GPU to run on, asked of the driver before any library; None when
+    it has one (whether CuPy or PyCUDA can then use it is the runtimes' question)."""
+    try:
+        import pynvml
+    except ImportError:
+        pynvml = None
+    if pynvml is not None:
+        try:
+            pynvml.nvmlInit()
+        except Exception as exc:  # noqa: BLE001 - NVMLError_LibraryNotFound, DriverNotLoaded, ...
+            if Path("/proc/driver/nvidia/gpus").is_dir():
+                return None  # a driver without a working NVML: let the runtimes try
+            return f"no NVIDIA GPU on this machine (no NVIDIA driver: {exc})"
+        try:
+            count = pynvml.nvmlDeviceGetCount()
+        finally:
+            pynvml.nvmlShutdown()
+        return None if count else "no NVIDIA GPU on this machine (the NVIDIA driver counts none)"
+    gpus = Path("/proc/driver/nvidia/gpus")
+    if gpus.is_dir() and any(gpus.iterdir()):
+        return None
+    return "no NVIDIA GPU on this machine (no NVIDIA driver: /proc/driver/nvidia/gpus is absent)"
+
+
 def select_runtime(prefer: str | None = None) -> Choice:
-    """CuPy when it can use a GPU, else PyCUDA; ``prefer`` ("cupy"/"pycuda") asks for one only."""
+    """CuPy when it can use a GPU, else PyCUDA; ``prefer`` ("cupy"/"pycuda") asks for one only.
+    When neither can and the machine has no GPU at all, the reason says that, not which library
+    is missing."""
     prefer = (prefer or "auto").strip().lower()
     if prefer not in CHOICES:
         raise ValueError(f"runtime must be one of {CHOICES}, got {prefer!r}")
@@ -64,6 +92,9 @@ def select_runtime(prefer: str | None = None) -> Choice:
         if reason is None:
             return Choice(name)
         why_not.append(f"{name}: {reason}")
+    absent = no_gpu_reason()
+    if absent:
+        return Choice(None, absent)
     return Choice(None, "; ".join(why_not) if prefer == "auto" else why_not[0].split(": ", 1)[1])
 
 

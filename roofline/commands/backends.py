@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 
 import typer
-from rich.console import Console
-from rich.table import Table
+
+from roofline import tables
+from roofline.tables import key_table
 
 
 def backends(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
@@ -22,13 +23,11 @@ def backends(as_json: bool = typer.Option(False, "--json", help="Print JSON inst
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
-    table = Table(title="Backends on this machine")
-    for col in ("op", "backend", "mode", "reason"):
-        table.add_column(col)
+    table = key_table("Backends on this machine", ["op", "backend"], ["mode", "reason"])
     colors = {"native": "green", "interpreted": "yellow", "emulated": "yellow", "unavailable": "red"}
     for r in rows:
         table.add_row(r["op"], r["backend"], f"[{colors[r['mode']]}]{r['mode']}[/]", r["reason"])
-    Console().print(table)
+    tables.console().print(table)
 
 
 def register(app: typer.Typer) -> None:

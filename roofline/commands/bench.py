@@ -20,7 +20,8 @@ from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.table import Table
+
+from roofline.tables import key_table
 
 
 def _fmt_time(s: float | None) -> str:
@@ -57,13 +58,9 @@ def print_table(outcome, console: Console, *, title: str = "Speed against the ba
             line = lines.setdefault((r.op, r.shape, r.ours), {"ours_s": r.ours_s, "ours_peak": r.ours_peak_bytes})
             if r.baseline != "-":
                 line[r.baseline] = (r.baseline_s, r.speedup, r.baseline_peak_bytes)
-        table = Table(title=title)
-        table.add_column("op")
-        table.add_column("shape", overflow="fold")
-        table.add_column("ours", overflow="fold")
-        table.add_column("ours time, peak memory", justify="right")
-        for b in baselines:
-            table.add_column(f"{b} (speedup)", justify="right", overflow="fold")
+        table = key_table(title, ["op", "shape"],
+                          ["ours", "ours time, peak memory", *(f"{b} (speedup)" for b in baselines)],
+                          numeric=["ours time, peak memory", *(f"{b} (speedup)" for b in baselines)])
         for (op, shape, ours), line in lines.items():
             cells = []
             for b in baselines:

@@ -124,11 +124,13 @@ def device_check(
     budget_s: float = typer.Option(420.0, "--budget-s", help="Total seconds for all parts (the check is meant to fit in 8 minutes)."),
     ops: Optional[list[str]] = typer.Option(None, "--op", help="Limit to these ops (repeatable; default: every op)."),
     microbench: bool = typer.Option(True, "--microbench/--no-microbench", help="Run the GPU microbenchmark suites last."),
+    as_json: bool = typer.Option(False, "--json", help="Print the parts' statuses and the merged outcome as JSON "
+                                 "(the log goes to stderr)."),
 ) -> None:
     """Correctness, benchmarks and microbenchmarks on this GPU, with all records in one folder."""
     from roofline.commands.bench import console_for
 
-    console = console_for()
+    console = console_for(stderr=as_json)
     refusal = gpu_refusal()
     if refusal:
         console.print(f"[red]ceiling device-check refuses to run: {refusal}[/]", highlight=False)
@@ -169,6 +171,13 @@ def device_check(
     _merge_jsonl(out, micro)
     total = time.monotonic() - start
     log(f"done in {total:.0f}s; {merged.records + len(micro)} records under {out}")
+    if as_json:
+        sys.stdout.write(json.dumps({"out": str(out), "seconds": round(total, 1), "parts": statuses,
+                                     "microbench_records": len(micro), "outcome": merged.as_dict()},
+                                    indent=1, default=str) + "\n")
+        if merged.failed or not clean:
+            raise typer.Exit(1)
+        return
     console.rule("device check")
     for s in statuses:
         console.print(f"  {s}", highlight=False)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import typer
-from rich.console import Console
-from rich.table import Table
+
+from roofline import tables
 
 
 def fit(
@@ -15,25 +16,31 @@ def fit(
     out: Path = typer.Option(Path("ceiling-fit"), "--out", help="Folder for model.json, evaluation.json, ceilings.json."),
     folds: int = typer.Option(4, help="Folds of shapes: each shape is held out of the fit once."),
     seed: int = typer.Option(0, help="Seed of the assignment of shapes to folds."),
-    as_json: bool = typer.Option(False, "--json", help="Print the evaluation as JSON."),
+    as_json: bool = typer.Option(False, "--json", help="Print the evaluation and the ceilings as JSON."),
 ) -> None:
     """Fit ceilings per device and the performance model; print MAPE, Spearman and top-1 regret on held-out records."""
     from roofline import analysis, store as _store
 
-    records = _store.load(store, embedded=embedded)
+    committed = _store.load(embedded=True) if embedded else []
+    records = committed + _store.load(store, embedded=False)
     result = analysis.fit(records, folds=folds, seed=seed)
     paths = result.save(out)
+    origins = {id(r): "committed records" for r in committed}
     if as_json:
-        typer.echo(paths["evaluation"].read_text())
+        doc = json.loads(paths["evaluation"].read_text())
+        doc["ceilings"] = [row for dc in result.ceilings.values() for row in dc.rows(origins)]
+        typer.echo(json.dumps(doc, indent=2, default=str))
         return
-    console = Console()
+    console = tables.console()
     console.print(f"{len(records)} records from {'the package and ' if embedded else ''}{len(store)} store(s)")
     from roofline import selection as _selection
 
-    table = Table(title="Performance model on held-out shapes (targets: MAPE <= 10%, Spearman >= 0.9, regret <= 5%)")
-    for col in ("device | op | shape class", "mode", "timing", "records used", "excluded", "MAPE",
-                "Spearman within shape", "Spearman global", "top-1 regret (worst)", "meets targets"):
-        table.add_column(col)
+    table = tables.key_table("Performance model on held-out shapes (targets: MAPE <= 10%, Spearman >= 0.9, "
+                             "regret <= 5%)", "device|op|shape class",
+                             ["mode", "timing", "records used", "excluded", "MAPE", "Spearman within shape",
+                              "Spearman global", "top-1 regret (worst)", "meets targets"],
+                             numeric=["records used", "MAPE", "Spearman within shape", "Spearman global"],
+                             text=["excluded", "meets targets"])
     for key, e in result.evaluations.items():
         excluded = ", ".join(f"{n} {why}" for why, n in sorted(e.excluded.items())) or "0"
         table.add_row(key, e.mode, e.method, str(e.n_test), excluded, f"{100 * e.mape:.1f}%", f"{e.spearman:.3f}",
@@ -50,12 +57,12 @@ def fit(
     console.print("Kernel timings left out of the fit (the store keeps them):")
     for why, text in _selection.REASONS.items():
         console.print(f"  {why}: {text}")
-    ceil = Table(title="Ceilings")
-    for col in ("device", "kind", "name", "value", "source"):
-        ceil.add_column(col)
+    ceil = tables.key_table("Ceilings", ["device", "kind", "name"], ["value", "provenance"], numeric=["value"],
+                            text=["provenance"])
     for dc in result.ceilings.values():
-        for row in dc.rows():
-            ceil.add_row(row["device"], row["kind"], row["name"], f"{row['value']:.4g} {row['unit']}", row["source"])
+        for row in dc.rows(origins):
+            ceil.add_row(row["device"], row["kind"], row["name"], f"{row['value']:.4g} {row['unit']}",
+                         row["provenance"])
     console.print(ceil)
     console.print(f"saved {', '.join(str(p) for p in paths.values())}")
 

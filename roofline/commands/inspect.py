@@ -6,8 +6,10 @@ import json
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
+
+from roofline import tables
+from roofline.tables import key_table
 
 
 def inspect(
@@ -28,7 +30,7 @@ def inspect(
     if as_json:
         typer.echo(json.dumps(rows, indent=2, default=str))
         return
-    Console().print(table(rows, f"{op} on {target} ({dtype})"))
+    tables.console().print(table(rows, f"{op} on {target} ({dtype})"))
 
 
 def _add_occupancy(rows: list[dict], target: str) -> None:
@@ -46,24 +48,30 @@ def _add_occupancy(rows: list[dict], target: str) -> None:
             return
 
 
+# Column headers for the static facts, short enough to leave the kernel names whole at 120 columns.
+HEADERS = {"registers": "regs", "spill_bytes": "spill B", "shared_bytes": "smem B",
+           "tensor_core_instructions": "TC instr", "threads": "threads", "occupancy": "occupancy"}
+
+
 def table(rows: list[dict], title: str) -> Table:
-    t = Table(title=title)
+    """The facts of each row; the kernel name (or config) column is never wrapped or cut."""
     if not rows:
-        return t
+        return Table(title=title)
     if "tensor_core_instructions" in rows[0]:
-        cols = ["name", "registers", "spill_bytes", "shared_bytes", "tensor_core_instructions", "threads"]
+        key, cols = "name", ["registers", "spill_bytes", "shared_bytes", "tensor_core_instructions", "threads"]
         if any("occupancy" in r for r in rows):
             cols.append("occupancy")
     else:  # rows from a non-Triton target: its config, the launch shape and the scalar facts
         skip = {"target", "dtype", "out_dtype", "provenance", "export_error", "serialized_bytes", "name"}
-        cols = ["config"] + [k for k, v in rows[0].items()
-                             if k not in skip and k != "config" and (not isinstance(v, dict) or "total" in v)][:7]
-    for c in cols + ["top instructions"]:
-        t.add_column(c)
+        key, cols = "config", [k for k, v in rows[0].items()
+                               if k not in skip and k != "config" and (not isinstance(v, dict) or "total" in v)][:7]
+    headers = [HEADERS.get(c, c) for c in cols]
+    t = key_table(title, key, [*headers, "top instructions"], numeric=[HEADERS[c] for c in cols if c in HEADERS],
+                  text=["top instructions"])
     for r in rows:
         mix = r.get("instruction_mix") or {}
         top = ", ".join(f"{k}:{v}" for k, v in list(mix.items())[:5])
-        t.add_row(*[_fmt(r.get(c)) for c in cols], top)
+        t.add_row(_fmt(r.get(key)), *[_fmt(r.get(c)) for c in cols], top)
     return t
 
 

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import List, Optional
 
+import json
+
 import typer
-from rich.console import Console
-from rich.table import Table
+
+from roofline import tables
+from roofline.tables import key_table
 
 
 def microbench(
@@ -20,6 +23,8 @@ def microbench(
         "auto", "--runtime", help="Library the GPU suites run on: 'cupy', 'pycuda', or 'auto' (CuPy if it can use "
         "the GPU, else PyCUDA)."
     ),
+    as_json: bool = typer.Option(False, "--json", help="Print each suite's outcome and the headline measurements "
+                                 "as JSON instead of tables."),
 ) -> None:
     """Measure the silicon: bank conflicts, occupancy, clocks, bandwidth/FLOP/latency ceilings, and the host CPU."""
     from microbench import summary
@@ -33,7 +38,7 @@ def microbench(
     runtime = runtime.strip().lower()
     if runtime not in ("auto", "cupy", "pycuda"):
         raise typer.BadParameter(f"{runtime!r}; choose from auto, cupy, pycuda", param_hint="--runtime")
-    console = Console(stderr=True)
+    console = tables.console(stderr=True)
     colors = {"ok": "green", "unavailable": "yellow", "failed": "red"}
 
     def report(outcome) -> None:
@@ -45,20 +50,27 @@ def microbench(
         outcomes = run(names, out, device, quick=quick, runtime=runtime, progress=lambda m: status.update(m),
                        on_outcome=report)
 
-    table = Table(title=f"microbench ({out})")
-    for col in ("suite", "status", "records", "seconds", "reason"):
-        table.add_column(col)
-    for o in outcomes:
-        table.add_row(o.suite, f"[{colors[o.status]}]{o.status}[/]", str(len(o.records)), f"{o.seconds:.1f}",
-                      (o.reason.splitlines() or [""])[0][:100])
-    results = Table(title="headline measurements")
-    for col in ("what", "case", "value"):
-        results.add_column(col)
-    for row in summary.rows([r for o in outcomes for r in o.records]):
-        results.add_row(*row)
-    console = Console()
-    console.print(table)
-    console.print(results)
+    headline = summary.rows([r for o in outcomes for r in o.records])
+    if as_json:
+        typer.echo(json.dumps({
+            "out": out,
+            "suites": [{"suite": o.suite, "status": o.status, "records": len(o.records), "seconds": round(o.seconds, 2),
+                        "reason": o.reason} for o in outcomes],
+            "headline": [{"what": what, "case": case, "value": value} for what, case, value in headline],
+        }, indent=2))
+    else:
+        table = key_table(f"microbench ({out})", "suite", ["status", "records", "seconds", "reason"],
+                          numeric=["records", "seconds"], text=["reason"])
+        for o in outcomes:
+            table.add_row(o.suite, f"[{colors[o.status]}]{o.status}[/]", str(len(o.records)), f"{o.seconds:.1f}",
+                          (o.reason.splitlines() or [""])[0])
+        results = key_table("headline measurements (measured here, now)", ["what", "case"], ["value"],
+                            numeric=["value"])
+        for row in headline:
+            results.add_row(*row)
+        console = tables.console()
+        console.print(table)
+        console.print(results if headline else "no measurements: no suite ran here")
     if any(o.status == "failed" for o in outcomes):
         raise typer.Exit(code=1)
 

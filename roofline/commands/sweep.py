@@ -22,6 +22,7 @@ def sweep(
     store: Path = typer.Option(Path("records"), "--store", help="Records folder the results are appended to."),
     shape: str = typer.Option(None, "--shape", help="Only points valid for this shape (MxNxK); also the benchmark shape."),
     limit: int = typer.Option(None, "--limit", help="At most this many points (in the model's predicted order)."),
+    section: str = typer.Option(None, "--section", help="One kernel of a sectioned family (attention: fwd, dkdv, dq)."),
     benchmark: bool = typer.Option(False, "--benchmark", help="Also time every point, one task per GPU."),
     address: str = typer.Option(None, "--address", help="Ray cluster address ('auto' to join one); default: a local cluster."),
     num_cpus: int = typer.Option(None, "--num-cpus", help="CPUs for a local cluster."),
@@ -38,11 +39,16 @@ def sweep(
     if target not in export.targets(op):
         raise typer.BadParameter(f"expected one of {export.targets(op)}, got {target!r}", param_hint="--target")
     template = export.build(op, target, _store.load([store]))
+    if section is not None and section not in template.sections:
+        raise typer.BadParameter(f"expected one of {template.sections}, got {section!r}", param_hint="--section")
     problem = _shape(shape, template.axes)
-    points = template.valid_points(problem)
+    try:
+        points = template.valid_points(problem, section)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--section") from exc
     if problem:
-        order = {str(p["config"]): i for e in template.cost_model.predictions if e["shape"] == problem
-                 for i, p in enumerate(e["top"])}
+        order = {str(p["config"]): i for e in template.cost_model.predictions
+                 if e["shape"] == problem and e.get("section") == section for i, p in enumerate(e["top"])}
         points.sort(key=lambda c: order.get(str(c), len(order)))
     points = points[:limit] if limit else points
     with Progress() as bar:

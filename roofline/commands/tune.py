@@ -7,8 +7,9 @@ import json
 from pathlib import Path
 
 import typer
-from rich.console import Console
-from rich.table import Table
+
+from roofline import tables
+from roofline.tables import key_table
 
 
 def tune(
@@ -22,6 +23,7 @@ def tune(
     apply: bool = typer.Option(False, help="Merge the winners into the op's config table under kernels/nvidia/configs/."),
     workers: int = typer.Option(0, help="Attention ops: processes that compile and check candidates (0: CPUs - 2, at most 14)."),
     n: int = typer.Option(768, help="trimul: the pair dimension N it is tuned at."),
+    as_json: bool = typer.Option(False, "--json", help="Print the winners as JSON instead of a table."),
 ) -> None:
     """Time every candidate config of a Hopper kernel on this GPU next to its baseline: the GEMM
     on each shape of a suite against torch.matmul (cuBLAS); attention (head dims 64 and 128,
@@ -46,13 +48,13 @@ def tune(
     if op == "trimul":
         from roofline.commands.tune_trimul import tune_trimul
 
-        tune_trimul(n=n, budget_s=budget_s, rep_ms=rep_ms, out=out, apply=apply, driver=_driver())
+        tune_trimul(n=n, budget_s=budget_s, rep_ms=rep_ms, out=out, apply=apply, driver=_driver(), as_json=as_json)
         return
     if op != "gemm":
         from roofline.commands.tune_attention import tune_attention
 
         tune_attention(op.replace("-", "_"), budget_s=budget_s, rep_ms=rep_ms, out=out, apply=apply, workers=workers,
-                       driver=_driver())
+                       driver=_driver(), as_json=as_json)
         return
     rows = sweep(suite(shapes), getattr(torch, dtype), layout, rep_ms=rep_ms, budget_s=budget_s)
     (out / "tune-rows.json").write_text(json.dumps(rows, indent=1))
@@ -79,14 +81,17 @@ def tune(
     (out / f"tuned-gemm-{key}.json").write_text(json.dumps(entries, indent=1))
     if apply:
         _apply(key, entries)
-    table = Table(title=f"GEMM tuning on {device} ({dtype}, {layout})")
-    for col in ("M", "N", "K", "cuBLAS ms", "ours ms", "speedup", "ours TFLOP/s", "config"):
-        table.add_column(col)
+    if as_json:
+        typer.echo(json.dumps(list(best.values()), indent=1, default=str))
+        return
+    table = key_table(f"GEMM tuning on {device} ({dtype}, {layout})", ["M", "N", "K"],
+                      ["cuBLAS ms", "ours ms", "speedup", "ours TFLOP/s", "config"],
+                      numeric=["cuBLAS ms", "ours ms", "speedup", "ours TFLOP/s"])
     for r in best.values():
         c = r["config"]
         table.add_row(*map(str, r["shape"]), f"{r['cublas_ms']:.4f}", f"{r['median_ms']:.4f}", f"{r['speedup']:.3f}",
                       f"{r['tflops']:.0f}", f"{c['BLOCK_M']}x{c['BLOCK_N']}x{c['BLOCK_K']} s{c['num_stages']} w{c['num_warps']}")
-    Console().print(table)
+    tables.console().print(table)
 
 
 def _driver() -> str | None:

@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
+
+from roofline import tables
+from roofline.tables import key_table
 
 
 def tune_attention(op: str, *, budget_s: float, rep_ms: int, out: Path, apply: bool, workers: int,
-                   driver: str | None) -> list[dict]:
+                   driver: str | None, as_json: bool = False) -> list[dict]:
     import torch
     import triton
 
@@ -40,7 +42,10 @@ def tune_attention(op: str, *, budget_s: float, rep_ms: int, out: Path, apply: b
         append(out / "records", records)
     summary = results.speedups(rows)
     (out / f"tune-{op.replace('_', '-')}-summary.json").write_text(json.dumps(summary, indent=1))
-    Console().print(_table(summary, f"{op} tuning on {device} (bf16)"))
+    if as_json:
+        print(json.dumps(summary, indent=1, default=str))
+    else:
+        tables.console().print(_table(summary, f"{op} tuning on {device} (bf16)"))
     if apply:
         measured = [r for r in rows if r.get("impl") == "ceiling.nvidia" and "median_ms" in r]
         if not measured:
@@ -95,18 +100,18 @@ def _triangle_provenance(rows: list[dict], stamp: str) -> str:
         "Measured: H200 d<=32 bf16 fwd/fwd_rows/bwd_dkdv/bwd_dq/bwd_dbias are the fastest candidates that matched a "
         "float32 reference, timed by CUDA-graph replay with `ceiling tune triangle-attention` at B=1, N=384, 4 heads "
         f"of 32, key mask, fp32 bias, on {stamp} (candidates timed/listed: {_describe(_reached(rows))}); fwd is the "
-        "faster of the plain and the row-sharing forward. Not measured: the float32 sub-entries (pinned to the "
+        "faster of the plain and the row-sharing forward; bwd_dkdv has DQ_ATOMIC when the dK/dV kernel with dQ in it "
+        "(bwd_dkdv_dq) beat bwd_dkdv plus bwd_dq; ROW_SPLIT in bwd_dbias is searched with its tiles. Not measured: the float32 sub-entries (pinned to the "
         "configs in force before), the 'any' bucket and the 'default' entry, which are starting points sized from "
         "the sm_90a register and spill counts."
     )
 
 
 def _table(summary: list[dict], title: str) -> Table:
-    t = Table(title=title)
-    for col in ("group", "kernel", "shipped ms", "tuned ms", "baseline", "baseline ms", "TFLOP/s", "config"):
-        t.add_column(col)
+    t = key_table(title, ["group", "kernel"], ["shipped ms", "tuned ms", "baseline", "baseline ms", "TFLOP/s", "config"],
+                  numeric=["shipped ms", "tuned ms", "baseline ms", "TFLOP/s"], text=["config"])
     for s in summary:
         f = (lambda v, p=4: "" if v is None else f"{v:.{p}f}")
         t.add_row(s["group"], s["kernel"], f(s["shipped_ms"]), f(s["tuned_ms"]), s["baseline"] or "",
-                  f(s["baseline_ms"]), f(s["tflops"], 0), json.dumps(s["config"])[:90])
+                  f(s["baseline_ms"]), f(s["tflops"], 0), json.dumps(s["config"]))
     return t

@@ -7,13 +7,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rich.console import Console
-from rich.table import Table
+from roofline import tables
+from roofline.tables import key_table
 
 
 def tune_trimul(*, n: int, budget_s: float, rep_ms: int, out: Path, apply: bool, driver: str | None,
                 c_z: int = 128, dtype: str = "bfloat16", device: str = "cuda", timer=None,
-                table_path: Path | None = None, stages: tuple[str, ...] | None = None) -> list[dict]:
+                table_path: Path | None = None, stages: tuple[str, ...] | None = None,
+                as_json: bool = False) -> list[dict]:
     """The sweep on a GPU. ``device="cpu"`` with a ``timer`` (and small ``n``, ``c_z``) runs the
     same path with interpreted kernels: what the tests check of the bookkeeping around it."""
     import torch
@@ -42,16 +43,18 @@ def tune_trimul(*, n: int, budget_s: float, rep_ms: int, out: Path, apply: bool,
     ]
     if records:
         append(out / "records", records)
-    table = Table(title=f"Triangle multiplicative update tuning on {device_name} ({dtype}, N = {n}, c_z = c = {c_z})")
-    for col in ("stage", "timed on", "first ms", "best ms", "best config"):
-        table.add_column(col)
+    table = key_table(f"Triangle multiplicative update tuning on {device_name} ({dtype}, N = {n}, c_z = c = {c_z})",
+                      "stage", ["timed on", "first ms", "best ms", "best config"], numeric=["first ms", "best ms"],
+                      text=["best config"])
     for stage in T.candidates():
         timed = [r for r in rows if r["stage"] == stage and "median_ms" in r]
         if timed:
             top = min(timed, key=lambda r: r["median_ms"])
             table.add_row(stage, top["timed_on"], f"{timed[0]['median_ms']:.4f}", f"{top['median_ms']:.4f}",
                           json.dumps(top["config"]))
-    Console().print(table)
+    console = tables.console()
+    if not as_json:
+        console.print(table)
     (out / "tuned-trimul.json").write_text(json.dumps(best, indent=1))
     # Where one forward + backward spends its time, kernel by kernel, before and after.
     from microbench.breakdown import kernel_times
@@ -60,12 +63,14 @@ def tune_trimul(*, n: int, budget_s: float, rep_ms: int, out: Path, apply: bool,
     breakdown = {label: kernel_times(T.thunk(n, cfgs, c_z=c_z, dtype=tdtype, device=device), device=device, top=25)
                  for label, cfgs in (("start", start), ("tuned", best))}
     (out / "tune-trimul-breakdown.json").write_text(json.dumps(breakdown, indent=1))
-    split = Table(title="Trimul forward + backward at the tuned config, device time by kernel")
-    for col in ("kernel", "calls", "ms", "share"):
-        split.add_column(col)
+    split = key_table("Trimul forward + backward at the tuned config, device time by kernel", "kernel",
+                      ["calls", "ms", "share"], numeric=["calls", "ms", "share"])
     for r in breakdown["tuned"][:12]:
-        split.add_row(r["name"][:60], str(r["calls"]), f"{r['total_ms']:.3f}", f"{r['share']:.0%}")
-    Console().print(split)
+        split.add_row(r["name"], str(r["calls"]), f"{r['total_ms']:.3f}", f"{r['share']:.0%}")
+    if as_json:
+        print(json.dumps({"best": best, "breakdown": breakdown}, indent=1, default=str))
+    else:
+        console.print(split)
     if apply:
         reached = sorted({r["stage"] for r in rows if "median_ms" in r})
         if not reached:
@@ -78,8 +83,8 @@ def tune_trimul(*, n: int, budget_s: float, rep_ms: int, out: Path, apply: bool,
         table_json = json.loads(path.read_text())
         table_json[key] = T.table_entry(best, table_json["default"])
         table_json.setdefault("_measured", {})[key] = (
-            f"Stages {', '.join(reached)} are the fastest candidates of configs/triangle_multiplication_candidates.json "
-            f"that matched a float32 reference, timed by CUDA-graph replay (CUDA events where a call could not be "
+            f"Stages {', '.join(reached)} are the fastest candidates of "
+            f"kernels/spaces/candidates/triangle_multiplication.sm_90a.json that matched a float32 reference, timed by CUDA-graph replay (CUDA events where a call could not be "
             f"captured) with `ceiling tune trimul` at B = 1, "
             f"N = {n}, c_z = c = {c_z}, {dtype}, outgoing, 5% of pairs masked (forward stages on the forward, backward "
             f"stages on forward + backward), one stage at a time from the entry in force before (the default when the "

@@ -1,13 +1,17 @@
-"""Build a template per (kernel family, target) from the space data, the shipped configs and the records.
+"""Build a template per (kernel family, target) from the search space, the shipped configs and the records.
 
-Written per template folder ``<out>/<family>/<target>/``:
+The space (``kernels/spaces/<family>.json``) gives the parameters (its ``search`` values are a
+template's domains), the constraints, the device limits and the problem; the vendor's table
+(read through :mod:`roofline.templates.families`) the hand-tuned best points; the records the
+measurements, the priors and the Kernel Tuner caches. Written per template folder
+``<out>/<family>/<target>/``:
 
 * ``template.json``: the template (``roofline.templates.schema.Template``);
 * ``records.jsonl``: every kernel record of that family and backend, one
   ``microbench.records.Record`` per line (the store's data, cited or not);
-* ``kernel_tuner/<MxNxK>.json``: for every shape with measured configs, a Kernel
-  Tuner cache file that its simulation mode replays
-  (``roofline.templates.adapters.kernel_tuner_search``).
+* ``kernel_tuner/<shape>.json`` (``<shape>.<section>.json`` for one kernel of a sectioned
+  family): for every shape with measured configs, a Kernel Tuner cache file that its
+  simulation mode replays (``roofline.templates.adapters.kernel_tuner_search``).
 
 Best points, priors and caches cite only the timings the performance model is
 fit by (``roofline.selection.select``: our kernels, device time, one timing
@@ -19,109 +23,37 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import re
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+from kernels import spaces
+from kernels.spaces import expressions
 from microbench.records import Record, _git_commit
+from roofline import ceilings as _ceilings
 from roofline import devices, model as _model
 from roofline import selection as _selection
 from roofline.machine import Machine, from_ceilings
-from roofline.work import normalize_shape, record_dtype
-from roofline import ceilings as _ceilings
+from roofline.templates import families as _families
 from roofline.templates.schema import BestPoint, CostModel, Constraint, Measured, Parameter, Template, config_key
-
-SPACES = Path(__file__).parent / "spaces"
-REPO = Path(__file__).resolve().parents[2]
-
-
-def families() -> list[str]:
-    return sorted(p.stem for p in SPACES.glob("*.json"))
-
-
-def space(family: str) -> dict[str, Any]:
-    path = SPACES / f"{family}.json"
-    if not path.exists():
-        raise KeyError(f"no search space for {family!r}; known: {families()}")
-    return json.loads(path.read_text())
+from roofline.work import normalize_shape, record_dtype
 
 
 def targets(family: str) -> list[str]:
-    return list(space(family)["targets"])
+    """The targets with a template: those where the family's space has parameters to search."""
+    return [t for t in spaces.targets(family) if spaces.get(family, t).searched()]
 
 
-# --- shipped configs ------------------------------------------------------------------------------
-
-_SHAPE_KEY = re.compile(r"^\D*(\d+)\D+(\d+)\D+(\d+)\D*$")
-
-
-def _shape_from(d: dict[str, Any], axes: list[str]) -> dict[str, int] | None:
-    lowered = {str(k).upper(): v for k, v in d.items()}
-    if all(a in lowered for a in axes):
-        try:
-            return {a: int(lowered[a]) for a in axes}
-        except (TypeError, ValueError):
-            return None
-    for key in ("shape", "problem", "workload"):
-        if isinstance(d.get(key), dict):
-            return _shape_from(d[key], axes)
-        if isinstance(d.get(key), (list, tuple)) and len(d[key]) == len(axes):
-            return dict(zip(axes, map(int, d[key])))
-    return None
+def families() -> list[str]:
+    return [f for f in spaces.families() if targets(f)]
 
 
-def shipped_points(data: Any, names: list[str], axes: list[str], dtype: str) -> list[dict[str, Any]]:
-    """Every config in a vendor's config file: ``{shape, config, device, label, source}``.
-
-    The vendor files are plain JSON written by the kernel authors; any dict that
-    holds the template's tile parameters is a config. Its shape is read from the
-    dict itself, its parent, or the key it sits under ("4096x4096x4096"); the
-    device from an enclosing key that names one ("H200", "MI300X"). Entries for
-    another dtype and candidate lists (``candidates``) are not best points.
-    """
-    found: list[dict[str, Any]] = []
-
-    def walk(node: Any, ctx: dict[str, Any]) -> None:
-        if isinstance(node, dict):
-            ctx = dict(ctx)
-            ctx["shape"] = _shape_from(node, axes) or ctx.get("shape")
-            for key in ("dtype", "source"):
-                if isinstance(node.get(key), str):
-                    ctx[key] = node[key]
-            if "BLOCK_M" in node and "BLOCK_N" in node:
-                if ctx.get("dtype", dtype) == dtype:
-                    found.append({"shape": ctx.get("shape"), "config": {k: node[k] for k in names if k in node},
-                                  "device": ctx.get("device", ""), "label": ctx.get("label", ""),
-                                  "source": ctx.get("source", "")})
-                return
-            for key, value in node.items():
-                if key in ("candidates", "about"):
-                    continue
-                sub = dict(ctx, label=str(key))
-                m = _SHAPE_KEY.match(str(key))
-                if m and len(axes) == 3:
-                    sub["shape"] = dict(zip(axes, map(int, m.groups())))
-                spec = devices.match(str(key))
-                if spec is not None:
-                    sub["device"] = spec.key
-                walk(value, sub)
-        elif isinstance(node, list):
-            for item in node:
-                walk(item, ctx)
-
-    walk(data, {})
-    return found
+def _check_family(family: str) -> None:
+    if family not in families():
+        raise KeyError(f"no search template for {family!r}; known: {families()}")
 
 
-def _shipped(family: str, backend: str, names: list[str], axes: list[str], dtype: str) -> tuple[list, str | None]:
-    path = REPO / "kernels" / backend / "configs" / f"{family}.json"
-    if not path.exists():
-        return [], None
-    return shipped_points(json.loads(path.read_text()), names, axes, dtype), str(path.relative_to(REPO))
-
-
-# --- building ---------------------------------------------------------------------------------------
+# --- records ------------------------------------------------------------------------------------
 
 
 def _records_for(records: list[Record], op: str, backend: str, dtype: str) -> list[Record]:
@@ -154,33 +86,51 @@ def _shape_of(r: Record, axes: list[str]) -> dict[str, int]:
 
 
 def _priors(parameters: list[Parameter], good: list[dict]) -> None:
-    """Probability per value: how often it appears among the good points (add-one smoothed)."""
+    """Probability per value: how often it appears among the good points (add-one smoothed), blended
+    half and half with the space's hand priors where it states them."""
     for p in parameters:
-        counts = Counter(str(c.get(p.name)) for c in good)
+        counts = Counter(str(c.get(p.name)) for c in good if p.name in c)
         total = sum(counts[str(v)] + 1 for v in p.values)
-        p.prior = {str(v): round((counts[str(v)] + 1) / total, 4) for v in p.values}
+        learned = {str(v): (counts[str(v)] + 1) / total for v in p.values}
+        hand = p.prior
+        p.prior = {v: round(0.5 * learned[v] + 0.5 * hand[v] if hand else learned[v], 4) for v in learned}
+
+
+def _units(template: Template) -> list[str | None]:
+    """What a measurement times: the whole config (flat families) or one kernel (a section)."""
+    return list(template.sections) if template.sections else [None]
+
+
+# --- building ---------------------------------------------------------------------------------------
 
 
 def build(family: str, target: str, records: list[Record], perf: _model.PerfModel | None = None,
           machine: Machine | None = None, accuracy: dict | None = None, top_k: int = 5) -> Template:
-    sp = space(family)
-    tgt = sp["targets"][target]
-    spec = devices.get(tgt["device"])
+    _check_family(family)
+    fam = spaces.family(family)
+    sp = spaces.get(family, target)
+    problem = fam.problem
+    spec = devices.get(sp.device)
     if machine is None:
         machine = from_ceilings(_ceilings.for_device(records, spec.key))
     perf = perf or _model.PerfModel()
-    axes, op, backend = sp["axes"], sp["op"], tgt["backend"]
-    parameters = [Parameter(name=n, **d) for n, d in tgt["parameters"].items()]
+    axes, op, backend, dtype = problem["axes"], fam.op, sp.backend, problem["dtype"]
+    searched = sp.searched()
+    parameters = [Parameter(name=n, values=list(p.search), tag=p.tag, prior=dict(p.prior),
+                            implied=p.implied if p.has_implied else None) for n, p in searched.items()]
     names = [p.name for p in parameters]
+    # the keys nobody searches stay at their implied values, for the constraints that read them
+    fixed = {n: p.implied for n, p in sp.flat().items() if n not in searched and p.has_implied and not p.meta
+             and isinstance(p.implied, (int, float))}
     template = Template(
         family=family, op=op, target=target, backend=backend, device=spec.key, device_name=spec.name,
-        entry=sp["entry"], axes=axes, dtype=sp["dtype"], parameters=parameters,
-        launch_options=tgt.get("launch_options", []),
-        device_limits={k: v for k, v in spec.limits.items()},
-        constraints=[Constraint(**c) for c in tgt["constraints"]],
-        workloads=list(sp["workloads"]),
+        entry=fam.entry, axes=axes, dtype=dtype, parameters=parameters, sections=list(sp.sections),
+        launch_options=list(sp.launch_options), device_limits=dict(sp.limits),
+        problem_defaults={**sp.context, **fixed}, derived=dict(sp.derived),
+        constraints=[Constraint(**c.model_dump()) for c in sp.flat_constraints()],
+        workloads=list(problem["workloads"]),
         cost_model=CostModel(
-            flops=sp["cost"]["flops"], bytes=sp["cost"]["bytes"], mode=perf.mode(machine.key, op),
+            flops=problem["cost"]["flops"], bytes=problem["cost"]["bytes"], mode=perf.mode(machine.key, op),
             terms=list(_model.TERMS), coefficients=dict(perf.coefs(machine.key, op)),
             machine={"key": machine.key, "units": machine.units, "flops": machine.flops,
                      "bandwidth": machine.bandwidth, "measured": machine.measured},
@@ -188,23 +138,41 @@ def build(family: str, target: str, records: list[Record], perf: _model.PerfMode
         ),
         provenance={"git_commit": _git_commit(),
                     "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                    "author": "hand-tuned kernels; space and constraints from roofline/templates/spaces"},
+                    "author": f"hand-tuned kernels; space and constraints from kernels/spaces/{family}.json"},
     )
+    # the model reads tiles for these (of the attention kernels, the Triton ones': it knows nothing of
+    # the Gluon kernels' schedule); elsewhere it would rank every point alike
+    modelled = (op == "gemm" and "BLOCK_M" in names) or (family == "attention" and backend in ("nvidia", "amd"))
+    defaults = template.default_point()
 
-    def predict(shape: dict, config: dict) -> float:
-        return perf.predict(op, {**shape, "dtype": sp["dtype"]}, config, machine, sp["dtype"]).seconds
+    def predict(shape: dict, config: dict, unit: str | None = None) -> float | None:
+        if not modelled or not set(axes) <= set(shape):
+            return None
+        point = template.nest({**defaults, **template.complete(config)})
+        problem_ = {**shape, **_families.unit_problem(family, unit), "dtype": dtype}
+        return perf.predict(op, problem_, point, machine, dtype).seconds
 
-    admitted, left_out = cited(records, op, backend, sp["dtype"], spec)
+    def flops(shape: dict | None) -> float | None:
+        if not shape:
+            return None
+        values = {**template.context(shape), **shape}
+        expr = template.cost_model.flops
+        return float(expressions.evaluate(expr, values)) if expressions.names(expr) <= set(values) else None
+
+    admitted, left_out = cited(records, op, backend, dtype, spec)
     timing: dict[int, str] = {}
-    mine = []
+    mine: dict[str | None, list[Record]] = defaultdict(list)  # unit -> records that time it
     for r, method in admitted:
-        r = r.model_copy(update={"config": template.complete(r.config)})
-        if set(names) <= set(r.config):
-            timing[id(r)] = method
-            mine.append(r)
+        config = template.complete(r.config)
+        for unit in _units(template):
+            if set(template.section_names(unit) if unit else names) <= set(config):
+                rr = r.model_copy(update={"config": config})
+                timing[id(rr)] = method
+                mine[unit].append(rr)
+                break
     # the points measured only by timings the rules leave out: cited with the reason, never with the number
     unmeasured: dict[tuple[str, str], str] = {}
-    for r in _records_for(records, op, backend, sp["dtype"]):
+    for r in _records_for(records, op, backend, dtype):
         if id(r) in left_out:
             config = template.complete(r.config)
             if set(names) <= set(config):
@@ -213,84 +181,84 @@ def build(family: str, target: str, records: list[Record], perf: _model.PerfMode
     template.measurements = {
         "selection": "roofline.selection.select (the rules the model is fit by)",
         "event_min_seconds": _selection.EVENT_MIN_SECONDS,
-        "cited": len(mine), "timing": dict(Counter(timing.values())),
+        "cited": sum(len(v) for v in mine.values()), "timing": dict(Counter(timing.values())),
         "left_out": dict(Counter(left_out.values())),
     }
-    shapes = {config_key(_shape_of(r, axes)): _shape_of(r, axes) for r in mine}
-    shipped, shipped_from = _shipped(family, backend, names, axes, sp["dtype"])
-    shipped = [p for p in shipped if p["device"] in ("", spec.key)]
+    shapes = {config_key(_shape_of(r, axes)): _shape_of(r, axes) for rs in mine.values() for r in rs}
+    shipped = [p for p in _families.shipped(family, target, dtype, names) if p.device in ("", spec.key)]
+    table = sp.table or ""
     for p in shipped:
-        if p["shape"]:
-            shapes.setdefault(config_key(p["shape"]), p["shape"])
+        if p.shape and set(axes) <= set(p.shape):
+            shapes.setdefault(config_key(p.shape), p.shape)
     for w in template.workloads:
         shapes.setdefault(config_key(w), w)
     template.workloads = list(shapes.values())
 
     # the hand-tuned points, with their measurement where one exists
-    by_point: dict[tuple[str, str], Record] = {}
-    for r in mine:
-        key = (config_key(_shape_of(r, axes)), config_key({k: r.config[k] for k in names}))
-        if key not in by_point or (r.median or r.value) < (by_point[key].median or by_point[key].value):
-            by_point[key] = r
+    by_point: dict[tuple[str, str | None, str], Record] = {}
+    for unit, rs in mine.items():
+        unit_names = template.section_names(unit) if unit else names
+        for r in rs:
+            key = (config_key(_shape_of(r, axes)), unit, config_key({k: r.config[k] for k in unit_names}))
+            if key not in by_point or (r.median or r.value) < (by_point[key].median or by_point[key].value):
+                by_point[key] = r
     baselines = _baselines(records, op, axes, spec)
     good: list[dict] = []
     for p in shipped:
-        shape, config = p["shape"], template.complete(p["config"])
-        key = (config_key(shape), config_key(config)) if shape else None
+        shape, config = p.shape, template.complete(p.config)
+        key = (config_key(shape), None, config_key(config)) if shape else None
         rec = by_point.get(key) if key else None
-        flops = _flops(shape)
-        detail = ", ".join(x for x in (p["label"] if not shape else "", p["source"]) if x)
+        detail = ", ".join(x for x in (p.label if not shape or not set(axes) <= set(shape) else "", p.source) if x)
+        full = shape and set(axes) <= set(shape)
         template.best_points.append(BestPoint(
-            shape=shape, config=config, source=f"shipped config {shipped_from}" + (f" ({detail})" if detail else ""),
-            measured=_measured(rec, flops, timing[id(rec)]) if rec else None,
-            unmeasured=unmeasured.get(key) if key and not rec else None,
-            predicted_s=predict(shape, config) if shape and set(config) == set(names) and template.is_valid(config)
+            shape=shape, config=config, source=f"shipped config {table}" + (f" ({detail})" if detail else ""),
+            measured=_measured(rec, flops(shape), timing[id(rec)]) if rec else None,
+            unmeasured=unmeasured.get(key[::2]) if key and not rec else None,
+            predicted_s=predict(shape, config) if full and set(config) == set(names) and template.is_valid(config)
             else None,
             baseline=baselines.get(config_key(shape)) if shape else None,
         ))
         good.append(config)
-    # the measured best per shape, where the records found one the shipped table does not hold
-    per_shape: dict[str, list[tuple[dict, Record]]] = defaultdict(list)
-    for (skey, _), r in by_point.items():
-        per_shape[skey].append(({k: r.config[k] for k in names}, r))
-    for skey, rows in per_shape.items():
+    # the measured best per shape (and kernel), where the records found one the shipped table does not hold
+    per_shape: dict[tuple[str, str | None], list[tuple[dict, Record]]] = defaultdict(list)
+    for (skey, unit, _), r in by_point.items():
+        unit_names = template.section_names(unit) if unit else names
+        per_shape[(skey, unit)].append(({k: r.config[k] for k in unit_names}, r))
+    for (skey, unit), rows in per_shape.items():
         rows.sort(key=lambda cr: cr[1].median or cr[1].value)
         good.extend(c for c, _ in rows[: max(1, len(rows) // 10)])
         best_cfg, best_rec = rows[0]
         shape = json.loads(skey)
         if not any(b.shape == shape and b.config == best_cfg for b in template.best_points):
             template.best_points.append(BestPoint(
-                shape=shape, config=best_cfg, source="records: fastest measured config",
-                measured=_measured(best_rec, _flops(shape), timing[id(best_rec)]), predicted_s=predict(shape, best_cfg),
-                baseline=baselines.get(skey)))
+                shape=shape, section=unit, config=best_cfg,
+                source="records: fastest measured config" + (f" of the {unit} kernel" if unit else ""),
+                measured=_measured(best_rec, flops(shape) if not unit else None, timing[id(best_rec)]),
+                predicted_s=predict(shape, best_cfg) if not unit else None, baseline=baselines.get(skey)))
     _priors(template.parameters, good)
     for p in template.parameters:
         if p.prior:
             p.default = max(p.values, key=lambda v: p.prior[str(v)])
 
-    # the model's picks per workload
+    # the model's picks per workload (and kernel), with the number of valid points
+    defaults = template.default_point()
     for shape in template.workloads:
-        valid = template.valid_points(shape)
-        scored = sorted(((predict(shape, c), c) for c in valid), key=lambda sc: sc[0])[:top_k]
-        template.cost_model.predictions.append({
-            "shape": shape, "valid_points": len(valid),
-            "top": [{"config": c, "predicted_s": s} for s, c in scored],
-        })
+        for unit in _units(template):
+            valid = template.valid_points(shape, unit if unit else None)
+            scored = sorted(((s, c) for c in valid if (s := predict(shape, c, unit)) is not None), key=lambda sc: sc[0])
+            entry = {"shape": shape, "valid_points": len(valid),
+                     "top": [{"config": c, "predicted_s": s} for s, c in scored[:top_k]]}
+            template.cost_model.predictions.append({**entry, "section": unit} if unit else entry)
     return template
 
 
-def _flops(shape: dict | None) -> float | None:
-    if not shape:
-        return None
-    return 2.0 * shape["M"] * shape["N"] * shape["K"] * int(shape.get("batch") or 1)
-
-
 def _baselines(records: list[Record], op: str, axes: list[str], spec: devices.DeviceSpec) -> dict[str, dict]:
-    """The vendor library's time per shape (records named like ``torch.matmul``), held to the same
-    timing rule as our kernels (``roofline.selection.timing_reason``)."""
+    """The vendor library's time per shape (records named like ``torch.matmul``, or marked as the
+    baseline), held to the same timing rule as our kernels (``roofline.selection.timing_reason``)."""
     out: dict[str, dict] = {}
     for r in records:
-        if r.kind != "kernel" or r.op != op or not r.name.startswith("torch") or r.metric != "time":
+        baseline = r.name.startswith("torch") or r.extra.get("role") == "baseline"
+        if r.kind != "kernel" or r.op != op or not baseline or r.metric != "time":
             continue
         if _selection.timing_reason(r) is not None:
             continue
@@ -320,11 +288,13 @@ def write(template: Template, records: list[Record], out: str | Path) -> Path:
     with open(folder / template.records_file, "w") as fh:
         for r in mine:
             fh.write(r.model_dump_json() + "\n")
-    measured_shapes = {config_key(_shape_of(r, template.axes)): _shape_of(r, template.axes)
-                       for r in complete if set(template.names) <= set(r.config)}
-    for shape in measured_shapes.values():
-        name = "x".join(str(shape[a]) for a in template.axes)
-        kernel_tuner_cache(template, shape, complete, folder / "kernel_tuner" / f"{name}.json")
+    for unit in _units(template):
+        unit_names = template.section_names(unit) if unit else template.names
+        measured_shapes = {config_key(_shape_of(r, template.axes)): _shape_of(r, template.axes)
+                           for r in complete if set(unit_names) <= set(r.config)}
+        for shape in measured_shapes.values():
+            name = "x".join(str(shape[a]) for a in template.axes if a in shape) + (f".{unit}" if unit else "")
+            kernel_tuner_cache(template, shape, complete, folder / "kernel_tuner" / f"{name}.json", section=unit)
     return folder
 
 
@@ -337,8 +307,8 @@ def export(out: str | Path, records: list[Record], families_: list[str] | None =
         for target in targets(family):
             if targets_ and target not in targets_:
                 continue
-            spec = devices.get(space(family)["targets"][target]["device"])
-            acc = (accuracy or {}).get(f"{spec.key}|{space(family)['op']}")
+            sp = spaces.get(family, target)
+            acc = (accuracy or {}).get(f"{devices.get(sp.device).key}|{spaces.family(family).op}")
             template = build(family, target, records, perf, accuracy=acc)
             folders.append(write(template, records, out))
     return folders

@@ -336,30 +336,70 @@ append(sys.argv[1], [Record(kind="microbench", op="hbm-bandwidth", name="copy", 
 
 
 def test_device_check_end_to_end_with_the_gpu_gate_lifted(tmp_path, monkeypatch):
-    """The command's orchestration on tiny CPU parts: processes, budget, merge, table, exit code."""
+    """The command's orchestration on tiny CPU parts: processes, merge, table, notes, exit code.
+
+    Each part's time budget is far beyond what its work takes even on a loaded machine, so no
+    part stops starting cases and the output cannot depend on how fast the machine is; the
+    budget arithmetic itself is checked on a fake clock below.
+    """
     from roofline.commands import device_check as dc
 
     cli = ("-m", "roofline.cli", "bench", "--shapes", "tiny", "--device", "cpu", "attention")
+    hour = 3600.0
     parts = [
-        dc.Part("correctness", 60, (*cli, "--check-only")),
-        dc.Part("attention", 60, cli),
-        dc.Part("broken", 60, ("-c", "raise SystemExit(7)"), bench=False),
-        dc.Part("microbench", 60, ("-c", MICROBENCH_STANDIN, str(tmp_path / "out" / "microbench")), bench=False),
+        dc.Part("correctness", hour, (*cli, "--check-only")),
+        dc.Part("attention", hour, cli),
+        dc.Part("broken", hour, ("-c", "raise SystemExit(7)"), bench=False),
+        dc.Part("microbench", hour, ("-c", MICROBENCH_STANDIN, str(tmp_path / "out" / "microbench")), bench=False),
     ]
     monkeypatch.setattr(dc, "gpu_refusal", lambda: None)
     monkeypatch.setattr(dc, "_environment", lambda out: {"gpu": "CPU stand-in", "capability": "-", "backends": []})
     monkeypatch.setattr(dc, "plan", lambda out, ops, microbench=True: parts)
-    result = CliRunner().invoke(app, ["device-check", "--out", str(tmp_path / "out"), "--budget-s", "300"])
+    result = CliRunner().invoke(app, ["device-check", "--out", str(tmp_path / "out"), "--budget-s", str(5 * hour)])
     assert result.exit_code == 1, result.output  # the broken part makes the check fail, after everything ran
     out = tmp_path / "out"
     text = result.output
     assert "correctness: ok" in text and "attention: ok" in text and "broken: exit 7" in text
-    assert text.rstrip().splitlines()[-1].startswith("skipped")  # the table and its notes come last
+    assert "not run (time budget spent)" not in text
+    lines = text.rstrip().splitlines()
+    table_end = max(i for i, line in enumerate(lines) if line.startswith("└"))
+    assert table_end > max(i for i, line in enumerate(lines) if "broken: exit 7" in line)  # statuses, then the table
+    notes = lines[table_end + 1:]  # the table's notes come last: one line per skipped baseline
+    assert notes and all(line.startswith(("correctness:", "skipped")) for line in notes), notes
+    assert notes[-1].startswith("skipped")
     assert "sdpa (speedup)" in text
     stored = load(out / "records")
     assert {r.kind for r in stored} == {"kernel", "correctness", "microbench"}
     assert len((out / "records.jsonl").read_text().splitlines()) == len(stored)
     assert "done in" in (out / "device-check.log").read_text()
+
+
+def test_device_check_budget_slices_carry_over_and_run_out(tmp_path, monkeypatch):
+    """``run_parts`` on a fake clock: each part gets its share plus what the ones before left, a bench
+    part is told to stop 25 s early, and a part with under 15 s left is not started."""
+    from roofline.commands import device_check as dc
+
+    clock = [1000.0]
+    took = {"a": 20.0, "b": 150.0, "c": 0.0, "d": 0.0}  # seconds each part's process runs
+    started = []
+
+    def fake_run(argv, **kw):
+        name = Path(kw["stdout"].name).stem
+        started.append((name, argv))
+        clock[0] += took[name]
+        return subprocess.CompletedProcess(argv, 7 if name == "b" else 0)
+
+    monkeypatch.setattr(dc.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(dc.subprocess, "run", fake_run)
+    parts = [dc.Part("a", 60, ("x",)), dc.Part("b", 60, ("x",)), dc.Part("c", 60, ("x",), bench=False),
+             dc.Part("d", 60, ("x",))]
+    merged, statuses, clean = dc.run_parts(parts, tmp_path, 180.0, lambda msg: None)
+    budgets = {name: float(argv[argv.index("--budget-s") + 1]) for name, argv in started if "--budget-s" in argv}
+    assert budgets == {"a": 35.0, "b": 75.0}  # a: 60 - 25; b: its 60 + a's unused 40, less 25
+    assert [name for name, _ in started] == ["a", "b"]  # 180 - 20 - 150 leaves 10 s: too little for c or d
+    assert statuses[0] == "a: ok (20s)" and statuses[1].startswith("b: exit 7")
+    assert statuses[2:] == ["c: not run (time budget spent)", "d: not run (time budget spent)"]
+    assert not clean
 
 
 class _FakeEvent:

@@ -22,8 +22,12 @@ dK/dV and dQ kernels instead, which are bitwise reproducible. The fast mode is t
 default because it is what the Gluon implementation exists for (five products per block pair
 instead of seven); determinism is a choice the caller makes.
 
-Tile overrides: ``config={"implementation": "gluon", "gluon": {"fwd": {"block_n": 64}, "bwd": {...}}}``,
-validated against ``configs/attention_gluon_space.json`` before anything launches.
+Tile overrides: ``config={"implementation": "gluon", "gluon": {"fwd": {"block_n": 64}, "bwd": {...}}}``
+over the table's entry for the head dim. The whole config is checked against the sm_90a attention
+space (``kernels/spaces/attention.json``, whose ``gluon`` key holds a config of
+``kernels/spaces/attention_gluon.json``) before anything is decided, and the merged tiles of the
+kernel about to run against the Gluon space's constraints (shared memory at this head dim) before
+it launches: a bad key or value is an ``InputError`` naming it (``gluon.fwd.block_n``).
 """
 
 from __future__ import annotations
@@ -34,11 +38,12 @@ from typing import Any
 
 import torch
 
-from kernels.errors import InputError
+from kernels import spaces
 from kernels.nvidia.gluon import static_check, unsupported_reason
 
 LOG2E = 1.4426950408889634
-IMPLEMENTATIONS = ("triton", "gluon")
+TARGET = "sm_90a"
+SPACE = "attention_gluon"  # the space of config["gluon"]
 CONFIG_KEYS = ("implementation", "deterministic", "gluon")  # the keys of an attention config read here
 KERNEL_DTYPES = (torch.float16, torch.bfloat16)
 
@@ -58,37 +63,24 @@ def head_dims(direction: str) -> list[int]:
 
 
 def validate_config(config: dict | None) -> None:
-    """Raise ``InputError`` for a bad value of the keys this module reads (the Triton kernels'
-    keys are theirs to check)."""
-    if not config:
-        return
-    impl = config.get("implementation")
-    if impl is not None and impl not in IMPLEMENTATIONS:
-        raise InputError("config", f"'implementation' in {IMPLEMENTATIONS}", repr(impl))
-    if not isinstance(config.get("deterministic", False), bool):
-        raise InputError("config", "'deterministic' a bool", repr(config["deterministic"]))
-    tiles = config.get("gluon")
-    if tiles is None:
-        return
-    if not isinstance(tiles, dict) or not set(tiles) <= {"fwd", "bwd"}:
-        raise InputError("config", "'gluon' a dict with sections 'fwd' and/or 'bwd'", repr(tiles))
-    domains = static_check.space()
-    for section, knobs in tiles.items():
-        if not isinstance(knobs, dict):
-            raise InputError("config", f"'gluon'['{section}'] a dict of knobs", repr(knobs))
-        for knob, value in knobs.items():
-            allowed = domains[section].get(knob)
-            if allowed is None:
-                raise InputError("config", f"'gluon'['{section}'] knobs among {sorted(domains[section])}", repr(knob))
-            if value not in allowed or type(value) is not type(allowed[0]):
-                raise InputError("config", f"'gluon'['{section}']['{knob}'] in {allowed}", repr(value))
+    """Raise ``InputError`` for a key or value the sm_90a attention space does not allow (the
+    Triton kernels' keys and, under ``"gluon"``, the Gluon kernels' tiles)."""
+    if config is not None:
+        spaces.check("attention", TARGET, config, partial=True)
 
 
-def tiles(head_dim: int, direction: str, config: dict | None = None) -> dict:
-    """The shipped config of ``direction`` at ``head_dim`` with ``config["gluon"][direction]`` over it."""
-    entry = dict(_table()["sm90"][str(head_dim)][direction])
-    entry.update(((config or {}).get("gluon") or {}).get(direction, {}))
-    return entry
+def tiles(head_dim: int, direction: str, config: dict | None = None, dtype_bytes: int = 2) -> dict:
+    """The shipped config of ``direction`` at ``head_dim`` with ``config["gluon"][direction]`` over
+    it, checked whole against the Gluon space at this head dim."""
+    entry = {direction: _table()["sm90"][str(head_dim)][direction]}
+    override = ((config or {}).get("gluon") or {}).get(direction)
+    nested = spaces.get(SPACE, TARGET)
+    try:
+        merged = spaces.resolve(SPACE, TARGET, entry, {direction: override} if override else None,
+                                {"head_dim": head_dim, "dtype_bytes": dtype_bytes})
+    except spaces.ConfigError as err:
+        raise err.under("gluon", [*nested.flat(), *nested.keys()]) from None
+    return merged[direction]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -229,7 +221,7 @@ def forward(q, k, v, causal: bool, scale: float, config: dict | None = None):
     q, k, v = _tma_ready(q), _tma_ready(k), _tma_ready(v)
     batch, seqlen_q, heads, head_dim = q.shape
     seqlen_k, kv_heads = k.shape[1], k.shape[2]
-    knobs = tiles(head_dim, "fwd", config)
+    knobs = tiles(head_dim, "fwd", config, q.element_size())
     c = static_check.fwd_constexprs(head_dim, causal, knobs)
     o = _empty(q.shape, q)
     lse = _empty((batch, heads, seqlen_q), q, torch.float32)
@@ -269,7 +261,7 @@ def backward(do, q, k, v, o, lse, causal: bool, scale: float, config: dict | Non
     batch, seqlen_q, heads, head_dim = q.shape
     seqlen_k, kv_heads = k.shape[1], k.shape[2]
     group = heads // kv_heads
-    knobs = tiles(head_dim, "bwd", config)
+    knobs = tiles(head_dim, "bwd", config, q.element_size())
     c = static_check.bwd_constexprs(head_dim, causal, knobs)
     delta = _delta(o, do)
     dq32 = torch.zeros((batch, seqlen_q, heads, head_dim), device=q.device, dtype=torch.float32)

@@ -31,7 +31,6 @@ from kernels.nvidia.gluon import triton_release
 from kernels.nvidia.gluon.sass_facts import Design, facts, violations
 
 TABLE_FILE = Path(__file__).resolve().parents[1] / "configs" / "attention_gluon.json"
-SPACE_FILE = Path(__file__).resolve().parents[1] / "configs" / "attention_gluon_space.json"
 BLOCK_M = 128  # forward query tile: two consumer warpgroups of 64 rows
 BWD_BLOCK_N = 128  # backward key block: two consumer warpgroups of 64 keys
 DQ_PIECE = 64  # backward dQ columns per TMA reduction
@@ -64,11 +63,6 @@ _TRITON_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 @functools.cache
 def table() -> dict:
     return json.loads(TABLE_FILE.read_text())
-
-
-@functools.cache
-def space() -> dict:
-    return json.loads(SPACE_FILE.read_text())
 
 
 def smem_layout(block: list[int], dtype: str):

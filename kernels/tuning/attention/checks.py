@@ -53,7 +53,8 @@ def references(group: Group, x: dict, saved) -> dict:
         g16 = torch.autograd.grad(o16, leaves, x["do"])
     fwd = ((o32, lse32), (o16.detach(), None))
     return {"fwd": fwd, "fwd_rows": fwd, "bwd_dkdv": ((dk32, dv32), (g16[1], g16[2])),
-            "bwd_dq": ((dq32,), (g16[0],)), "bwd_dbias": ((db32,), (g16[3],))}
+            "bwd_dq": ((dq32,), (g16[0],)), "bwd_dbias": ((db32,), (g16[3],)),
+            "bwd_dkdv_dq": ((dq32, dk32, dv32), (g16[0], g16[1], g16[2]))}
 
 
 def error_check(ours: tuple, ref32: tuple, ref16: tuple) -> dict:

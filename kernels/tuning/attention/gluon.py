@@ -3,9 +3,12 @@ checked and timed on this GPU next to the Triton kernels, and applied only where
 
     python -m kernels.tuning.attention.gluon --out DIR --budget-s 150 [--apply]
 
-1. **Candidates**: the grid of ``configs/attention_gluon_space.json`` per kernel and head dim,
-   each compiled for sm_90a and held to the design (:mod:`kernels.nvidia.gluon.static_check`) in
-   a pool of processes; nearest the shipped config first (it, then one knob changed, ...).
+1. **Candidates**: per kernel and head dim, the points of the Gluon space's search grid
+   (``kernels/spaces/attention_gluon.json``) that ``python -m kernels.tuning.space attention_gluon``
+   kept in ``kernels/spaces/candidates/attention_gluon.sm_90a.json``: compiled for sm_90a (causal)
+   under Triton 3.6 and 3.9 and held to the design (:mod:`kernels.nvidia.gluon.static_check`), so
+   the device compiles only what it times; nearest the shipped config first (it, then one knob
+   changed, ...).
 2. **Per group** (head dim 128 and 64 at S = 4096, B * H * D fixed as in the benchmark suite;
    causal and not): the Triton kernels (the current implementation) and each surviving
    candidate run once on fresh random inputs at a small shape of the same specialization and are
@@ -24,58 +27,41 @@ Rows (JSON, one per timed or failed candidate) go to ``DIR/gluon-attention-rows.
 from __future__ import annotations
 
 import argparse
-import concurrent.futures as cf
 import datetime as _dt
 import itertools
 import json
 import math
-import multiprocessing
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from kernels import spaces
 from kernels.nvidia.gluon import static_check
+from kernels.tuning import space as candidate_filter
+
+FAMILY = "attention_gluon"
 
 # (head dim, (batch, seq, heads) timed, (batch, seq, heads) checked)
 GROUPS = [(128, (4, 4096, 16), (1, 700, 4)), (64, (4, 4096, 32), (1, 700, 4))]
 
 
-def grid(kernel: str) -> list[dict]:
-    knobs = {k: v for k, v in static_check.space()[kernel].items()}
-    names = list(knobs)
-    return [dict(zip(names, values)) for values in itertools.product(*(knobs[n] for n in names))]
-
-
 def candidates(kernel: str, head_dim: int) -> list[dict]:
-    """The grid nearest the shipped config first: the shipped one, then those that change one
-    knob (exp2_split, pingpong, ...), then two, and so on; a budget cut keeps the informative ones."""
+    """The statically checked candidates of ``kernel`` at ``head_dim``, nearest the shipped config
+    first: the shipped one, then those that change one knob (exp2_split, pingpong, ...), then two,
+    and so on; a budget cut keeps the informative ones."""
     shipped = static_check.table()["sm90"].get(str(head_dim), {}).get(kernel) or {}
-    return sorted(grid(kernel), key=lambda c: sum(c.get(k) != v for k, v in shipped.items()))
+    found = [{k: v for k, v in c.items() if k != "static"}
+             for c in candidate_filter.candidates(FAMILY, str(head_dim), kernel)]
+    return sorted(found, key=lambda c: sum(c.get(k) != v for k, v in shipped.items()))
 
 
-def _static_ok(args: tuple) -> tuple[tuple, list[str]]:
-    kernel, head_dim, causal, knobs = args
-    try:
-        return args, static_check.check(static_check.spec(kernel, head_dim, causal, knobs))["violations"]
-    except Exception as exc:  # noqa: BLE001 - a config that does not compile is dropped with its reason
-        return args, [f"does not compile: {type(exc).__name__}: {str(exc)[-300:]}"]
-
-
-def sound_candidates(head_dims, workers: int) -> dict[tuple, list[dict]]:
-    """(kernel, head dim, causal) -> the candidates whose SASS is the design, in priority order."""
-    jobs = [(kernel, d, causal, knobs) for d in head_dims for causal in (False, True) for kernel in ("fwd", "bwd")
-            if str(d) in static_check.table()["sm90"] and kernel in static_check.table()["sm90"][str(d)]
-            for knobs in candidates(kernel, d)]
-    ok: dict[tuple, list[dict]] = {}
-    ctx = multiprocessing.get_context("spawn")
-    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        results = dict(pool.map(_static_ok, jobs))
-    for job in jobs:
-        kernel, d, causal, knobs = job
-        if not results[job]:
-            ok.setdefault((kernel, d, causal), []).append(knobs)
-    return ok
+def sound_candidates(head_dims) -> dict[tuple, list[dict]]:
+    """(kernel, head dim, causal) -> the candidates to time, in priority order, where the table
+    has a config of that kernel at that head dim."""
+    table = static_check.table()["sm90"]
+    return {(kernel, d, causal): candidates(kernel, d) for d in head_dims for causal in (False, True)
+            for kernel in ("fwd", "bwd") if kernel in table.get(str(d), {})}
 
 
 def _inputs(b, s, h, d, seed):
@@ -143,11 +129,11 @@ def _time(config: dict, shape, causal: bool, rep_ms: int) -> dict:
             "bwd_ms": g[0], "bwd_p20_ms": g[1], "bwd_p80_ms": g[2], "bwd_tflops": 2.5 * flops / g[0] / 1e9}
 
 
-def sweep(out: Path, budget_s: float, rep_ms: int, workers: int) -> list[dict]:
+def sweep(out: Path, budget_s: float, rep_ms: int) -> list[dict]:
     start = time.monotonic()
-    sound = sound_candidates([d for d, _, _ in GROUPS], workers)
-    print(f"static check: {sum(map(len, sound.values()))} sound candidates in {time.monotonic() - start:.0f} s",
-          flush=True)
+    sound = sound_candidates([d for d, _, _ in GROUPS])
+    print(f"{sum(map(len, sound.values()))} statically checked candidates "
+          f"({candidate_filter.candidates_file(FAMILY).name})", flush=True)
     rows: list[dict] = []
     groups = list(itertools.product(GROUPS, (False, True)))
     first = time.monotonic()
@@ -227,6 +213,8 @@ def apply(wins: list[dict]) -> dict:
     table = json.loads(static_check.TABLE_FILE.read_text())
     device, provenance = torch.cuda.get_device_name(), _provenance()
     for w in wins:
+        spaces.check(FAMILY, candidate_filter.TARGET, {w["direction"]: w["knobs"]},
+                     {"head_dim": w["head_dim"], "dtype_bytes": 2})
         table["sm90"][str(w["head_dim"])][w["direction"]] = w["knobs"]
         table["default"] = [e for e in table.get("default", []) if not (
             e["head_dim"] == w["head_dim"] and e["causal"] == w["causal"] and e["direction"] == w["direction"]
@@ -246,7 +234,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--budget-s", type=float, default=150.0)
     parser.add_argument("--rep-ms", type=int, default=10)
-    parser.add_argument("--workers", type=int, default=8, help="processes for the static check")
     parser.add_argument("--apply", action="store_true", help="write the winners into configs/attention_gluon.json")
     opts = parser.parse_args(argv)
     import torch
@@ -255,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         print("the Gluon sweep needs a Hopper GPU", file=sys.stderr)
         return 2
     opts.out.mkdir(parents=True, exist_ok=True)
-    rows = sweep(opts.out, opts.budget_s, opts.rep_ms, opts.workers)
+    rows = sweep(opts.out, opts.budget_s, opts.rep_ms)
     wins = winners(rows)
     (opts.out / "gluon-attention-winners.json").write_text(json.dumps(wins, indent=1))
     for w in wins:

@@ -11,6 +11,8 @@ ATTENTION_KERNELS = ("fwd", "dkdv", "dq")
 # timed as a kernel of its own, and chosen over the pair when it beats their sum.
 SWEPT_ATTENTION_KERNELS = (*ATTENTION_KERNELS, "dkdv_dq")
 TRIANGLE_KERNELS = ("fwd", "fwd_rows", "bwd_dkdv", "bwd_dq", "bwd_dbias")
+# "bwd_dkdv_dq": the same for triangle attention (its config key "DQ_ATOMIC").
+SWEPT_TRIANGLE_KERNELS = (*TRIANGLE_KERNELS, "bwd_dkdv_dq")
 
 
 @dataclass(frozen=True)
@@ -44,9 +46,9 @@ def attention_groups() -> list[Group]:
 
 def triangle_groups() -> list[Group]:
     """AlphaFold 3's pair stack: 4 heads of 32, N = 384 (all candidates), then N = 768."""
-    g384 = Group("triangle_attention", "32", (1, 384, 4, 32), (1, 384, 4, 32), kernels=TRIANGLE_KERNELS)
+    g384 = Group("triangle_attention", "32", (1, 384, 4, 32), (1, 384, 4, 32), kernels=SWEPT_TRIANGLE_KERNELS)
     return [g384, Group("triangle_attention", "32", (1, 768, 4, 32), (1, 384, 4, 32), base=g384.name,
-                        kernels=TRIANGLE_KERNELS)]
+                        kernels=SWEPT_TRIANGLE_KERNELS)]
 
 
 def shipped(op: str, key: str, kernel: str, causal: bool = False) -> dict:
@@ -65,9 +67,17 @@ def shipped(op: str, key: str, kernel: str, causal: bool = False) -> dict:
             section.update(pre_load_v=knobs["PRE_LOAD_V"], warp_specialize=knobs["WARP_SPECIALIZE"],
                            exp2_split=knobs["EXP2_SPLIT"])
         return section
+    table = triangle_table(key)
+    if kernel in ("bwd_dkdv", "bwd_dkdv_dq"):  # DQ_ATOMIC is pinned by the sweep kernel (see thunk)
+        return {k: v for k, v in table["bwd_dkdv"].items() if k != "DQ_ATOMIC"}
+    return table[kernel]
+
+
+def triangle_table(key: str) -> dict:
+    """The H200 table's triangle-attention configs for head-dim key ``key``, as shipped."""
     from kernels.nvidia import triangle_attention as T
 
-    return T.config_for("H200", int(key), "bfloat16")[kernel]
+    return T.config_for("H200", int(key), "bfloat16")
 
 
 def same_config(a: dict, b: dict) -> bool:
@@ -76,11 +86,14 @@ def same_config(a: dict, b: dict) -> bool:
 
 
 def candidate_list(group: Group, kernel: str) -> list[dict]:
-    """The shipped config first (marked), then the statically checked candidates."""
+    """The shipped config first (marked), then the statically checked candidates, nearest the
+    shipped config first (fewest keys that differ), so that a short budget times each knob's
+    step away from what ships before the far corners of the grid."""
     from kernels.tuning.space import candidates
 
     current = shipped(group.op, group.key, kernel, group.causal)
     rest = [c for c in candidates(group.op, group.key, kernel) if not same_config(c, current)]
+    rest.sort(key=lambda c: sum(plain(c).get(k, False) != current.get(k, False) for k in set(plain(c)) | set(current)))
     return [{**current, "shipped": True}] + rest
 
 
@@ -153,6 +166,8 @@ def thunk(group: Group, kernel: str, cfg: dict, x: dict, saved):
     if kernel in ("fwd", "fwd_rows"):
         full["fwd"] = cfg
         return lambda: T.triangle_attention_fwd(x["q"], x["k"], x["v"], x["bias"], x["mask"], scale, full)
+    if kernel in ("bwd_dkdv", "bwd_dkdv_dq"):  # with DQ_ATOMIC the dK/dV launch writes dQ too
+        kernel, cfg = "bwd_dkdv", {**cfg, "DQ_ATOMIC": kernel == "bwd_dkdv_dq"}
     full[kernel] = cfg
     out, lse = saved
     return lambda: T.triangle_attention_bwd(x["q"], x["k"], x["v"], x["bias"], x["mask"], scale, out, lse, x["do"], full,
@@ -166,8 +181,8 @@ def outputs_of(group: Group, kernel: str, result) -> tuple:
                 "dkdv_dq": lambda r: (r[0], r[1], r[2])}[kernel](result)
     if kernel in ("fwd", "fwd_rows"):
         return result
-    return {"bwd_dkdv": lambda r: (r[1], r[2]), "bwd_dq": lambda r: (r[0],),
-            "bwd_dbias": lambda r: (r[3],)}[kernel](result)
+    return {"bwd_dkdv": lambda r: (r[1], r[2]), "bwd_dq": lambda r: (r[0],), "bwd_dbias": lambda r: (r[3],),
+            "bwd_dkdv_dq": lambda r: (r[0], r[1], r[2])}[kernel](result)
 
 
 def flops(group: Group, kernel: str) -> float:
@@ -180,7 +195,8 @@ def flops(group: Group, kernel: str) -> float:
         per = {"fwd": 4, "dkdv": 8, "dq": 6, "dkdv_dq": 10}[kernel]  # 2 FLOPs per MAC x (2, 4, 3, 5) dots of D
         return per * scores * d
     scores = b * s * h * s * s
-    per = {"fwd": 4, "fwd_rows": 4, "bwd_dkdv": 8, "bwd_dq": 6, "bwd_dbias": 4}[kernel]  # dbias: QK^T, dP
+    per = {"fwd": 4, "fwd_rows": 4, "bwd_dkdv": 8, "bwd_dq": 6, "bwd_dbias": 4,  # dbias: QK^T, dP
+           "bwd_dkdv_dq": 10}[kernel]
     return per * scores * d
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from kernels.tuning.attention.problems import (
     ATTENTION_KERNELS,
+    TRIANGLE_KERNELS,
     attention_groups,
     plain,
     same_config,
@@ -22,14 +23,20 @@ def winners(rows: list[dict]) -> dict:
     return best
 
 
-def backward_choice(best: dict, dkdv: dict) -> dict:
+def backward_choice(best: dict, dkdv: dict, kernels=("dkdv", "dq", "dkdv_dq"), knob: str = "dq_atomic") -> dict:
     """The dK/dV config to ship: the fastest ``dkdv_dq`` (dQ accumulated in the dK/dV kernel)
-    when it beats the fastest dkdv plus the fastest dq, else ``dkdv``; ``dq_atomic`` always set,
-    so a causal override cannot inherit the other choice's."""
-    pair = [best[k]["median_ms"] for k in ("dkdv", "dq") if k in best]
-    if "dkdv_dq" in best and len(pair) == 2 and best["dkdv_dq"]["median_ms"] < sum(pair):
-        return {**plain(best["dkdv_dq"]["config"]), "dq_atomic": True}
-    return {**plain(dkdv), "dq_atomic": False}
+    when it beats the fastest dkdv plus the fastest dq, else ``dkdv``; ``knob`` (``dq_atomic``)
+    always set, so a causal override cannot inherit the other choice's. ``kernels`` and ``knob``:
+    the sweep kernels' names and the config key (triangle attention's ``bwd_dkdv``, ``bwd_dq``,
+    ``bwd_dkdv_dq`` and ``DQ_ATOMIC``)."""
+    dkdv_k, dq_k, fused_k = kernels
+    pair = [best[k]["median_ms"] for k in (dkdv_k, dq_k) if k in best]
+    if fused_k in best and len(pair) == 2 and best[fused_k]["median_ms"] < sum(pair):
+        return {**plain(best[fused_k]["config"]), knob: True}
+    return {**plain(dkdv), knob: False}
+
+
+TRIANGLE_DKDV = ("bwd_dkdv", "bwd_dq", "bwd_dkdv_dq")
 
 
 def winners_by_group(rows: list[dict]) -> dict:
@@ -125,9 +132,11 @@ def apply_attention(rows: list[dict], provenance: str, path=None) -> dict:
 
 def apply_triangle(rows: list[dict], provenance: str, device_key: str = "H200", path=None) -> dict:
     """Write the winners of N = 384 into ``configs/triangle_attention.json`` under ``device_key``
-    (head dims up to 32). ``fwd`` takes the faster of the plain and the row-sharing forward. Each
-    section keeps its float32 overrides, and where the bf16 config changed they are pinned to the
-    float32 config that was in force, which the sweep did not measure."""
+    (head dims up to 32). ``fwd`` takes the faster of the plain and the row-sharing forward;
+    ``bwd_dkdv`` gets ``DQ_ATOMIC`` when the dK/dV kernel with dQ in it beat dK/dV plus dQ
+    (:func:`backward_choice`). Each section keeps its float32 overrides, and where the bf16
+    config changed they are pinned to the float32 config that was in force, which the sweep did
+    not measure (the knobs ROWS, DQ_ATOMIC, ROW_SPLIT off unless they were on)."""
     import json
 
     from kernels.nvidia import triangle_attention as T
@@ -139,13 +148,17 @@ def apply_triangle(rows: list[dict], provenance: str, device_key: str = "H200", 
     best = winners([r for r in rows if r["group"] == g.name])
     if "fwd_rows" in best and ("fwd" not in best or best["fwd_rows"]["median_ms"] < best["fwd"]["median_ms"]):
         best = {**best, "fwd": best["fwd_rows"]}
+    picked = {k: plain(r["config"]) for k, r in best.items() if k in TRIANGLE_KERNELS}
+    if "bwd_dkdv" in picked:
+        picked["bwd_dkdv"] = backward_choice(best, picked["bwd_dkdv"], TRIANGLE_DKDV, "DQ_ATOMIC")
     entry = table.setdefault(device_key, {}).setdefault("d<=32", {})
     old_f32 = T.config_for(device_key, 32, "float32", path)
-    for k, r in best.items():
+    for k, cfg in picked.items():
         f32 = dict(old_f32[k])
-        if "ROWS" in r["config"]:  # the float32 entry overrides key by key: say ROWS even where it was 1
-            f32.setdefault("ROWS", 1)
-        entry[k] = {**r["config"], "float32": f32}
+        for knob, off in (("ROWS", 1), ("DQ_ATOMIC", False), ("ROW_SPLIT", 1)):
+            if knob in cfg:  # the float32 entry overrides key by key: say the knob even where it was off
+                f32.setdefault(knob, off)
+        entry[k] = {**cfg, "float32": f32}
     key = "_doc" if "_doc" in table else "_about"
     table[key] = provenance
     _write_json(path, table, indent=1)

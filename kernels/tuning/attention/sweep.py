@@ -25,8 +25,9 @@ from kernels.tuning.attention.problems import (
     triangle_groups,
     triangle_inputs,
     triangle_saved,
+    triangle_table,
 )
-from kernels.tuning.attention.results import backward_choice, winners
+from kernels.tuning.attention.results import TRIANGLE_DKDV, backward_choice, winners
 from kernels.tuning.timers import time_events, time_graph
 
 def _pool(workers: int):
@@ -65,8 +66,12 @@ class Sweep:
             # the GPU is idle), then time them; derived groups (causal, longer N) then check and
             # time only the base group's fastest few and the shipped config.
             for phase in ([g for g in groups if g.base is None], [g for g in groups if g.base is not None]):
-                todo = {(g.name, k, i): (g, k, plain(self.plans[(g.name, k)][i]))
-                        for g in phase for k in g.kernels for i in self._order(g, k)}
+                # the kernels' candidates interleaved (each kernel's first, then each one's second, ...),
+                # so that a check cut short by the budget has reached every kernel
+                orders = {(g, k): self._order(g, k) for g in phase for k in g.kernels}
+                todo = {(g.name, k, order[rank]): (g, k, plain(self.plans[(g.name, k)][order[rank]]))
+                        for rank in range(max(map(len, orders.values())))
+                        for (g, k), order in orders.items() if rank < len(order)}
                 self._check(pool, todo, share=0.6 if phase[0].base is None else 0.8)
                 for g in phase:
                     rows += self._time_group(g)
@@ -186,13 +191,16 @@ class Sweep:
         """Our whole backward at the group's winners (and at the shipped configs), timed by events
         like the baseline's backward."""
         best = winners([r for r in rows if r["group"] == g.name])
-        bwd_kernels = [k for k in g.kernels if k not in ("fwd", "fwd_rows", "dkdv_dq")]
+        bwd_kernels = [k for k in g.kernels if k not in ("fwd", "fwd_rows", "dkdv_dq", "bwd_dkdv_dq")]
         out = []
         for label, pick in (("shipped", lambda k: shipped(g.op, g.key, k, g.causal)),
                             ("tuned", lambda k: best[k]["config"] if k in best else shipped(g.op, g.key, k, g.causal))):
             cfgs = {k: plain(pick(k)) for k in bwd_kernels}
             if g.op == "attention" and label == "tuned":
                 cfgs["dkdv"] = backward_choice(best, cfgs["dkdv"])
+            if g.op == "triangle_attention":  # the table's DQ_ATOMIC, or the tuned choice
+                cfgs["bwd_dkdv"] = (backward_choice(best, cfgs["bwd_dkdv"], TRIANGLE_DKDV, "DQ_ATOMIC")
+                                    if label == "tuned" else triangle_table(g.key)["bwd_dkdv"])
             try:
                 fn = full_backward(g, cfgs, x, saved)
                 ms, p20, p80 = time_events(fn, self.rep_ms)
