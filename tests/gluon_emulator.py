@@ -321,9 +321,15 @@ def tma_store(desc, coord, smem):
     desc.base[src] = smem.data[dst].to(desc.dtype)
 
 
+# A TMA reduction is atomic in the hardware; partitions here are threads, and two in-place adds to
+# the same rows (both backward consumers add to every dQ row of their query block) race without it.
+_REDUCTIONS = threading.Lock()
+
+
 def tma_atomic_add(desc, coord, smem):
     src, dst = desc.window(coord)
-    desc.base[src] += smem.data[dst].to(desc.dtype)
+    with _REDUCTIONS:
+        desc.base[src] += smem.data[dst].to(desc.dtype)
 
 
 class _Mbarrier:
