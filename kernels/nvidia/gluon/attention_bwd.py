@@ -139,10 +139,14 @@ def _bwd_step(m0, count, k_smem, v_smem, ds_smem, dq_smem, WG, dk, dv, q_smem, d
     kv_layout: gl.constexpr = mma_layout(HEAD_DIM)  # dK, dV: 64 keys x head_dim
     dq_layout: gl.constexpr = mma_layout(DQ_PIECE)  # a piece of dQ: BLOCK_M queries x 64 columns
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=kv_layout, k_width=2)
-    slot = count % NUM_STAGES
-    phase = (count // NUM_STAGES) & 1
-    # This warpgroup's keys of the K and V block, viewed anew each step (see step_zero).
+    # This warpgroup's keys of the K and V block, viewed anew each step (see step_zero); so is
+    # the Q and dO slot of a one-stage ring (always slot 0).
     zero = step_zero(m0, seqlen_q)
+    if NUM_STAGES == 1:
+        slot = zero
+    else:
+        slot = count % NUM_STAGES
+    phase = (count // NUM_STAGES) & 1
     k = k_smem.index(zero).reshape([2 * WG_N, HEAD_DIM]).slice(WG * WG_N, WG_N)
     v = v_smem.index(zero).reshape([2 * WG_N, HEAD_DIM]).slice(WG * WG_N, WG_N)
     q = q_smem.index(slot).reshape([BLOCK_M, HEAD_DIM])
