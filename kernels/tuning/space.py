@@ -41,9 +41,9 @@ OPS = FAMILIES[:2]  # the attention sweep's ops (kernels.tuning.attention)
 SMEM_LIMIT = spaces.target_limits(TARGET)["smem_per_block"]  # bytes one block may use on sm_90 (227 KiB)
 # What a kept point's binary showed, per family (the candidate file says it).
 KEPT = {"": "with tensor-core instructions, no spills and shared memory within 227 KiB",
-        "attention_gluon": ("to the Gluon design (kernels.nvidia.gluon.static_check: HGMMA in both consumer partitions, "
-                            "TMA loads in the producer, the register split, no spills beyond its known bound for the "
-                            "config under that Triton, shared memory within 227 KiB)")}
+        "attention_gluon": ("to the Gluon design (kernels.nvidia.gluon.static_check: HGMMA in both consumer "
+                            "partitions, TMA loads in the producer, the register split, no spills beyond its known "
+                            "bound for the config under that Triton, shared memory within 227 KiB)")}
 # The kernels a sweep times, in its order, where they are not simply the space's sections: each is
 # a section with some of its parameters pinned. Attention and triangle attention time the dK/dV kernel
 # alone and the dK/dV kernel with dQ accumulated in it (which replaces dkdv + dq) as two kernels.
