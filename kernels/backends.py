@@ -201,6 +201,13 @@ def implementation(op: str, backend: str):
     return importlib.import_module(OPS[op][backend])
 
 
+# (op, backend) -> a second implementation on that backend: (name, "module:function" giving its
+# (mode, reason) here). Which one runs a given problem: the backend module's implementation_for.
+SECOND_IMPLEMENTATIONS: dict[tuple[str, str], tuple[str, str]] = {
+    ("attention", "nvidia"): ("gluon", "kernels.nvidia.gluon.attention:availability"),
+}
+
+
 class Report(list):
     """The rows of :func:`report` (a list of dicts), shown as a table when printed or echoed by a REPL."""
 
@@ -230,9 +237,16 @@ class Report(list):
 
 
 def report() -> Report:
-    """One row per (op, backend): mode and reason (``ceiling backends``); prints as a table."""
-    return Report(
+    """One row per (op, backend): mode and reason (``ceiling backends``), and one per second
+    implementation of an op on a backend, named ``backend:implementation`` ("nvidia:gluon");
+    prints as a table."""
+    rows = Report(
         {"op": op, "backend": b, "mode": (a := op_availability(op, b)).mode, "reason": a.reason}
         for op in OPS
         for b in BACKENDS
     )
+    for (op, backend), (name, where) in SECOND_IMPLEMENTATIONS.items():
+        module, func = where.split(":")
+        mode, reason = getattr(importlib.import_module(module), func)()
+        rows.append({"op": op, "backend": f"{backend}:{name}", "mode": mode, "reason": reason})
+    return rows

@@ -44,18 +44,29 @@
 #           pip install --no-deps --target .pair-deps/cueq .pair-wheels/2/*.whl && scripts/h200_check.sh OUT pair
 #         The part puts $PAIR_DEPS/boltz and $PAIR_DEPS/cueq (PAIR_DEPS=.pair-deps) on PYTHONPATH; without
 #         Boltz it stops after saying so, without cuEquivariance that baseline is skipped with the reason.
+#   attention-gluon (about 7 minutes): the Gluon Hopper attention (kernels/nvidia/gluon):
+#         1. its tests marked `gpu` (forward and backward against float64 by the error-ratio rule:
+#            odd lengths, GQA/MQA, causal with q_len != k_len, rows that see no key, more tiles
+#            than SMs, head dim 256, fp16, the exp2-split and no-ping-pong configs);
+#         2. `ceiling bench attention --shapes attention-gluon`: both Hopper implementations
+#            against SDPA with its own backend choice and with flash, cuDNN and efficient pinned;
+#         3. the Gluon config sweep (kernels.tuning.attention.gluon --apply) over the statically
+#            checked candidates (kernels/spaces/candidates/attention_gluon.sm_90a.json): winners go
+#            into configs/attention_gluon.json, with provenance, only where correct and faster than
+#            the Triton kernels (copy in OUTDIR's tune/attention_gluon-table-after.json).
 # A later command starts from the tree as committed, not from what an earlier one applied on the
 # machine: commit the tables a run returns before relying on them in another.
-# Usage: scripts/h200_check.sh OUTDIR [main|gemm|gemm-fp8|check|pair]  -> OUTDIR/log.txt and OUTDIR/results.tgz,
-# refreshed after every stage so that a run cut short still returns what it finished.
+# Usage: scripts/h200_check.sh OUTDIR [main|gemm|gemm-fp8|check|pair|attention-gluon]  -> OUTDIR/log.txt and
+# OUTDIR/results.tgz, refreshed after every stage so that a run cut short still returns what it finished.
 # Knobs: TEST_BUDGET_S (90), ATTN_TUNE_BUDGET_S (100), TRI_TUNE_BUDGET_S (35), TRIMUL_TUNE_BUDGET_S (40),
 # GEMM_TUNE_SHAPES (gemm-llm-skinny), TUNE_BUDGET_S (40), FP8_TUNE_BUDGET_S (100), SWEEP_GUARD_S
 # (seconds a sweep may run past its budget before it is killed: 90; 30 for gemm-fp8), CHECK_BUDGET_S
 # (150 for main, 120 for gemm, 160 for gemm-fp8, 400 for check), MICROBENCH=--microbench (check only);
 # for pair: PAIR_DEPS (.pair-deps), PAIR_TEST_BUDGET_S (90), TRI_TUNE_BUDGET_S (40) and TRIMUL_TUNE_BUDGET_S
-# (25), PAIR_BENCH_BUDGET_S (140), TRI_BENCH_BUDGET_S (35).
+# (25), PAIR_BENCH_BUDGET_S (140), TRI_BENCH_BUDGET_S (35); for attention-gluon: GLUON_TEST_BUDGET_S (120),
+# GLUON_BENCH_BUDGET_S (120), GLUON_TUNE_BUDGET_S (110).
 set -uo pipefail
-dest=${1:?usage: $0 OUTDIR [main|gemm|gemm-fp8|check|pair]}
+dest=${1:?usage: $0 OUTDIR [main|gemm|gemm-fp8|check|pair|attention-gluon]}
 part=${2:-main}
 work=$(mktemp -d)
 mkdir -p "$dest" "$work/tune"
@@ -134,8 +145,23 @@ case "$part" in
     bench "${PAIR_BENCH_BUDGET_S:-140}" pair_stack
     bench "${TRI_BENCH_BUDGET_S:-35}" triangle_attention triangle_multiplicative_update
     ;;
+  attention-gluon)
+    timeout "${GLUON_TEST_BUDGET_S:-120}" python3 -m pytest tests/test_attention_gluon.py -m gpu -q -p no:cacheprovider -rs \
+      -o addopts="" --junitxml="$work/gluon-tests.xml" 2>&1 | tail -40 | log
+    save
+    budget=${GLUON_BENCH_BUDGET_S:-120}
+    timeout $((budget + 60)) python3 -m roofline.cli bench attention --shapes attention-gluon --out "$work/bench-gluon" \
+      --budget-s "$budget" --tag attention-gluon 2>&1 | log
+    save
+    budget=${GLUON_TUNE_BUDGET_S:-110}
+    mkdir -p "$work/tune"
+    timeout $((budget + 90)) python3 -m kernels.tuning.attention.gluon --out "$work/tune" --budget-s "$budget" \
+      --apply 2>&1 | log
+    cp kernels/nvidia/configs/attention_gluon.json "$work/tune/attention_gluon-table-after.json"
+    save
+    ;;
   *)
-    echo "part: expected main, gemm, gemm-fp8, check or pair, got $part" | log
+    echo "part: expected main, gemm, gemm-fp8, check, pair or attention-gluon, got $part" | log
     exit 2
     ;;
 esac

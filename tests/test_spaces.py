@@ -167,6 +167,19 @@ def test_shipped_attention_configs_are_points_of_the_space():
             amd.select_config(pad, "gfx942", None, biased)
 
 
+def test_shipped_gluon_attention_configs_are_points_of_the_gluon_space():
+    """Every kernel of the Gluon table at its head dim, resolved as a launch resolves it (16-bit
+    inputs); and the config that asks for them, tiles included, is an attention config."""
+    from kernels.nvidia.gluon import attention as gluon
+    from kernels.nvidia.gluon import static_check
+
+    for head_dim, entry in static_check.table()["sm90"].items():
+        for kernel in entry:
+            assert gluon.tiles(int(head_dim), kernel, None, 2) == entry[kernel]
+        spaces.check("attention", "sm_90a", {"implementation": "gluon", "deterministic": False, "gluon": entry},
+                     partial=True)
+
+
 def test_shipped_tpu_and_trainium_configs_are_points_of_the_space():
     from kernels.tpu import attention as tpu_attention
     from kernels.tpu import gemm as tpu_gemm
@@ -357,7 +370,10 @@ ATTENTION_BAD = [
      ("fwd.shared-memory", "fwd.block_m=256", "> smem_per_block = 232448", "head_dim_pad=128")),
     ("nvidia", {"tiles": 3}, ("tiles", "unknown keys", "fwd")),
     ("nvidia", {"implementation": "cuda"}, ("implementation", "'cuda'", "['triton', 'gluon']")),
-    ("nvidia", {"implementation": "gluon"}, ("implementation", "'gluon'", "not wired")),
+    ("nvidia", {"implementation": "gluon", "gluon": {"fwd": {"block_n": 96}}},
+     ("gluon.fwd.block_n", "96", "[64, 128]")),
+    ("nvidia", {"implementation": "gluon", "gluon": {"bwd": {"blockm": 64}}}, ("gluon.bwd.blockm", "unknown keys")),
+    ("nvidia", {"implementation": "gluon", "deterministic": 1}, ("deterministic", "1", "[False, True]")),
     ("nvidia", "x", ("a dict",)),
     ("amd", {"use_tma": True}, ("use_tma", "True", "[False]")),
     ("amd", {"dq": {"waves_per_eu": -1}}, ("dq.waves_per_eu", "-1", "an integer in [0, 8]")),

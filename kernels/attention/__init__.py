@@ -44,7 +44,12 @@ def attention(
             "dkdv": {...}, "dq": {...}, "use_tma": False}`` on the Triton backends (a partial
             config overrides the keys it names, section by section). Its keys, domains and
             constraints are the backend's space (``kernels/spaces/attention.json``), checked
-            before anything launches.
+            before anything launches. On "nvidia", ``"implementation": "gluon"`` asks for the
+            warp-specialized Gluon kernels (Hopper, Triton 3.6/3.9; problems they do not take
+            run the Triton kernels, and ``kernels.nvidia.attention.implementation_for`` says
+            which runs and why), their tiles under ``"gluon"`` (checked against
+            ``kernels/spaces/attention_gluon.json``), with ``"deterministic": True`` for a
+            bitwise-reproducible backward; see ``kernels.nvidia.gluon.attention``.
 
     Queries that see no key get output 0 and lse -inf, and zero gradients.
     Returns ``out`` like q, or ``(out, lse)``. Raises ``kernels.errors.InputError`` naming

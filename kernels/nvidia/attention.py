@@ -10,6 +10,11 @@ runs the pointer path unless a config asks for TMA.
 Tiles per device key (``sm90``) and padded head dim are in ``configs/attention.json``, with
 ``"causal"``, ``"narrow"`` (a bias or mask tile live, or pointer loads) and ``"pointer_bias"``
 overrides; :func:`heuristic` covers the rest.
+
+The Gluon warp-specialized kernels (:mod:`kernels.nvidia.gluon.attention`) are this backend's
+second implementation: :func:`implementation_for` says which of the two runs a problem and why
+(the Gluon kernels only when ``config={"implementation": "gluon"}`` asks for them or a device
+run proved them faster for the problem, and only on problems they take).
 """
 
 from __future__ import annotations
@@ -21,7 +26,6 @@ from pathlib import Path
 import torch
 
 from kernels import spaces
-from kernels.errors import InputError
 from kernels.triton import attention as flash
 
 CONFIG_FILE = Path(__file__).parent / "configs" / "attention.json"
@@ -82,9 +86,6 @@ def select_config(head_dim: int, device: torch.device | str, config: dict | None
     cfg = flash.merge_config(base, tuned, causal_only if causal else None, narrower if narrow else None,
                              narrowest if pointer_bias else None, config)
     spaces.check("attention", TARGET, cfg, {"head_dim": head_dim, "dtype_bytes": 2})
-    if cfg.get("implementation", "triton") != "triton":
-        raise InputError("config", "implementation 'triton' (the Gluon kernels are not wired into this backend yet)",
-                         repr(cfg["implementation"]))
     return cfg
 
 
@@ -113,7 +114,26 @@ def _for_tma(t: torch.Tensor, pad: int) -> torch.Tensor:
     return t
 
 
+def implementation_for(problem, config: dict | None = None, direction: str = "fwd") -> tuple[str, str]:
+    """("triton" or "gluon", why): which of the two Hopper implementations runs ``problem`` (a
+    :class:`kernels.attention.AttentionProblem`) in ``direction`` ("fwd" or "bwd"); see
+    :mod:`kernels.nvidia.gluon.attention`."""
+    from kernels.nvidia.gluon import attention as gluon
+
+    return gluon.implementation_for(problem, config, direction)
+
+
+def _runs_gluon(q, k, bias, mask, causal, scale, config, direction: str) -> bool:
+    from kernels.nvidia.gluon import attention as gluon
+
+    return gluon.implementation_for(gluon.problem_of(q, k, bias, mask, causal, scale), config, direction)[0] == "gluon"
+
+
 def attention_fwd(q, k, v, bias, mask, causal, scale, config=None):
+    if _runs_gluon(q, k, bias, mask, causal, scale, config, "fwd"):
+        from kernels.nvidia.gluon import attention as gluon
+
+        return gluon.forward(q, k, v, causal, scale, config)
     head_dim = q.shape[-1]
     biased = bias is not None or mask is not None
     use_tma = _wants_tma(select_config(head_dim, q.device, config), q)
@@ -128,6 +148,10 @@ def attention_fwd(q, k, v, bias, mask, causal, scale, config=None):
 
 
 def attention_bwd(do, q, k, v, o, lse, bias, mask, causal, scale, bias_grad, config=None):
+    if _runs_gluon(q, k, bias, mask, causal, scale, config, "bwd"):
+        from kernels.nvidia.gluon import attention as gluon
+
+        return (*gluon.backward(do, q, k, v, o, lse, causal, scale, config), None)
     head_dim = q.shape[-1]
     biased = bias is not None or mask is not None
     use_tma = _wants_tma(select_config(head_dim, q.device, config), q)

@@ -8,7 +8,9 @@ drives three things:
 * ``config=`` validation: a vendor module calls :func:`check` (or :func:`resolve`, which
   merges a partial config over the table's entry first) before it launches anything, so an
   unknown key, a value outside its domain or a broken constraint is an ``InputError``
-  (:class:`ConfigError`) naming the key, the value and what is allowed;
+  (:class:`ConfigError`) naming the key, the value and what is allowed; a parameter with a
+  ``space`` holds a config of another family on the same target (the sm_90a attention's
+  ``gluon``: ``attention_gluon``), checked by that family's space, its keys named under it;
 * the tuning sweeps' candidates: the grid of each section's ``search`` values, filtered by
   the space's constraints and then by compiling (``kernels.tuning.space``), kept as
   ``candidates/<family>.<target>.json`` with the digest of the space they came from;
@@ -90,6 +92,7 @@ def family(name: str) -> Family:
         entry.setdefault("device", info["device"])
         entry["limits"] = {**info["limits"], **entry.get("limits", {})}
         spaces[target] = Space(family=name, target=target, **entry)
+        spaces[target]._nested = {key: get(p.space, target) for key, p in spaces[target].parameters.items() if p.space}
     return Family(**{**raw, "targets": spaces})
 
 

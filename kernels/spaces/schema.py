@@ -22,9 +22,10 @@ import hashlib
 import itertools
 import json
 import numbers
+import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from kernels.errors import InputError
 from kernels.spaces import expressions
@@ -43,6 +44,19 @@ class ConfigError(InputError):
         if shown is None:
             shown = f"no {key}" if value is _MISSING else f"{key}={value!r}"
         super().__init__("config", expected or f"{key} {allowed}", shown + (f" ({detail})" if detail else ""))
+
+    def under(self, prefix: str, names: list[str]) -> "ConfigError":
+        """The same error for a config held under the key ``prefix`` of another (``gluon``:
+        ``fwd.block_n`` becomes ``gluon.fwd.block_n``); ``names``: the nested space's keys."""
+        keys = self.key.split(", ")  # a constraint's error names every parameter it reads
+        names = sorted({*names, *keys}, key=len, reverse=True)
+        pattern = re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, names)) + r")\b")
+
+        def qualify(text: str) -> str:
+            return pattern.sub(lambda m: f"{prefix}.{m.group(1)}", text)
+
+        return ConfigError(", ".join(f"{prefix}.{k}" for k in keys), self.value, self.allowed,
+                           shown=qualify(self.got), expected=qualify(self.expected))
 
 
 def _same(v: Any, x: Any) -> bool:
@@ -63,6 +77,7 @@ class Parameter(BaseModel):
     range: tuple[int, int | None] | None = None  # ... or integers in [min, max] (max None: unbounded)
     multiple_of: int | None = None  # ... that are multiples of this
     type: Literal["str"] | None = None  # ... or any string (a label)
+    space: str | None = None  # ... or a config of this family's space on the same target (checked by it)
     nullable: bool = False  # null is allowed too
     search: list[Value] | None = None  # what a tuner explores (a part of the domain); None: not tuned
     implied: Value = None  # the kernel's value when a config leaves this key out (see ``has_implied``)
@@ -87,6 +102,8 @@ class Parameter(BaseModel):
             return self.nullable or (self.has_implied and self.implied is None)
         if self.values is not None:
             return any(_same(v, x) for x in self.values)
+        if self.space is not None:
+            return isinstance(v, dict)
         if self.type == "str":
             return isinstance(v, str)
         if isinstance(v, bool) or not isinstance(v, numbers.Integral) or self.range is None:
@@ -98,6 +115,8 @@ class Parameter(BaseModel):
         """What the domain allows, in words."""
         if self.values is not None:
             text = f"one of {self.values}"
+        elif self.space is not None:
+            text = f"a config of the {self.space} space (kernels/spaces/{self.space}.json)"
         elif self.type == "str":
             text = "a string"
         else:
@@ -156,6 +175,9 @@ class Space(BaseModel):
     constraints: list[Constraint] = Field(default_factory=list)  # over dotted names
     launch_options: list[str] = Field(default_factory=list)  # compiler options, not kernel arguments
     tuning: dict[str, Any] = Field(default_factory=dict)  # what the sweep's candidate lists are keyed by
+    # the spaces of parameters that hold another family's config (``"space"``), by parameter name:
+    # attached by the loader (kernels.spaces.family)
+    _nested: dict[str, "Space"] = PrivateAttr(default_factory=dict)
 
     # --- the flat view -------------------------------------------------------------------------
 
@@ -211,6 +233,8 @@ class Space(BaseModel):
                                       expected=f"keys of the {key} section among {list(section.parameters)}")
                 for name, v in value.items():
                     self._check_value(f"{key}.{name}", section.parameters[name], v)
+            elif self.parameters[key].space is not None:
+                self._check_nested(key, self.parameters[key], value)
             else:
                 self._check_value(key, self.parameters[key], value)
         if partial:
@@ -225,6 +249,16 @@ class Space(BaseModel):
     def _check_value(key: str, param: Parameter, value: Any) -> None:
         if not param.allows(value):
             raise ConfigError(key, value, param.describe())
+
+    def _check_nested(self, key: str, param: Parameter, value: Any) -> None:
+        """A nested config's keys and values, by its own space on this target (its constraints
+        read the problem, so the module that resolves it checks them)."""
+        self._check_value(key, param, value)
+        nested = self._nested[key]
+        try:
+            nested.check(value, partial=True)
+        except ConfigError as err:
+            raise err.under(key, [*nested.flat(), *nested.keys()]) from None
 
     def complete(self, config: dict[str, Any]) -> dict[str, Any]:
         """The flat config with implied and derived (``same_as``) values where it leaves keys out."""

@@ -18,6 +18,11 @@ survivors, and a test compares the digests with the spaces so a changed grid sho
 
 Run it once with each Triton that matters (the device's and CI's): ``--recheck`` under a second
 version keeps only what passes under both.
+
+The Gluon attention (``attention_gluon``) goes through the same filter, its compile check being
+the Gluon kernels' own (:mod:`kernels.nvidia.gluon.static_check`): HGMMA in both consumer
+partitions, TMA loads in the producer, the register split, no spills beyond the bound that
+module names for its config under this Triton, shared memory within 227 KiB.
 """
 
 from __future__ import annotations
@@ -31,9 +36,14 @@ from pathlib import Path
 from kernels import spaces
 
 TARGET = "sm_90a"
-FAMILIES = ("attention", "triangle_attention", "triangle_multiplication")
+FAMILIES = ("attention", "triangle_attention", "triangle_multiplication", "attention_gluon")
 OPS = FAMILIES[:2]  # the attention sweep's ops (kernels.tuning.attention)
 SMEM_LIMIT = spaces.target_limits(TARGET)["smem_per_block"]  # bytes one block may use on sm_90 (227 KiB)
+# What a kept point's binary showed, per family (the candidate file says it).
+KEPT = {"": "with tensor-core instructions, no spills and shared memory within 227 KiB",
+        "attention_gluon": ("to the Gluon design (kernels.nvidia.gluon.static_check: HGMMA in both consumer "
+                            "partitions, TMA loads in the producer, the register split, no spills beyond its known "
+                            "bound for the config under that Triton, shared memory within 227 KiB)")}
 # The kernels a sweep times, in its order, where they are not simply the space's sections: each is
 # a section with some of its parameters pinned. Attention and triangle attention time the dK/dV kernel
 # alone and the dK/dV kernel with dQ accumulated in it (which replaces dkdv + dq) as two kernels.
@@ -115,7 +125,8 @@ def compile_spec(family: str, kernel: str, key: str, c: dict, dtype: str = "bflo
     kernel (a section, or one of :data:`SWEEP_KERNELS`): attention with TMA and causal masking
     (the causal kernel holds the non-causal one's code and more); triangle attention with a mask,
     bf16, head dim ``key``; the multiplicative update's kernel at c_z = c = ``key``, N = 768,
-    the other stages at the H200 entry."""
+    the other stages at the H200 entry; the Gluon attention's kernel at head dim ``key``, causal
+    (a ``kernels.nvidia.gluon.static_check.Spec``)."""
     section, pinned = _kernel(family, kernel)
     c = {**c, **pinned}
     if family == "attention":
@@ -130,6 +141,10 @@ def compile_spec(family: str, kernel: str, key: str, c: dict, dtype: str = "bflo
         from kernels.triton import triangle_attention as T
 
         return T.kernel_spec(section, c, dtype, int(key), aligned=True)
+    if family == "attention_gluon":
+        from kernels.nvidia.gluon import static_check as gluon_check
+
+        return gluon_check.spec(section, int(key), True, c, dtype)
     from kernels.nvidia import triangle_multiplication as M
 
     width = int(key)
@@ -140,9 +155,13 @@ def compile_spec(family: str, kernel: str, key: str, c: dict, dtype: str = "bflo
 
 def static_check(spec) -> dict:
     """Registers, spills, shared memory and tensor-core instruction count of ``spec`` on sm_90a,
-    and a digest of its SASS; ``ok`` when it uses tensor cores, spills nothing and fits."""
+    and a digest of its SASS; ``ok`` when it uses tensor cores, spills nothing and fits (a Gluon
+    spec: when its SASS is the design)."""
     from kernels.isa import _resource_usage, compile_for, sass, sass_mix
+    from kernels.nvidia.gluon import static_check as gluon_check
 
+    if isinstance(spec, gluon_check.Spec):
+        return _gluon_static_check(spec)
     kernel = compile_for(spec, TARGET)
     cubin = kernel.asm["cubin"]
     text = sass(cubin)
@@ -164,6 +183,28 @@ def static_check(spec) -> dict:
         why = f"{facts['shared_bytes']} B of shared memory"
     digest = hashlib.sha1(text.encode() + str(facts["shared_bytes"]).encode()).hexdigest()[:16]
     return {**facts, "ok": why is None, "why": why, "sass_sha1": digest}
+
+
+def _gluon_static_check(spec) -> dict:
+    """:func:`static_check`'s facts of a Gluon kernel, judged by the Gluon design's check."""
+    from kernels.isa import sass, sass_mix
+    from kernels.nvidia.gluon import sass_facts
+    from kernels.nvidia.gluon import static_check as gluon_check
+
+    kernel = gluon_check.compile_spec(spec)
+    f = sass_facts.facts(kernel, spec.config)
+    text = sass(kernel.asm["cubin"])
+    mix = sass_mix(text)
+    facts = {
+        "registers": max(p.budget or 0 for p in f.partitions),  # the consumers' budget after USETMAXREG
+        "spill_bytes": f.spill_bytes + 4 * f.ldl_stl,
+        "shared_bytes": f.shared_bytes,
+        "hgmma": mix.get("HGMMA", 0),
+        "hmma": mix.get("HMMA", 0),
+    }
+    bad = sass_facts.violations(f, spec.design)
+    digest = hashlib.sha1(text.encode() + str(facts["shared_bytes"]).encode()).hexdigest()[:16]
+    return {**facts, "ok": not bad, "why": "; ".join(bad) or None, "sass_sha1": digest}
 
 
 def digests(family: str) -> dict[str, str]:
@@ -224,8 +265,8 @@ def refresh(family: str, recheck: bool = False, log=print, only: tuple[str, ...]
     table = {
         "_about": (f"Generated by python -m kernels.tuning.space {family} from kernels/spaces/{family}.json "
                    f"(target {TARGET}): per problem key ({space(family).tuning.get('compiled', '')}) and kernel, the "
-                   "search-grid points that compiled with tensor-core instructions, no spills and shared memory "
-                   "within 227 KiB under every Triton in 'checked_with', each with its static facts from the first; "
+                   f"search-grid points that compiled {KEPT.get(family, KEPT[''])} "
+                   "under every Triton in 'checked_with', each with its static facts from the first; "
                    "'dropped' says why each other point was left out ('triton': null when a constraint of the space "
                    "dropped it without compiling); 'space_digest' is each kernel's space digest when the list was "
                    "made. Do not edit by hand."),

@@ -14,6 +14,10 @@ Shape suites, with the total tokens fixed at 16k and hidden size 2048 (so
 
 * ``attention``: S in 512..16k, D in 64 and 128, causal and not, fwd and bwd;
 * ``attention-subset``: S in 1k, 4k, 16k (what ``ceiling device-check`` runs);
+* ``attention-gluon``: the subset's shapes with both Hopper implementations (the Triton kernels
+  and the Gluon kernels, ``config={"implementation": "gluon"}``) against SDPA with its own
+  backend choice and with each backend pinned (``torch.nn.attention.sdpa_kernel``: flash,
+  cuDNN, efficient), as the Gluon device check times them;
 * ``check``: odd sequence lengths, for correctness on the device;
 * ``tiny``: small enough for the Triton interpreter on a CPU.
 """
@@ -41,6 +45,7 @@ def _full(lengths) -> list[tuple[int, int, int, int, bool, str]]:
 SUITES: dict[str, list[tuple[int, int, int, int, bool, str]]] = {
     "attention": _full((512, 1024, 2048, 4096, 8192, 16384)),
     "attention-subset": _full((1024, 4096, 16384)),
+    "attention-gluon": _full((1024, 4096, 16384)),
     "check": [
         (b, s, h, d, causal, direction)
         for (b, s, h, d) in ((2, 37, 3, 64), (1, 1000, 2, 128), (3, 129, 4, 64))
@@ -91,6 +96,49 @@ def _ours(device: str, causal: bool, direction: str) -> list[Impl]:
         return _forward_thunk(lambda q, k, v: kernels.attention(q, k, v, causal=causal, backend=backend), direction)
 
     return our_impls("attention", device, thunk_for)
+
+
+def _ours_gluon(device: str, causal: bool, direction: str) -> list[Impl]:
+    """The Gluon implementation of the nvidia backend, asked for by config, where it runs."""
+    import kernels
+
+    name = "ceiling:nvidia-gluon"
+    if not device.startswith("cuda"):
+        return [skipped(name, "ours", "Gluon has no interpreter: it runs on Hopper GPUs only", backend="nvidia")]
+    from kernels.nvidia.gluon import attention as gluon
+
+    mode, why = gluon.availability()
+    if mode != "native":
+        return [skipped(name, "ours", why, backend="nvidia")]
+    config = {"implementation": "gluon"}
+    make = _forward_thunk(
+        lambda q, k, v: kernels.attention(q, k, v, causal=causal, backend="nvidia", config=config), direction)
+    return [Impl(name, "ours", make, backend="nvidia", library="ceiling Gluon (native)")]
+
+
+# SDPA's fused backends, each pinned with torch.nn.attention.sdpa_kernel.
+SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION", "efficient": "EFFICIENT_ATTENTION"}
+
+
+def _sdpa_pinned(device: str, causal: bool, direction: str) -> list[Impl]:
+    impls = []
+    for short, member in SDPA_BACKENDS.items():
+        name = f"sdpa-{short}"
+        if not device.startswith("cuda"):
+            impls.append(skipped(name, "baseline", "SDPA's fused backends run on CUDA GPUs only"))
+            continue
+
+        def forward(q, k, v, member=member):
+            import torch.nn.functional as F
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+
+            with sdpa_kernel(getattr(SDPBackend, member)):
+                out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                     is_causal=causal)
+            return out.transpose(1, 2)
+
+        impls.append(Impl(name, "baseline", _forward_thunk(forward, direction), library=f"torch SDPA ({member})"))
+    return impls
 
 
 def _sdpa(causal: bool, direction: str) -> Impl:
@@ -157,6 +205,10 @@ def case(b: int, s: int, h: int, d: int, causal: bool, direction: str, *, suite:
         grads = torch.autograd.grad(out, (q, k, v), do)
         return tuple(g.transpose(1, 2).detach() for g in grads)
 
+    impls = (*_ours(device, causal, direction), _sdpa(causal, direction), *_flash_attn(device, causal, direction))
+    if suite == "attention-gluon":
+        impls = (*_ours(device, causal, direction), *_ours_gluon(device, causal, direction), _sdpa(causal, direction),
+                 *_sdpa_pinned(device, causal, direction))
     size = torch.finfo(tdtype).bits // 8
     tensor_bytes = b * s * h * d * size
     return Case(
@@ -167,7 +219,7 @@ def case(b: int, s: int, h: int, d: int, causal: bool, direction: str, *, suite:
         dtype=dtype,
         config={"causal": causal, "direction": direction},
         make_inputs=make_inputs,
-        impls=(*_ours(device, causal, direction), _sdpa(causal, direction), *_flash_attn(device, causal, direction)),
+        impls=impls,
         reference=reference,
         select=select,
         flops=flops(b, s, h, d, causal, direction),

@@ -140,8 +140,9 @@ def build(family: str, target: str, records: list[Record], perf: _model.PerfMode
                     "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                     "author": f"hand-tuned kernels; space and constraints from kernels/spaces/{family}.json"},
     )
-    # the model reads tiles for these; elsewhere it would rank every point alike
-    modelled = (op == "gemm" and "BLOCK_M" in names) or (op == "attention" and backend in ("nvidia", "amd"))
+    # the model reads tiles for these (of the attention kernels, the Triton ones': it knows nothing of
+    # the Gluon kernels' schedule); elsewhere it would rank every point alike
+    modelled = (op == "gemm" and "BLOCK_M" in names) or (family == "attention" and backend in ("nvidia", "amd"))
     defaults = template.default_point()
 
     def predict(shape: dict, config: dict, unit: str | None = None) -> float | None:

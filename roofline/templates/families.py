@@ -147,6 +147,10 @@ def shipped(family: str, target: str, dtype: str, names: list[str]) -> list[Ship
             shape = {"head_dim": 32 if family == "triangle_attention" else int(head_dim)}
             out.append(Shipped(shape, flat(entry), "", f"head_dim {head_dim}", entry.get("provenance", "")))
         return out
+    if family == "attention_gluon":
+        for head_dim, entry in _read(family, target)["sm90"].items():
+            out.append(Shipped({"head_dim": int(head_dim)}, flat(entry), "", f"sm90 head_dim {head_dim}", ""))
+        return out
     if family == "attention":
         import importlib
 
@@ -187,7 +191,7 @@ def shipped(family: str, target: str, dtype: str, names: list[str]) -> list[Ship
 def unit_problem(family: str, section: str | None) -> dict[str, Any]:
     """What the performance model must know of the problem to time one kernel (a section) of it:
     attention's dK/dV and dQ kernels run in the backward."""
-    if family == "attention" and section in ("dkdv", "dq"):
+    if (family, section) in (("attention", "dkdv"), ("attention", "dq"), ("attention_gluon", "bwd")):
         return {"direction": "bwd"}
     return {}
 
@@ -207,6 +211,8 @@ def check_point(family: str, target: str, config: dict, shape: dict | None = Non
     point the target refuses."""
     space = spaces.get(family, target)
     backend = space.backend
+    if family == "attention_gluon":
+        return [_gluon_verdict(spec) for spec in compile_specs(family, target, config, shape, dtype, only)]
     if backend in ("nvidia", "amd"):
         from kernels import isa
 
@@ -247,6 +253,21 @@ def check_point(family: str, target: str, config: dict, shape: dict | None = Non
     raise NotImplementedError(f"no check for {family} on {target}")
 
 
+def _gluon_verdict(spec) -> dict:
+    """The Gluon kernels' static check of one compiled point: its facts, or a ValueError naming
+    what in its SASS is not the design (two HGMMA consumers, a TMA producer, the register split,
+    no spills, shared memory)."""
+    from kernels.nvidia.gluon import static_check
+
+    result = static_check.check(spec)
+    if result["violations"]:
+        raise ValueError(f"{spec.name} {spec.knobs}: " + "; ".join(result["violations"]))
+    parts = result["facts"]["partitions"]
+    return {"kernel": spec.name, "config": spec.config, "summary": result["summary"],
+            "tensor_core_instructions": sum(p["hgmma"] for p in parts),
+            "shared_bytes": result["facts"]["shared_bytes"], "spill_bytes": result["facts"]["spill_bytes"]}
+
+
 def compile_specs(family: str, target: str, config: dict, shape: dict | None = None, dtype: str = "bfloat16",
                   only: str | None = None) -> list:
     """``kernels.isa.CompileSpec``s of every kernel of one point on a Triton target (of the ``only``
@@ -266,6 +287,13 @@ def compile_specs(family: str, target: str, config: dict, shape: dict | None = N
         if backend == "nvidia":
             return [module.compile_spec(dict(config), a_kind, b_kind, operands, operands, out)]
         return [module.compile_spec(dict(config), a_kind, b_kind, operands, out)]
+    if family == "attention_gluon":  # kernels.nvidia.gluon.static_check specs: causal, the table's other kernel
+        from kernels.nvidia.gluon import static_check
+
+        head_dim = _heads(shape, 128)
+        entry = static_check.table()["sm90"][str(head_dim)]
+        return [static_check.spec(kernel, head_dim, True, {**entry[kernel], **config.get(kernel, {})}, dtype)
+                for kernel in ("fwd", "bwd") if kernel in entry and only in (None, kernel)]
     if family == "attention":
         from kernels.triton import attention as flash
 
@@ -385,6 +413,12 @@ def write_point(family: str, target: str, config: dict, shape: dict | None, dtyp
         buckets[bucket] = {**buckets[bucket], **{k: v for k, v in config.items() if k != "target"},
                            "name": f"imported_d{bucket}"}
         table.setdefault("provenance", {})[f"{target}/{bucket}"] = provenance
+    elif family == "attention_gluon":  # the tiles only: a Gluon config becomes a default by a device run
+        head_dim = str(_heads(shape, 128))
+        entry = table["sm90"].setdefault(head_dim, {})
+        for section, values in config.items():
+            entry[section] = {**entry.get(section, {}), **values}
+        table.setdefault("_provenance", {})[f"sm90/{head_dim}"] = provenance
     elif family == "attention":
         from kernels.triton import attention as flash
 

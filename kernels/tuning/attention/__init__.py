@@ -28,4 +28,8 @@ Rows are plain dicts (JSON). The modules, one job each:
 * ``sweep``: the loop of steps 1-3 (:class:`~kernels.tuning.attention.sweep.Sweep`);
 * ``results``: winners per group and kernel, speedups, and ``apply_*``, which write the winners
   into the config files with the provenance the caller measured.
+
+``gluon`` is the device sweep of the Gluon Hopper attention (``kernels/nvidia/gluon/``) behind
+``kernels/nvidia/configs/attention_gluon.json``: its candidates held to the Gluon design by SASS,
+each checked against float64 and timed next to the Triton kernels, applied only where it wins.
 """

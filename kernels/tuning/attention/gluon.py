@@ -1,0 +1,260 @@
+"""The device sweep behind ``configs/attention_gluon.json``: every statically sound Gluon config,
+checked and timed on this GPU next to the Triton kernels, and applied only where it wins.
+
+    python -m kernels.tuning.attention.gluon --out DIR --budget-s 150 [--apply]
+
+1. **Candidates**: per kernel and head dim, the points of the Gluon space's search grid
+   (``kernels/spaces/attention_gluon.json``) that ``python -m kernels.tuning.space attention_gluon``
+   kept in ``kernels/spaces/candidates/attention_gluon.sm_90a.json``: compiled for sm_90a (causal)
+   under Triton 3.6 and 3.9 and held to the design (:mod:`kernels.nvidia.gluon.static_check`), so
+   the device compiles only what it times; nearest the shipped config first (it, then one knob
+   changed, ...).
+2. **Per group** (head dim 128 and 64 at S = 4096, B * H * D fixed as in the benchmark suite;
+   causal and not): the Triton kernels (the current implementation) and each surviving
+   candidate run once on fresh random inputs at a small shape of the same specialization and are
+   compared with float64 by the error-ratio rule (error <= 2 x the error of PyTorch's own bf16
+   computation + 2e-3 x max|ref|); the correct ones are timed by CUDA-graph replay
+   (``kernels.tuning.timers.time_graph``), forward and backward separately, each group in an equal
+   share of ``budget_s``.
+3. **Apply** (``--apply``): where the fastest correct candidate beats the Triton kernels, its
+   knobs replace the table's for that head dim and direction, and the problem (head dim,
+   causality, direction, this GPU) joins ``"default"`` with the run's provenance; nothing is
+   written where the Triton kernels are as fast.
+
+Rows (JSON, one per timed or failed candidate) go to ``DIR/gluon-attention-rows.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import itertools
+import json
+import math
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from kernels import spaces
+from kernels.nvidia.gluon import static_check
+from kernels.tuning import space as candidate_filter
+
+FAMILY = "attention_gluon"
+
+# (head dim, (batch, seq, heads) timed, (batch, seq, heads) checked)
+GROUPS = [(128, (4, 4096, 16), (1, 700, 4)), (64, (4, 4096, 32), (1, 700, 4))]
+
+
+def candidates(kernel: str, head_dim: int) -> list[dict]:
+    """The statically checked candidates of ``kernel`` at ``head_dim``, nearest the shipped config
+    first: the shipped one, then those that change one knob (exp2_split, pingpong, ...), then two,
+    and so on; a budget cut keeps the informative ones."""
+    shipped = static_check.table()["sm90"].get(str(head_dim), {}).get(kernel) or {}
+    found = [{k: v for k, v in c.items() if k != "static"}
+             for c in candidate_filter.candidates(FAMILY, str(head_dim), kernel)]
+    return sorted(found, key=lambda c: sum(c.get(k) != v for k, v in shipped.items()))
+
+
+def sound_candidates(head_dims) -> dict[tuple, list[dict]]:
+    """(kernel, head dim, causal) -> the candidates to time, in priority order, where the table
+    has a config of that kernel at that head dim."""
+    table = static_check.table()["sm90"]
+    return {(kernel, d, causal): candidates(kernel, d) for d in head_dims for causal in (False, True)
+            for kernel in ("fwd", "bwd") if kernel in table.get(str(d), {})}
+
+
+def _inputs(b, s, h, d, seed):
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return [torch.randn(b, s, h, d, device="cuda", generator=g).to(torch.bfloat16) for _ in range(4)]
+
+
+def _correct(run, b, s, h, d, causal) -> tuple[bool, float]:
+    """Whether ``run(q, k, v, do) -> (out, dq, dk, dv)`` meets the error-ratio rule at one shape."""
+    import torch
+
+    from kernels.attention import reference
+
+    q, k, v, do = _inputs(b, s, h, d, seed=1)
+    scale = 1.0 / math.sqrt(d)
+    ours = run(q, k, v, do)
+    ex_out, ex_lse = reference.attention_fwd(q, k, v, None, None, causal, scale, compute_dtype=torch.float64)
+    ex = (ex_out, *reference.attention_bwd(do, q, k, v, ex_out, ex_lse, None, None, causal, scale, False,
+                                          compute_dtype=torch.float64)[:3])
+    lp_out, _ = reference.attention_fwd(q, k, v, None, None, causal, scale, compute_dtype=torch.bfloat16)
+    lp = (lp_out, *reference.attention_bwd(do, q, k, v, lp_out, None, None, None, causal, scale, False,
+                                          compute_dtype=torch.bfloat16)[:3])
+    worst = 0.0
+    for a, f, r in zip(ours, lp, ex):
+        if a is None or not torch.isfinite(a).all():
+            return False, math.inf
+        err = (a.double() - r).abs().max().item()
+        bound = 2 * (f.double() - r).abs().max().item() + 2e-3 * max(1.0, r.abs().max().item())
+        worst = max(worst, err / bound)
+    return worst <= 1.0, worst
+
+
+def _implementation(config: dict, causal: bool):
+    from kernels.nvidia import attention as flash
+
+    def run(q, k, v, do):
+        scale = 1.0 / math.sqrt(q.shape[-1])
+        out, lse = flash.attention_fwd(q, k, v, None, None, causal, scale, config=config)
+        dq, dk, dv, _ = flash.attention_bwd(do, q, k, v, out, lse, None, None, causal, scale, False, config=config)
+        return out, dq, dk, dv
+
+    def fwd(q, k, v):
+        return flash.attention_fwd(q, k, v, None, None, causal, 1.0 / math.sqrt(q.shape[-1]), config=config)
+
+    def bwd(do, q, k, v, out, lse):
+        return flash.attention_bwd(do, q, k, v, out, lse, None, None, causal, 1.0 / math.sqrt(q.shape[-1]), False,
+                                   config=config)
+
+    return run, fwd, bwd
+
+
+def _time(config: dict, shape, causal: bool, rep_ms: int) -> dict:
+    from kernels.tuning.timers import time_graph
+
+    b, s, h = shape[0], shape[1], shape[2]
+    q, k, v, do = _inputs(b, s, h, shape[3], seed=0)
+    _, fwd, bwd = _implementation(config, causal)
+    out, lse = fwd(q, k, v)
+    f = time_graph(lambda: fwd(q, k, v), rep_ms)
+    g = time_graph(lambda: bwd(do, q, k, v, out, lse), rep_ms)
+    flops = 4.0 * b * h * s * s * shape[3] * (0.5 if causal else 1.0)
+    return {"fwd_ms": f[0], "fwd_p20_ms": f[1], "fwd_p80_ms": f[2], "fwd_tflops": flops / f[0] / 1e9,
+            "bwd_ms": g[0], "bwd_p20_ms": g[1], "bwd_p80_ms": g[2], "bwd_tflops": 2.5 * flops / g[0] / 1e9}
+
+
+def sweep(out: Path, budget_s: float, rep_ms: int) -> list[dict]:
+    start = time.monotonic()
+    sound = sound_candidates([d for d, _, _ in GROUPS])
+    print(f"{sum(map(len, sound.values()))} statically checked candidates "
+          f"({candidate_filter.candidates_file(FAMILY).name})", flush=True)
+    rows: list[dict] = []
+    groups = list(itertools.product(GROUPS, (False, True)))
+    first = time.monotonic()
+    for index, ((d, timed, checked), causal) in enumerate(groups):
+        # Each group gets an equal share of what the static check left, unused time passing on.
+        deadline = first + (index + 1) * (budget_s - (first - start)) / len(groups)
+        shape = (*timed, d)
+        base = {"head_dim": d, "causal": causal, "shape": list(shape)}
+        triton_cfg = {"implementation": "triton"}
+        run, _, _ = _implementation(triton_cfg, causal)
+        ok, ratio = _correct(run, *checked, d, causal)
+        rows.append({**base, "impl": "triton", "config": None, "correct": ok, "error_ratio": ratio,
+                     **_time(triton_cfg, shape, causal, rep_ms)})
+        print(json.dumps(rows[-1]), flush=True)
+        pairs = list(itertools.zip_longest(sound.get(("fwd", d, causal), []), sound.get(("bwd", d, causal), [])))
+        for fwd_knobs, bwd_knobs in pairs:
+            if time.monotonic() > deadline:
+                print(f"d={d} causal={causal}: its share of the {budget_s:.0f} s budget is spent", flush=True)
+                break
+            tiles = {k: v for k, v in (("fwd", fwd_knobs), ("bwd", bwd_knobs)) if v}
+            cfg = {"implementation": "gluon", "gluon": tiles}
+            try:
+                run, _, _ = _implementation(cfg, causal)
+                ok, ratio = _correct(run, *checked, d, causal)
+                row = {**base, "impl": "gluon", "config": tiles, "correct": ok, "error_ratio": ratio}
+                if ok:
+                    row.update(_time(cfg, shape, causal, rep_ms))
+            except Exception as exc:  # noqa: BLE001 - a failing candidate is a row, not the end of the sweep
+                row = {**base, "impl": "gluon", "config": tiles, "correct": False,
+                       "error": f"{type(exc).__name__}: {exc}"[:400]}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    (out / "gluon-attention-rows.json").write_text(json.dumps(rows, indent=1))
+    return rows
+
+
+def winners(rows: list[dict]) -> list[dict]:
+    """Per (head dim, causal, direction): the fastest correct Gluon knobs, when faster than Triton."""
+    out = []
+    for (d, causal), group in itertools.groupby(sorted(rows, key=lambda r: (r["head_dim"], r["causal"])),
+                                                key=lambda r: (r["head_dim"], r["causal"])):
+        group = list(group)
+        triton = next((r for r in group if r["impl"] == "triton" and r.get("correct")), None)
+        if triton is None:
+            continue
+        for direction in ("fwd", "bwd"):
+            timed = [r for r in group if r["impl"] == "gluon" and r.get("correct") and f"{direction}_ms" in r
+                     and direction in r["config"]]
+            if not timed:
+                continue
+            best = min(timed, key=lambda r: r[f"{direction}_ms"])
+            if best[f"{direction}_ms"] < triton[f"{direction}_ms"]:
+                out.append({"head_dim": d, "causal": causal, "direction": direction,
+                            "knobs": best["config"][direction], "ms": best[f"{direction}_ms"],
+                            "triton_ms": triton[f"{direction}_ms"], "error_ratio": best["error_ratio"]})
+    return out
+
+
+def _provenance() -> str:
+    import torch
+    import triton
+
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=Path(__file__).parent).stdout.strip()
+    except OSError:
+        commit = "unknown"
+    return (f"{_dt.date.today().isoformat()} {torch.cuda.get_device_name()} triton {triton.__version__} "
+            f"torch {torch.__version__} commit {commit}")
+
+
+def apply(wins: list[dict]) -> dict:
+    """Write ``wins`` into ``configs/attention_gluon.json``: the knobs of each head dim's
+    direction, and a ``"default"`` entry per problem with its provenance."""
+    import torch
+
+    table = json.loads(static_check.TABLE_FILE.read_text())
+    device, provenance = torch.cuda.get_device_name(), _provenance()
+    for w in wins:
+        spaces.check(FAMILY, candidate_filter.TARGET, {w["direction"]: w["knobs"]},
+                     {"head_dim": w["head_dim"], "dtype_bytes": 2})
+        table["sm90"][str(w["head_dim"])][w["direction"]] = w["knobs"]
+        table["default"] = [e for e in table.get("default", []) if not (
+            e["head_dim"] == w["head_dim"] and e["causal"] == w["causal"] and e["direction"] == w["direction"]
+            and e["device"] == device)]
+        table["default"].append({
+            "head_dim": w["head_dim"], "causal": w["causal"], "direction": w["direction"], "device": device,
+            "provenance": (f"{provenance}: {w['ms']:.3f} ms vs Triton {w['triton_ms']:.3f} ms at S=4096, "
+                           f"error ratio {w['error_ratio']:.2f} of the bound")})
+    static_check.TABLE_FILE.write_text(json.dumps(table, indent=2) + "\n")
+    static_check.table.cache_clear()
+    return table
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kernels.tuning.attention.gluon", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--budget-s", type=float, default=150.0)
+    parser.add_argument("--rep-ms", type=int, default=10)
+    parser.add_argument("--apply", action="store_true", help="write the winners into configs/attention_gluon.json")
+    opts = parser.parse_args(argv)
+    import torch
+
+    if not torch.cuda.is_available():
+        print("the Gluon sweep needs a Hopper GPU", file=sys.stderr)
+        return 2
+    opts.out.mkdir(parents=True, exist_ok=True)
+    rows = sweep(opts.out, opts.budget_s, opts.rep_ms)
+    wins = winners(rows)
+    (opts.out / "gluon-attention-winners.json").write_text(json.dumps(wins, indent=1))
+    for w in wins:
+        print(f"winner d={w['head_dim']} causal={w['causal']} {w['direction']}: {w['knobs']} {w['ms']:.3f} ms "
+              f"(Triton {w['triton_ms']:.3f} ms)")
+    if not wins:
+        print("no Gluon config beat the Triton kernels: nothing to apply")
+    if opts.apply and wins:
+        apply(wins)
+        print(f"applied {len(wins)} winners to {static_check.TABLE_FILE}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
