@@ -151,7 +151,8 @@ def test_trainium_trimul_rules_reject_oversized_tiles():
     assert err.value.rule == "matmul-moving-free"
 
 
-@pytest.mark.parametrize("target", ["trn2", "trn1"])
+# trn1's rules at this shape also run in `ceiling run`'s ISA step, which CI runs.
+@pytest.mark.parametrize("target", ["trn2", pytest.param("trn1", marks=pytest.mark.slow)])
 def test_trainium_trimul_cost_model_at_alphafold3_shape(target):
     from kernels.trainium.inspection import inspect_trainium_trimul
 

@@ -29,7 +29,9 @@ def _ranking_timer(order):
     return timer
 
 
-@pytest.mark.parametrize("stages", [tune_trimul.FORWARD_STAGES, tune_trimul.BACKWARD_STAGES],
+# The backward stages take ~45 s interpreted: CI sweeps the forward ones, -m slow both.
+@pytest.mark.parametrize("stages", [tune_trimul.FORWARD_STAGES,
+                                    pytest.param(tune_trimul.BACKWARD_STAGES, marks=pytest.mark.slow)],
                          ids=["forward-stages", "backward-stages"])
 def test_every_candidate_is_correct_and_the_fastest_is_kept(stages):
     table = tune_trimul.candidates()

@@ -47,8 +47,6 @@ fp32 MFMA. The Triton interpreter computes float32 products exactly.
 
 from __future__ import annotations
 
-import functools
-import json
 from pathlib import Path
 
 import torch
@@ -56,7 +54,7 @@ import triton
 import triton.language as tl
 
 from kernels import spaces
-from kernels.errors import InputError
+from kernels.amd import device_table
 from kernels.gemm.spec import GemmProblem
 from kernels.triton_runtime import launcher
 
@@ -224,34 +222,18 @@ def splitk_reduce_kernel(
 # ----------------------------------------------------------------------------- configs
 
 
-@functools.cache
 def _table() -> dict:
-    return json.loads(CONFIG_PATH.read_text())
+    return device_table.load(CONFIG_PATH)
 
 
 def device_entry(device: str) -> dict:
     """The JSON entry of ``device``, with ``inherits`` resolved (child keys win)."""
-    devices = _table()["devices"]
-    if device not in devices:
-        raise InputError("device", f"one of {sorted(devices)}", repr(device))
-    entry = dict(devices[device])
-    parent = entry.pop("inherits", None)
-    if parent is None:
-        return entry
-    merged = device_entry(parent)
-    merged.update(entry)
-    return merged
+    return device_table.device_entry(CONFIG_PATH, device)
 
 
-@functools.cache
 def current_device() -> str:
-    """The config table key for the visible AMD GPU; MI300X off-device (the compile target)."""
-    if torch.cuda.is_available() and getattr(torch.version, "hip", None):
-        name = torch.cuda.get_device_name()
-        for key in _table()["devices"]:
-            if key in name:
-                return key
-    return _table()["default_device"]
+    """The table key for the visible AMD GPU; MI300X off-device (the compile target)."""
+    return device_table.current_device(CONFIG_PATH)
 
 
 def lds_bytes(config: dict, elem_bytes: int) -> int:

@@ -28,8 +28,6 @@ anything launches.
 
 from __future__ import annotations
 
-import functools
-import json
 from pathlib import Path
 
 import torch
@@ -38,7 +36,7 @@ import triton.language as tl
 
 from kernels import spaces
 from kernels.amd.gemm import ACTIVATION_CODES, COMPILE_KEYS, _epilogue, _grouped_tile, _xcd_contiguous
-from kernels.errors import InputError
+from kernels.amd import device_table
 from kernels.fp8.formats import FORMATS, TO_FNUZ, format_of, ocp_to_fnuz
 from kernels.triton.fp8_scales import K_VARYING, output_scales, promote
 from kernels.scaled_gemm.spec import config_context, kinds
@@ -109,34 +107,18 @@ def gemm_fp8_kernel(
 # ----------------------------------------------------------------------------- configs
 
 
-@functools.cache
 def _table() -> dict:
-    return json.loads(CONFIG_PATH.read_text())
+    return device_table.load(CONFIG_PATH)
 
 
 def device_entry(device: str) -> dict:
     """The JSON entry of ``device``, with ``inherits`` resolved (child keys win)."""
-    devices = _table()["devices"]
-    if device not in devices:
-        raise InputError("device", f"one of {sorted(devices)}", repr(device))
-    entry = dict(devices[device])
-    parent = entry.pop("inherits", None)
-    if parent is None:
-        return entry
-    merged = device_entry(parent)
-    merged.update(entry)
-    return merged
+    return device_table.device_entry(CONFIG_PATH, device)
 
 
-@functools.cache
 def current_device() -> str:
     """The table key for the visible AMD GPU; MI300X off-device (the compile target)."""
-    if torch.cuda.is_available() and getattr(torch.version, "hip", None):
-        name = torch.cuda.get_device_name()
-        for key in _table()["devices"]:
-            if key in name:
-                return key
-    return _table()["default_device"]
+    return device_table.current_device(CONFIG_PATH)
 
 
 def shape_class(m: int, a_kind: str, b_kind: str) -> str:

@@ -48,12 +48,11 @@ def gemm(a, b, bias=None, activation=None, out_dtype=None, compute_dtype=None, c
     return activate_torch(z, activation).to(out_dtype or a.dtype)
 
 
-def gemm_jax(a, b, bias=None, activation=None, out_dtype=None):
-    """The same on JAX arrays, in float32 at full precision."""
+def epilogue_jax(z, bias, activation: str | None):
+    """``activation(z + bias)`` on a float32 JAX array (the bias cast to float32)."""
     import jax
     import jax.numpy as jnp
 
-    z = jnp.matmul(a.astype(jnp.float32), b.astype(jnp.float32), precision=jax.lax.Precision.HIGHEST)
     if bias is not None:
         z = z + bias.astype(jnp.float32)
     if activation == "relu":
@@ -62,4 +61,14 @@ def gemm_jax(a, b, bias=None, activation=None, out_dtype=None):
         z = jax.nn.gelu(z, approximate=False)
     elif activation == "silu":
         z = jax.nn.silu(z)
+    return z
+
+
+def gemm_jax(a, b, bias=None, activation=None, out_dtype=None):
+    """The same on JAX arrays, in float32 at full precision."""
+    import jax
+    import jax.numpy as jnp
+
+    z = jnp.matmul(a.astype(jnp.float32), b.astype(jnp.float32), precision=jax.lax.Precision.HIGHEST)
+    z = epilogue_jax(z, bias, activation)
     return z.astype(out_dtype or a.dtype)

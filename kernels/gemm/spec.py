@@ -67,6 +67,25 @@ def _dtype_name(dtype: Any) -> str | None:
     return name
 
 
+def check_epilogue(bias: Any, activation: str | None, ai: Any, n: int) -> str | None:
+    """Check the fused epilogue's arguments against operand ``a`` (its ``require`` info) and the
+    output width ``n``; the bias dtype (None without a bias)."""
+    if activation not in ACTIVATIONS:
+        raise InputError("activation", f"one of {ACTIVATIONS}", repr(activation))
+    if bias is None:
+        return None
+    ci = require("bias", bias)
+    if ci.framework != ai.framework:
+        raise InputError("bias", f"a {ai.framework} array like a", f"a {ci.framework} array")
+    if ci.shape != (n,):
+        raise InputError("bias", f"shape ({n},)", f"shape {ci.shape}")
+    if ci.dtype not in DTYPES:
+        raise InputError("bias", f"dtype in {DTYPES}", ci.dtype)
+    if ci.device != ai.device:
+        raise InputError("bias", f"device {ai.device} like a", ci.device)
+    return ci.dtype
+
+
 def check(a: Any, b: Any, bias: Any = None, activation: str | None = None, out_dtype: Any = None) -> GemmProblem:
     ai, bi = require("a", a), require("b", b)
     if bi.framework != ai.framework:
@@ -95,20 +114,7 @@ def check(a: Any, b: Any, bias: Any = None, activation: str | None = None, out_d
             raise InputError(
                 name, "unit stride in one of the last two dimensions (row-major or a transposed view)", f"strides {info.strides}"
             )
-    bias_dtype = None
-    if bias is not None:
-        ci = require("bias", bias)
-        if ci.framework != ai.framework:
-            raise InputError("bias", f"a {ai.framework} array like a", f"a {ci.framework} array")
-        if ci.shape != (n,):
-            raise InputError("bias", f"shape ({n},)", f"shape {ci.shape}")
-        if ci.dtype not in DTYPES:
-            raise InputError("bias", f"dtype in {DTYPES}", ci.dtype)
-        if ci.device != ai.device:
-            raise InputError("bias", f"device {ai.device} like a", ci.device)
-        bias_dtype = ci.dtype
-    if activation not in ACTIVATIONS:
-        raise InputError("activation", f"one of {ACTIVATIONS}", repr(activation))
+    bias_dtype = check_epilogue(bias, activation, ai, n)
     out = _dtype_name(out_dtype) or ai.dtype
     if out not in DTYPES:
         raise InputError("out_dtype", f"one of {DTYPES}", out)

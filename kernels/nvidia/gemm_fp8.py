@@ -50,7 +50,7 @@ from kernels import spaces
 from kernels.triton.fp8_scales import output_scales, promote
 from kernels.nvidia import stream_k
 from kernels.nvidia.gemm import (INTERPRETED_PROGRAMS, _aligned, _descriptor, _device_name, _pad_rows,
-                                 _sm_count, cdiv, device_key, epilogue, grouped_tile)
+                                 _sm_count, cdiv, device_key, grouped_tile, store_tile)
 from kernels.nvidia.stream_k import fixup, range_start
 from kernels.scaled_gemm.spec import config_context, kinds, scales_key
 from kernels.triton_runtime import launcher
@@ -91,16 +91,7 @@ def finish(acc, c, a_scale_ptr, b_scale_ptr, bias_ptr, offs_m, offs_n, M, N, str
     """Output scales, bias, activation, cast and TMA store of one finished tile."""
     acc = output_scales(acc, a_scale_ptr, b_scale_ptr, offs_m, offs_n, M, N, stride_sam, stride_sbn,
                         BLOCK_M, BLOCK_N, A_SCALE, B_SCALE)
-    if EPILOGUE_SUBTILE:
-        halves = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
-        acc0, acc1 = tl.split(halves)
-        cols0 = offs_n + tl.arange(0, BLOCK_N // 2)
-        c.store([offs_m, offs_n], epilogue(acc0, bias_ptr, cols0, N, HAS_BIAS, ACTIVATION).to(c.dtype))
-        c.store([offs_m, offs_n + BLOCK_N // 2],
-                epilogue(acc1, bias_ptr, cols0 + BLOCK_N // 2, N, HAS_BIAS, ACTIVATION).to(c.dtype))
-    else:
-        cols = offs_n + tl.arange(0, BLOCK_N)
-        c.store([offs_m, offs_n], epilogue(acc, bias_ptr, cols, N, HAS_BIAS, ACTIVATION).to(c.dtype))
+    store_tile(acc, c, bias_ptr, offs_m, offs_n, M, N, BLOCK_M, BLOCK_N, HAS_BIAS, ACTIVATION, EPILOGUE_SUBTILE)
 
 
 @triton.jit

@@ -4,7 +4,7 @@ GEMM and epilogue, in float32 (or float64 for the tests' ground truth)."""
 from __future__ import annotations
 
 from kernels.fp8 import reference as fp8_reference
-from kernels.gemm.reference import activate_torch
+from kernels.gemm.reference import activate_torch, epilogue_jax
 from kernels.scaled_gemm.spec import kinds
 
 
@@ -46,12 +46,5 @@ def scaled_gemm_jax(a, b, a_scale, b_scale, bias=None, activation=None, out_dtyp
     db = (b.T.astype(jnp.float32) * fp8_reference.expand_jax(b_scale.reshape(()) if kb == "tensor" else b_scale.T, kb,
                                                b.shape[1], b.shape[0])).T
     z = jnp.matmul(da, db, precision=jax.lax.Precision.HIGHEST)
-    if bias is not None:
-        z = z + bias.astype(jnp.float32)
-    if activation == "relu":
-        z = jax.nn.relu(z)
-    elif activation == "gelu":
-        z = jax.nn.gelu(z, approximate=False)
-    elif activation == "silu":
-        z = jax.nn.silu(z)
+    z = epilogue_jax(z, bias, activation)
     return z.astype(out_dtype or jnp.bfloat16)

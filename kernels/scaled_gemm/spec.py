@@ -41,7 +41,7 @@ from typing import Any
 from kernels.arrays import require
 from kernels.errors import InputError
 from kernels.fp8.formats import FNUZ, OCP
-from kernels.gemm.spec import ACTIVATIONS, DTYPES, _dtype_name
+from kernels.gemm.spec import DTYPES, _dtype_name, check_epilogue
 
 FP8_DTYPES = OCP + FNUZ
 OUT_DTYPES = DTYPES
@@ -139,20 +139,7 @@ def check(a: Any, b: Any, a_scale: Any, b_scale: Any, bias: Any = None, activati
         if getattr(scale, "requires_grad", False):
             raise InputError(name, "a scale that does not require grad", "requires_grad=True")
         kinds.append(scale_kind(name, si.shape, outer, k, outer_first))
-    bias_dtype = None
-    if bias is not None:
-        ci = require("bias", bias)
-        if ci.framework != ai.framework:
-            raise InputError("bias", f"a {ai.framework} array like a", f"a {ci.framework} array")
-        if ci.shape != (n,):
-            raise InputError("bias", f"shape ({n},)", f"shape {ci.shape}")
-        if ci.dtype not in DTYPES:
-            raise InputError("bias", f"dtype in {DTYPES}", ci.dtype)
-        if ci.device != ai.device:
-            raise InputError("bias", f"device {ai.device} like a", ci.device)
-        bias_dtype = ci.dtype
-    if activation not in ACTIVATIONS:
-        raise InputError("activation", f"one of {ACTIVATIONS}", repr(activation))
+    bias_dtype = check_epilogue(bias, activation, ai, n)
     out = _dtype_name(out_dtype) or "bfloat16"
     if out not in OUT_DTYPES:
         raise InputError("out_dtype", f"one of {OUT_DTYPES}", out)
