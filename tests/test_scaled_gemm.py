@@ -382,6 +382,25 @@ def test_fp8_sweep_rows_become_table_entries(tmp_path, monkeypatch):
 # ----------------------------------------------------------------------------- JAX
 
 
+def test_jax_on_a_gpu_is_refused_for_the_triton_backends_with_the_reason(monkeypatch):
+    """The FP8 kernels have no jax-triton launcher: on a JAX GPU the op says so and names the
+    backend that works there, for each Triton backend; the reference still runs."""
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+
+    from kernels.fp8.reference import quantize_jax
+
+    x = jax.random.normal(jax.random.PRNGKey(5), (9, 130), jnp.float32)
+    aq, a_s = quantize_jax(x, "tensor", jnp.float8_e4m3fn)
+    bq, b_s = quantize_jax(x[:7], "tensor", jnp.float8_e4m3fn)  # a (7, 130) weight: b = bq.T
+    expected = kernels.scaled_gemm(aq, bq.T, a_s, b_s, backend="reference")
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    for backend in ("nvidia", "amd"):
+        with pytest.raises(kernels.BackendUnavailable, match=f"backend='{backend}'.*use backend='reference'"):
+            kernels.scaled_gemm(aq, bq.T, a_s, b_s, backend=backend)
+    assert jnp.array_equal(kernels.scaled_gemm(aq, bq.T, a_s, b_s, backend="reference"), expected)
+
+
 def test_jax_front_end():
     jax = pytest.importorskip("jax")
     import jax.numpy as jnp

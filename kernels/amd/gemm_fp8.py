@@ -190,19 +190,12 @@ def scaled_gemm(a, b, a_scale, b_scale, bias, activation, out_dtype, config=None
 
 def scaled_gemm_jax(a, b, a_scale, b_scale, bias, activation, out_dtype, config=None):
     """The same kernel on JAX arrays on the CPU, interpreted through a host callback; refused, with
-    the reason, on a GPU."""
+    the reason, on a GPU, by :mod:`kernels.scaled_gemm.jax_op`."""
     import jax
 
     from kernels.arrays import torch_dtype
     from kernels.jax_bridge import call_on_cpu
 
-    if jax.default_backend() != "cpu":
-        from kernels.errors import BackendUnavailable
-
-        raise BackendUnavailable(
-            f"scaled_gemm on JAX arrays on a {jax.default_backend()} device: the FP8 kernel has no jax-triton "
-            "launcher (it reads its operands through TMA descriptors or, on CDNA3, FNUZ conversions PyTorch "
-            "does); use backend='reference', which XLA runs on the device")
     (m, k), n = a.shape, b.shape[1]
     a_kind, b_kind = kinds(a.shape, b.shape, a_scale.shape, b_scale.shape)
     cfg = select_config(m, n, k, a_kind, b_kind, config=config, out_dtype=str(jax.numpy.dtype(out_dtype)))

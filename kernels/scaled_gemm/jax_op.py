@@ -24,6 +24,13 @@ from kernels.scaled_gemm.spec import RECIPES
 def _impl(backend: str, config=None):
     if backend == "reference":
         return reference.scaled_gemm_jax
+    if jax.default_backend() != "cpu":
+        from kernels.errors import BackendUnavailable
+
+        raise BackendUnavailable(
+            f"scaled_gemm on JAX arrays on a {jax.default_backend()} device with backend={backend!r}: the FP8 "
+            "kernels have no jax-triton launcher (they read their operands through TMA descriptors or, on "
+            "CDNA3, FNUZ conversions PyTorch does); use backend='reference', which XLA runs on the device")
     impl = backends.implementation("scaled_gemm", backend)
     return functools.partial(impl.scaled_gemm_jax, config=dict(config) if config else None)
 
