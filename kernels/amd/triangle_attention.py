@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kernels import spaces
 from kernels.triton import triangle_attention as _triton
 
 CONFIG_FILE = Path(__file__).with_name("configs") / "triangle_attention.json"
@@ -27,16 +26,13 @@ def config_for(device_name: str | None, head_dim: int, dtype: str, table_path: P
 
 
 def resolve_config(device_name: str | None, head_dim: int, dtype: str, config: dict | None) -> dict:
-    """``config`` checked against the space (``kernels/spaces/triangle_attention.json``) and
-    merged, kernel by kernel, over the table's entry: a partial config overrides the keys it names."""
-    return spaces.resolve("triangle_attention", TARGET, config_for(device_name, head_dim, dtype), config,
-                          {"head_dim": head_dim})
+    """``config`` checked against this target's space and merged over this table's entry
+    (:func:`kernels.triton.triangle_attention.resolve_config`)."""
+    return _triton.resolve_config(TARGET, CONFIG_FILE, device_name, head_dim, dtype, config)
 
 
 def _resolved(q, config: dict | None) -> dict | None:
-    if config is None:
-        return None  # the table's entry, chosen by the kernels' module
-    return resolve_config(_triton._device_name(q), q.shape[-1], str(q.dtype).removeprefix("torch."), config)
+    return _triton.resolved_for(q, config, TARGET, CONFIG_FILE)
 
 
 def triangle_attention_fwd(q, k, v, bias, mask, scale, config=None):

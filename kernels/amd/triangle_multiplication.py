@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kernels import spaces
 from kernels.triton import triangle_multiplication as _triton
 
 CONFIG_FILE = Path(__file__).with_name("configs") / "triangle_multiplication.json"
@@ -23,15 +22,13 @@ def config_for(device_name: str | None, dtype: str, table_path: Path = CONFIG_FI
 
 
 def resolve_config(device_name: str | None, dtype: str, config: dict | None) -> dict:
-    """``config`` checked against the space (``kernels/spaces/triangle_multiplication.json``) and
-    merged, kernel by kernel, over the table's entry: a partial config overrides the keys it names."""
-    return spaces.resolve("triangle_multiplication", TARGET, config_for(device_name, dtype), config)
+    """``config`` checked against this target's space and merged over this table's entry
+    (:func:`kernels.triton.triangle_multiplication.resolve_config`)."""
+    return _triton.resolve_config(TARGET, CONFIG_FILE, device_name, dtype, config)
 
 
 def _resolved(x, config: dict | None) -> dict | None:
-    if config is None:
-        return None  # the table's entry, chosen by the kernels' module
-    return resolve_config(_triton._device_name(x), str(x.dtype).removeprefix("torch."), config)
+    return _triton.resolved_for(x, config, TARGET, CONFIG_FILE)
 
 
 def trimul_saved_shapes(x, c, config=None):

@@ -52,6 +52,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels import spaces
 from kernels.triton.attention import softmax_exp2
 from kernels.triton_runtime import launcher
 
@@ -329,6 +330,23 @@ def _table(path: str) -> dict:
 def head_dim_block(d: int) -> int:
     """tl.dot needs K >= 16 and a power of two; padded lanes load zeros."""
     return max(16, triton.next_power_of_2(d))
+
+
+def resolve_config(target: str, table_path: Path, device_name: str | None, head_dim: int, dtype: str,
+                   config: dict | None) -> dict:
+    """``config`` checked against ``target``'s space (``kernels/spaces/triangle_attention.json``) and
+    merged, kernel by kernel, over the entry of the table at ``table_path``: a partial config
+    overrides the keys it names."""
+    return spaces.resolve("triangle_attention", target, config_for(device_name, head_dim, dtype, table_path), config,
+                          {"head_dim": head_dim})
+
+
+def resolved_for(q, config: dict | None, target: str, table_path: Path) -> dict | None:
+    """:func:`resolve_config` for the device and head dim of ``q``; None (the table's entry, chosen
+    at launch) without a ``config``."""
+    if config is None:
+        return None
+    return resolve_config(target, table_path, _device_name(q), q.shape[-1], str(q.dtype).removeprefix("torch."), config)
 
 
 def config_for(device_name: str | None, head_dim: int, dtype: str, table_path: Path) -> dict:

@@ -47,6 +47,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels import spaces
 from kernels.triton_runtime import launcher
 
 
@@ -332,6 +333,21 @@ def ln_gate_proj_bwd_kernel(X, Mask, DABc, DGz, Lw, Lb, Wp, Bp, Wg, Bg, Wgo, DX,
 @cache
 def _table(path: str) -> dict:
     return json.loads(Path(path).read_text())
+
+
+def resolve_config(target: str, table_path: Path, device_name: str | None, dtype: str, config: dict | None) -> dict:
+    """``config`` checked against ``target``'s space (``kernels/spaces/triangle_multiplication.json``)
+    and merged, kernel by kernel, over the entry of the table at ``table_path``: a partial config
+    overrides the keys it names."""
+    return spaces.resolve("triangle_multiplication", target, config_for(device_name, dtype, table_path), config)
+
+
+def resolved_for(x, config: dict | None, target: str, table_path: Path) -> dict | None:
+    """:func:`resolve_config` for the device and dtype of ``x``; None (the table's entry, chosen at
+    launch) without a ``config``."""
+    if config is None:
+        return None
+    return resolve_config(target, table_path, _device_name(x), str(x.dtype).removeprefix("torch."), config)
 
 
 def config_for(device_name: str | None, dtype: str, table_path: Path) -> dict:
