@@ -8,7 +8,7 @@ import torch
 import kernels
 from kernels.jax_bridge import jax_triton_unavailable
 from kernels.gemm.reference import gemm as reference_gemm
-from tests.numerics import assert_close_by_ratio
+from tests.numerics import assert_close_by_ratio, stable_seed
 
 # Small tiles keep the interpreter fast; three persistent programs walk several tiles each.
 # The persistent kernel on small tiles (STREAM_K named: the heuristic under a partial config takes
@@ -39,7 +39,7 @@ def check(a, b, bias=None, activation=None, out_dtype=None, config=SMALL):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
 def test_odd_sizes_and_layouts(dtype, ta, tb):
-    gen = torch.Generator().manual_seed(hash((str(dtype), ta, tb)) % 2**31)
+    gen = torch.Generator().manual_seed(stable_seed(str(dtype), ta, tb) % 2**31)
     m, n, k = 37, 53, 29  # multiples of no block size
     check(operand((m, k), dtype, ta, gen), operand((k, n), dtype, tb, gen))
 

@@ -23,6 +23,7 @@ from kernels.gemm import reference
 from kernels.tpu import gemm as tpu_gemm
 from kernels.tpu.gemm_rules import ConfigError, check_config, vmem_estimate
 from kernels.tpu.generations import GENERATIONS, MiB, TARGETS, target_of_device_kind
+from tests.numerics import stable_seed
 
 SMALL = {"bm": 16, "bn": 128, "bk": 128}  # the smallest block valid for every dtype
 ACTIVATIONS = (None, "relu", "gelu", "silu")
@@ -31,7 +32,7 @@ EPS = {"bfloat16": 2.0**-8, "float16": 2.0**-11, "float32": 2.0**-24}
 
 def _rng(request) -> np.random.Generator:
     # Fresh inputs per test, reproducible from the test's name.
-    return np.random.default_rng(abs(hash(request.node.name)) % 2**32)
+    return np.random.default_rng(stable_seed(request.node.name))
 
 
 def _interpret_params(**wanted):
