@@ -7,6 +7,7 @@ kind), so one spec serves both frameworks.
 
 from __future__ import annotations
 
+import functools
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +53,40 @@ def describe(x: Any) -> ArrayInfo | None:
     return None
 
 
+def gpu_facts(framework: str, device: str) -> tuple[str | None, str | None]:
+    """(name, architecture) of the GPU ``device`` names ("NVIDIA H200", "sm_90"; "AMD Instinct
+    MI300X", "gfx942"), (None, None) off a GPU. Asked once per device."""
+    kind = device_kind(device)
+    if (framework, kind) not in (("torch", "cuda"), ("jax", "gpu")) or _compiling():
+        return None, None
+    return _gpu_facts(framework, device)
+
+
+def _compiling() -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and torch.compiler.is_compiling()
+
+
+@functools.cache
+def _gpu_facts(framework: str, device: str) -> tuple[str | None, str | None]:
+    if framework == "torch":
+        import torch
+
+        d = torch.device(device)
+        if getattr(torch.version, "hip", None):
+            return torch.cuda.get_device_name(d), torch.cuda.get_device_properties(d).gcnArchName.split(":")[0]
+        major, minor = torch.cuda.get_device_capability(d)
+        return torch.cuda.get_device_name(d), f"sm_{major}{minor}"
+    import jax
+
+    dev = jax.devices()[0]
+    capability = str(getattr(dev, "compute_capability", "") or "")
+    if capability.startswith("gfx"):
+        return dev.device_kind, capability.split(":")[0]
+    major, _, minor = capability.partition(".")
+    return dev.device_kind, (f"sm_{major}{minor}" if major.isdigit() and minor.isdigit() else None)
+
+
 def device_kind(device: str) -> str:
     """'cuda:0' -> 'cuda', 'cpu' -> 'cpu', 'gpu:0' -> 'gpu'."""
     return device.split(":")[0]
@@ -65,7 +100,7 @@ def torch_dtype(name: str):
 
 def require(name: str, x: Any) -> ArrayInfo:
     """``describe(x)``, or the InputError every op gives a non-array argument."""
-    from kernels.errors import InputError
+    from ceiling.errors import InputError
 
     info = describe(x)
     if info is None:

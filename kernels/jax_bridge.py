@@ -45,7 +45,7 @@ def call_on_cpu(fn: Callable, result_shape, *arrays, backend: str):
     import jax
 
     if jax.default_backend() != "cpu":
-        from kernels.errors import BackendUnavailable
+        from ceiling.errors import BackendUnavailable
 
         raise BackendUnavailable(
             f"backend={backend!r} on JAX arrays runs through the CPU interpreter only; "

@@ -5,9 +5,8 @@ multiplicative update) has one, checking its output and every gradient the op ha
 ``cases("cpu")`` (every backend that runs here, interpreted or emulated included),
 one ``run_one`` per worker task; ``run_all(device="cuda")`` checks the native
 backends on a GPU at larger, odd sizes. Each check draws fresh random inputs and
-returns its measured error next to the bound it was held to (the error-ratio rule:
-at most twice the error of the framework's own computation at the same precision,
-plus a small atol).
+returns its measured error next to the bound it was held to (the error-ratio rule of
+:mod:`ceiling.testing.numerics`).
 """
 
 from __future__ import annotations
@@ -17,7 +16,8 @@ from typing import Callable
 
 import torch
 
-from kernels import backends
+from ceiling import backends
+from ceiling.testing.numerics import check
 
 
 @dataclass
@@ -34,6 +34,12 @@ class SmokeResult:
     def as_dict(self) -> dict:
         return asdict(self)
 
+    @classmethod
+    def of(cls, op: str, backend: str, mode: str, case: str, ours, framework, exact, **kw) -> "SmokeResult":
+        """``ours`` held to the error-ratio rule against ``exact``, next to ``framework``."""
+        c = check(case, ours, framework, exact, **kw)
+        return cls(op, backend, mode, case, c.error, c.bound, c.passed, "" if c.passed else c.rule)
+
 
 def _err(x: torch.Tensor, ref: torch.Tensor) -> float:
     if torch.isnan(x).any():
@@ -48,8 +54,8 @@ _INTERPRETED_GEMM_CONFIG = {
 
 
 def gemm_smoke(backend: str, device: str, seed: int) -> list[SmokeResult]:
-    import kernels
-    from kernels.gemm.reference import gemm as reference
+    import ceiling
+    from ceiling.gemm.reference import gemm as reference
 
     mode = backends.op_availability("gemm", backend).mode
     gen = torch.Generator().manual_seed(seed)
@@ -61,15 +67,11 @@ def gemm_smoke(backend: str, device: str, seed: int) -> list[SmokeResult]:
         b = torch.randn(n, k, dtype=dtype, generator=gen).to(device).mT  # an nn.Linear weight
         bias = torch.randn(n, dtype=dtype, generator=gen).to(device)
         config = None if big else _INTERPRETED_GEMM_CONFIG.get(backend)
-        out = kernels.gemm(a, b, bias=bias, activation="gelu", backend=backend, config=config)
+        out = ceiling.gemm(a, b, bias=bias, activation="gelu", backend=backend, config=config)
         ref = reference(a.double(), b.double(), bias.double(), "gelu", torch.float64, compute_dtype=torch.float64)
         framework = reference(a, b, bias, "gelu", dtype, compute_dtype=dtype if big else torch.float32)
-        if not big:  # CPU matmul in low precision accumulates in fp32 anyway; round the result as the GPU would
-            framework = framework.to(dtype)
-        bound = 2 * _err(framework, ref) + 1e-2
-        error = _err(out, ref)
-        results.append(SmokeResult("gemm", backend, mode, f"{m}x{n}x{k} {str(dtype)[6:]} bias+gelu, b transposed",
-                                   error, bound, error <= bound))
+        results.append(SmokeResult.of("gemm", backend, mode, f"{m}x{n}x{k} {str(dtype)[6:]} bias+gelu, b transposed",
+                                      out, framework, ref))
     return results
 
 
@@ -85,8 +87,8 @@ _INTERPRETED_ATTENTION_CONFIG = {
 def attention_smoke(backend: str, device: str, seed: int) -> list[SmokeResult]:
     """Forward and every gradient (the bias's included) of causal GQA attention with a bias and a mask
     holding a fully masked row, bf16, q_len != k_len."""
-    import kernels
-    from kernels.attention.reference import attention_bwd, attention_fwd
+    import ceiling
+    from ceiling.attention.reference import attention_bwd, attention_fwd
 
     mode = backends.op_availability("attention", backend).mode
     gen = torch.Generator().manual_seed(seed)
@@ -102,7 +104,7 @@ def attention_smoke(backend: str, device: str, seed: int) -> list[SmokeResult]:
 
     leaves = [t.detach().clone().requires_grad_() for t in (q, k, v, bias)]
     config = None if big else _INTERPRETED_ATTENTION_CONFIG.get(backend)
-    out = kernels.attention(*leaves[:3], causal=True, bias=leaves[3], mask=mask, backend=backend, config=config)
+    out = ceiling.attention(*leaves[:3], causal=True, bias=leaves[3], mask=mask, backend=backend, config=config)
     ours = (out, *torch.autograd.grad(out, leaves, dout))
 
     def closed_form(compute):
@@ -111,19 +113,15 @@ def attention_smoke(backend: str, device: str, seed: int) -> list[SmokeResult]:
                                   compute_dtype=compute))
 
     exact, framework = closed_form(torch.float64), closed_form(torch.bfloat16)
-    results = []
-    for name, o, e, f in zip(("out", "dq", "dk", "dv", "dbias"), ours, exact, framework):
-        bound = 2 * _err(f, e) + 2e-2
-        error = _err(o, e)
-        results.append(SmokeResult("attention", backend, mode, f"q_len={SQ} k_len={SK} H={H}/{HK} D={D} causal "
-                                   f"bias+mask bf16 {name}", error, bound, error <= bound))
-    return results
+    return [SmokeResult.of("attention", backend, mode, f"q_len={SQ} k_len={SK} H={H}/{HK} D={D} causal bias+mask "
+                           f"bf16 {name}", o, f, e) for name, o, e, f in zip(("out", "dq", "dk", "dv", "dbias"),
+                                                                              ours, exact, framework)]
 
 
 def triangle_attention_smoke(backend: str, device: str, seed: int) -> list[SmokeResult]:
     """Forward and every gradient (the bias's included) of triangle attention, bf16, a fully masked row."""
-    import kernels
-    from kernels.triangle.reference import attention
+    import ceiling
+    from ceiling.triangle.attention_reference import attention
 
     mode = backends.op_availability("triangle_attention", backend).mode
     gen = torch.Generator().manual_seed(seed)
@@ -136,24 +134,20 @@ def triangle_attention_smoke(backend: str, device: str, seed: int) -> list[Smoke
     def grads(compute, run):
         leaves = [t.detach().to(compute).requires_grad_() for t in (q, k, v, bias)]
         out = run(*leaves)
-        return (out, *torch.autograd.grad(out, leaves, dout.to(out.dtype)))
+        return (out.detach(), *torch.autograd.grad(out, leaves, dout.to(out.dtype)))
 
-    ours = grads(torch.bfloat16, lambda *t: kernels.triangle_attention(*t[:3], t[3].float(), mask, backend=backend))
+    ours = grads(torch.bfloat16, lambda *t: ceiling.triangle_attention(*t[:3], t[3].float(), mask, backend=backend))
     exact = grads(torch.float64, lambda *t: attention(*t, mask=mask, compute_dtype=torch.float64)[0])
     framework = grads(torch.bfloat16, lambda *t: attention(*t, mask=mask, compute_dtype=torch.bfloat16)[0])
-    results = []
-    for name, o, e, f in zip(("out", "dq", "dk", "dv", "dbias"), ours, exact, framework):
-        bound = 2 * _err(f, e) + 2e-2
-        error = _err(o, e)
-        results.append(SmokeResult("triangle_attention", backend, mode, f"N={N} H={H} D={D} bf16 {name}", error, bound,
-                                   error <= bound))
-    return results
+    return [SmokeResult.of("triangle_attention", backend, mode, f"N={N} H={H} D={D} bf16 {name}", o, f, e,
+                           atol=2e-2, absolute=True)
+            for name, o, e, f in zip(("out", "dq", "dk", "dv", "dbias"), ours, exact, framework)]
 
 
 def trimul_smoke(backend: str, device: str, seed: int) -> list[SmokeResult]:
     """Forward and dx of the triangle multiplicative update, both directions, bf16."""
-    import kernels
-    from kernels.triangle.reference import trimul
+    import ceiling
+    from ceiling.triangle.trimul_reference import trimul
 
     mode = backends.op_availability("triangle_multiplicative_update", backend).mode
     gen = torch.Generator().manual_seed(seed)
@@ -168,31 +162,29 @@ def trimul_smoke(backend: str, device: str, seed: int) -> list[SmokeResult]:
         def run(compute, fn):
             xl = x.to(compute).requires_grad_()
             out = fn(xl, {n: t.to(compute) for n, t in w.items()})
-            return out, torch.autograd.grad(out, xl, dout.to(out.dtype))[0]
+            return out.detach(), torch.autograd.grad(out, xl, dout.to(out.dtype))[0]
 
         def ref(compute):
-            return lambda xl, ws: trimul(xl, direction, mask, None, None, ws["p_in_weight"], None, ws["g_in_weight"], None,
-                                         None, None, ws["p_out_weight"], None, ws["g_out_weight"], None,
+            return lambda xl, ws: trimul(xl, direction, mask, None, None, ws["p_in_weight"], None, ws["g_in_weight"],
+                                         None, None, None, ws["p_out_weight"], None, ws["g_out_weight"], None,
                                          compute_dtype=compute)
 
-        ours = run(torch.bfloat16, lambda xl, ws: kernels.triangle_multiplicative_update(
+        ours = run(torch.bfloat16, lambda xl, ws: ceiling.triangle_multiplicative_update(
             xl, direction, mask, **ws, backend=backend))
         exact, framework = run(torch.float64, ref(torch.float64)), run(torch.bfloat16, ref(torch.bfloat16))
-        for name, o, e, f in zip(("out", "dx"), ours, exact, framework):
-            bound = 2 * _err(f, e) + 3e-2
-            error = _err(o, e)
-            results.append(SmokeResult("triangle_multiplicative_update", backend, mode,
-                                       f"N={N} c_z={CZ} c={C} {direction} bf16 {name}", error, bound, error <= bound))
+        results += [SmokeResult.of("triangle_multiplicative_update", backend, mode,
+                                   f"N={N} c_z={CZ} c={C} {direction} bf16 {name}", o, f, e, atol=3e-2, absolute=True)
+                    for name, o, e, f in zip(("out", "dx"), ours, exact, framework)]
     return results
 
 
 def scaled_gemm_smoke(backend: str, device: str, seed: int) -> list[SmokeResult]:
     """The FP8 GEMM with each scaling on an odd shape, against float64 of the dequantized inputs;
     bounded by twice the error of the same dequantized product in float32 rounded to bf16."""
-    import kernels
-    from kernels import fp8
-    from kernels.scaled_gemm import RECIPES
-    from kernels.scaled_gemm.reference import scaled_gemm as reference
+    import ceiling
+    from ceiling import fp8
+    from ceiling.scaled_gemm import RECIPES
+    from ceiling.scaled_gemm.reference import scaled_gemm as reference
 
     mode = backends.op_availability("scaled_gemm", backend).mode
     gen = torch.Generator().manual_seed(seed)
@@ -204,22 +196,53 @@ def scaled_gemm_smoke(backend: str, device: str, seed: int) -> list[SmokeResult]
         aq, a_s = fp8.quantize(x, ka, dtype)
         wq, w_s = fp8.quantize(w, kb, dtype)
         b_s = w_s if kb == "tensor" else w_s.mT
-        out = kernels.scaled_gemm(aq, wq.mT, a_s, b_s, backend=backend)
+        out = ceiling.scaled_gemm(aq, wq.mT, a_s, b_s, backend=backend)
         exact = reference(aq, wq.mT, a_s, b_s, None, None, torch.float64, compute_dtype=torch.float64)
-        bound = 2 * _err(reference(aq, wq.mT, a_s, b_s), exact) + 1e-2 * max(1.0, exact.abs().max().item()) / 128
-        error = _err(out, exact)
-        results.append(SmokeResult("scaled_gemm", backend, mode, f"{m}x{n}x{k} {recipe} scales, e4m3 -> bf16",
-                                   error, bound, error <= bound))
+        results.append(SmokeResult.of("scaled_gemm", backend, mode, f"{m}x{n}x{k} {recipe} scales, e4m3 -> bf16", out,
+                                      reference(aq, wq.mT, a_s, b_s), exact, atol=1e-2 / 128))
     return results
+
+
+def fp8_gemm_smoke(backend: str, device: str, seed: int) -> list[SmokeResult]:
+    """The trainable FP8 GEMM (block recipe, bf16 backward) on an odd shape: its output and both
+    operand gradients, with a random output gradient, against float64 of the dequantized operands
+    the forward saved, next to the same products in float32 rounded to bf16."""
+    import ceiling
+    from ceiling import fp8
+    from ceiling.fp8.reference import dequantize
+
+    mode = backends.op_availability("fp8_gemm", backend).mode
+    gen = torch.Generator().manual_seed(seed)
+    m, n, k = (1000, 1000, 1000) if device != "cpu" else (37, 45, 130)
+    x = torch.randn(m, k, generator=gen).to(device, torch.bfloat16)
+    w = torch.randn(n, k, generator=gen).to(device, torch.bfloat16)
+    dout = torch.randn(m, n, generator=gen).to(device, torch.bfloat16)
+    dtype = torch.float8_e4m3fnuz if backend == "amd" else torch.float8_e4m3fn
+
+    def run(on):
+        a, b = x.clone().requires_grad_(), w.clone().requires_grad_()
+        out = ceiling.fp8_gemm(a, b.mT, recipe="block", backend=on)
+        return (out, *torch.autograd.grad(out, (a, b), dout))
+
+    ours = run(backend)
+    aq, a_s = fp8.quantize(x, "1x128", dtype)
+    wq, w_s = fp8.quantize(w, "128x128", dtype)
+    a64, w64 = dequantize(aq, a_s, "1x128").double(), dequantize(wq, w_s, "128x128").double()
+    d64 = dout.double()
+    exact = (a64 @ w64.T, d64 @ w64, d64.T @ a64)
+    framework = tuple(e.float().bfloat16() for e in exact)  # the same products in float32, rounded to bf16
+    case = f"{m}x{n}x{k} block recipe e4m3, bf16 backward"
+    return [SmokeResult.of("fp8_gemm", backend, mode, f"{case} {name}", o, f, e, atol=1e-2 / 128)
+            for name, o, f, e in zip(("out", "da", "db"), ours, framework, exact)]
 
 
 def fp8_quantize_smoke(backend: str, device: str, seed: int) -> list[SmokeResult]:
     """The FP8 quantizers on an odd shape with outliers, every granularity (the row quantizer
-    transposed too), against the float32 oracle (kernels.fp8.reference): codes and scales are
+    transposed too), against the float32 oracle (ceiling.fp8.reference): codes and scales are
     bit for bit the oracle's, so the bound is 0 (the error is the largest difference of a
     scale or of a dequantized value)."""
-    from kernels import fp8
-    from kernels.fp8 import reference
+    from ceiling import fp8
+    from ceiling.fp8 import reference
 
     mode = backends.op_availability("fp8_quantize", backend).mode
     gen = torch.Generator().manual_seed(seed)
@@ -231,11 +254,10 @@ def fp8_quantize_smoke(backend: str, device: str, seed: int) -> list[SmokeResult
                                    ("128x128", False)):
         q, scale = fp8.quantize(x, granularity, dtype, transpose=transpose, backend=backend)
         q_ref, scale_ref = reference.quantize(x, granularity, dtype, transpose=transpose)
-        values = reference.dequantize(q, scale, granularity)
-        error = max(_err(scale, scale_ref), _err(values, reference.dequantize(q_ref, scale_ref, granularity)))
-        results.append(SmokeResult("fp8_quantize", backend, mode,
-                                   f"{rows}x{cols} bf16 -> {str(dtype)[6:]} {granularity}"
-                                   + (" transposed" if transpose else ""), error, 0.0, error <= 0.0))
+        case = f"{rows}x{cols} bf16 -> {str(dtype)[6:]} {granularity}" + (" transposed" if transpose else "")
+        results.append(SmokeResult.of("fp8_quantize", backend, mode, case,
+                                      (scale, reference.dequantize(q, scale, granularity)), None,
+                                      (scale_ref, reference.dequantize(q_ref, scale_ref, granularity)), atol=0.0))
     return results
 
 
@@ -243,6 +265,7 @@ SMOKES: dict[str, Callable[[str, str, int], list[SmokeResult]]] = {
     "gemm": gemm_smoke,
     "scaled_gemm": scaled_gemm_smoke,
     "fp8_quantize": fp8_quantize_smoke,
+    "fp8_gemm": fp8_gemm_smoke,
     "attention": attention_smoke,
     "triangle_attention": triangle_attention_smoke,
     "triangle_multiplicative_update": trimul_smoke,
@@ -256,7 +279,7 @@ def cases(device: str = "cpu", ops: list[str] | None = None) -> list[tuple[str, 
     for op in SMOKES:
         if ops and op not in ops:
             continue
-        for backend in backends.OPS[op]:
+        for backend in backends.ops_by_name()[op].backends():
             avail = backends.op_availability(op, backend)
             if not avail.runs or backend == "reference":
                 continue

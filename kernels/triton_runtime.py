@@ -3,7 +3,7 @@
 Triton picks its interpreter from ``TRITON_INTERPRET`` when a function is
 decorated, which would force a whole process into one mode. Here every kernel is
 decorated with plain ``triton.jit`` (so it compiles for real targets, and
-``kernels.isa`` can cross-compile it for sm_90a and gfx942), and
+``ceiling.isa`` can cross-compile it for sm_90a and gfx942), and
 :func:`interpreted` builds an interpreter twin of it on demand. The twin runs the
 same source in a private copy of the kernel module's globals in which every
 ``@triton.jit`` helper is itself replaced by its twin, so helpers must be called by

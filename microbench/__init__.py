@@ -1,10 +1,10 @@
 """Hardware characterization: device sources, runners, timing, analytic models, records.
 
-- ``microbench.bankconf``: shared-memory / LDS bank-conflict model (NVIDIA, CDNA3).
-- ``microbench.occupancy``: occupancy calculator (sm_80..sm_100, gfx90a, gfx942).
-- ``microbench.clocks``: NVML clock and throttle sampler for any measurement.
-- ``microbench.runtimes``: the GPU runtime the CUDA suites run on (CuPy or PyCUDA).
-- ``microbench.run_suites(suites, out_dir, device=None, runtime="auto")``: run the
+- ``ceiling.microbench.bankconf``: shared-memory / LDS bank-conflict model (NVIDIA, CDNA3).
+- ``ceiling.microbench.occupancy``: occupancy calculator (sm_80..sm_100, gfx90a, gfx942).
+- ``ceiling.microbench.clocks``: NVML clock and throttle sampler for any measurement.
+- ``ceiling.microbench.runtimes``: the GPU runtime the CUDA suites run on (CuPy or PyCUDA).
+- ``ceiling.microbench.run_suites(suites, out_dir, device=None, runtime="auto")``: run the
   suites (bank-conflicts, occupancy, clocks, ceilings, host) and write records.
 """
 

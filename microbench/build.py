@@ -18,7 +18,7 @@ from collections import Counter
 from importlib import resources
 from pathlib import Path
 
-SOURCES = Path(str(resources.files("microbench") / "sources"))
+SOURCES = Path(str(resources.files("ceiling.microbench") / "sources"))
 
 
 class ToolMissing(RuntimeError):

@@ -1,6 +1,6 @@
 """Running the CUDA microbenchmarks: device facts and module loading on CuPy, cubins, sample spreads.
 
-Timing and provenance go through the runtime the suites run on (``microbench.runtimes``), which
+Timing and provenance go through the runtime the suites run on (``ceiling.microbench.runtimes``), which
 builds on this module; this module never imports it.
 
 Modules are compiled for the device's exact architecture (``sm_90a`` on

@@ -377,7 +377,7 @@ def from_static(profile: Any, arch: str, threads: int | None = None, dynamic_sha
 
 
 def from_static_profile(profile: Any, target: str) -> dict[str, Any]:
-    """Compact occupancy of a ``kernels.isa.StaticProfile`` (or its ``as_dict()``) for ``ceiling inspect``.
+    """Compact occupancy of a ``ceiling.isa.StaticProfile`` (or its ``as_dict()``) for ``ceiling inspect``.
 
     Returns blocks per SM (workgroups per CU), resident warps (waves), the
     fraction of warp (wave) slots, and the binding resource.

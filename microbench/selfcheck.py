@@ -1,6 +1,6 @@
 """Run every suite once and check the measurements against the models and against each other.
 
-    python -m microbench.selfcheck --out records/microbench-h200
+    python -m ceiling.microbench.selfcheck --out records/microbench-h200
 
 Runs all suites (GPU ones only where a GPU is visible), writes the records,
 then prints one PASS/FAIL line per check and exits non-zero if any fails:

@@ -2,7 +2,7 @@
 
 ``fit`` and ``export_templates`` are what ``ceiling fit`` and ``ceiling
 export-templates`` print and save; ``analyze`` does both plus the plots and
-returns a ``roofline.report.ReportData`` for ``ceiling run`` to complete and
+returns a ``ceiling.roofline.report.ReportData`` for ``ceiling run`` to complete and
 render.
 """
 
@@ -14,14 +14,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from microbench.records import Record
-from roofline import ceilings as _ceilings
-from roofline import devices
-from roofline import model as _model
-from roofline import plot as _plot
-from roofline import report as _report
-from roofline import selection as _selection
-from roofline.report import ReportData, Step
+from ceiling.microbench.records import Record
+from ceiling.roofline import ceilings as _ceilings
+from ceiling.roofline import devices
+from ceiling.roofline import model as _model
+from ceiling.roofline import plot as _plot
+from ceiling.roofline import report as _report
+from ceiling.roofline import selection as _selection
+from ceiling.roofline.report import ReportData, Step
 
 
 @dataclass
@@ -79,7 +79,7 @@ def analyze(records: list[Record], out: str | Path, families: list[str] | None =
     ``origins`` maps ``id(record)`` to "here" for the records this run took, or to where the
     others were read from; every figure of the report cites it.
     """
-    from roofline.templates import export
+    from ceiling.roofline.templates import export
 
     out = Path(out)
     data = ReportData(records=list(records), origins=dict(origins or {}))
@@ -128,7 +128,7 @@ def analyze(records: list[Record], out: str | Path, families: list[str] | None =
     say("exporting search templates")
     accuracy = {k: e.as_dict() for k, e in result.evaluations.items()}
     for folder in export.export(out / "templates", records, families, targets, result.model, accuracy):
-        from roofline.templates.schema import Template
+        from ceiling.roofline.templates.schema import Template
 
         t = Template.load(folder)
         data.templates.append({"family": t.family, "target": t.target, "path": folder,
@@ -179,7 +179,7 @@ def report_step(out: Path, summary: dict, families: list[str] | None = None,
     (``{"steps": {title: {"status", "seconds"}}}``) and, when present, its
     ``hardware`` table appear in the report. Returns the report's paths.
     """
-    from roofline import store as _store
+    from ceiling.roofline import store as _store
 
     out = Path(out)
     here = _store.load([out / "records"], embedded=False)

@@ -18,8 +18,9 @@ useful FLOPs alone:
 * the backward recomputes the probabilities in two kernels (dK/dV and dQ):
   seven products and two exponentials per visited element, three launches.
 
-Tiles come from the record's config where it names them, else from the tiles
-shipped for the device (``kernels/nvidia/configs/attention.json``), else the
+Tiles come from the record's config where it names them, else from what the op
+resolves for the problem on the device (``ceiling.op.resolve_config`` of the
+nvidia Triton implementation: its tuned tables on an H100 or H200), else the
 kernels' heuristic.
 """
 
@@ -27,38 +28,41 @@ from __future__ import annotations
 
 import functools
 import heapq
-import json
 import math
-from pathlib import Path
 
-from roofline import work as _work
-from roofline.machine import Machine
+from ceiling.roofline import work as _work
+from ceiling.roofline.machine import Machine
 
-SHIPPED = Path(__file__).resolve().parents[1] / "kernels" / "nvidia" / "configs" / "attention.json"
+HOPPER = ("h100", "h200")  # the devices the nvidia Triton attention's tables are written for
 SFU_PER_FP32_FLOP = 1 / 16  # exponentials per FP32 FLOP: 16 vs 2 x 128 per clock per SM (sm_80/sm_90)
 PROGRAM_OVERHEAD_S = 0.5e-6  # a program's prologue (Q block load) and epilogue (O store), order of magnitude
 
 
 def head_dim_pad(d: int) -> int:
-    return max(16, 1 << (int(d) - 1).bit_length())
+    from ceiling.triton.attention import head_dim_pad as pad
+
+    return pad(int(d))
 
 
-@functools.cache
-def _shipped() -> dict:
-    return json.loads(SHIPPED.read_text()) if SHIPPED.exists() else {}
+@functools.lru_cache(maxsize=256)
+def _shipped(gpu: str | None, head_dim: int, causal: bool) -> dict:
+    """The nvidia Triton attention's config for a bf16 PyTorch problem at ``head_dim`` (through
+    TMA, no bias): what the op resolves on ``gpu``, a Hopper its tables serve; with no ``gpu``,
+    the implementation's heuristic for a Hopper nobody tuned."""
+    from ceiling.attention.op import ATTENTION
+    from ceiling.attention.spec import shipped_problem
+    from ceiling.op import resolve_config
+
+    impl = ATTENTION.implementation("nvidia")
+    problem = shipped_problem(head_dim, "bfloat16", causal=causal, gpu=gpu, arch="sm_90")
+    return resolve_config(problem, impl, None) if gpu else impl.load().heuristic(problem)
 
 
-def tiles(machine: Machine, head_dim: int, config: dict | None) -> dict[str, tuple[int, int]]:
+def tiles(machine: Machine, head_dim: int, config: dict | None, causal: bool = False) -> dict[str, tuple[int, int]]:
     """(block_m, block_n) per kernel ("fwd", "dkdv", "dq")."""
-    pad = head_dim_pad(head_dim)
-    big = pad > 128
-    out = {"fwd": (64 if big else 128, 64 if pad >= 128 else 128), "dkdv": (32 if big else 64, 64 if big else 128),
-           "dq": (64 if big else 128, 32 if big else 64)}
-    if machine.vendor == "nvidia" and machine.key in ("h100", "h200"):
-        table = _shipped().get("sm90", {}).get(str(pad), {})
-        for kernel in out:
-            t = table.get(kernel, {})
-            out[kernel] = (int(t.get("block_m", out[kernel][0])), int(t.get("block_n", out[kernel][1])))
+    hopper = machine.vendor == "nvidia" and machine.key in HOPPER
+    shipped = _shipped(machine.name if hopper else None, int(head_dim), causal)
+    out = {kernel: (int(shipped[kernel]["block_m"]), int(shipped[kernel]["block_n"])) for kernel in ("fwd", "dkdv", "dq")}
     cfg = {str(k).lower(): v for k, v in (config or {}).items()}
     if "block_m" in cfg and "block_n" in cfg:
         out["fwd"] = (int(cfg["block_m"]), int(cfg["block_n"]))
@@ -119,7 +123,7 @@ def terms(shape: dict, config: dict, machine: Machine, dtype: str, launch_s: flo
     per_sm_sfu = machine.peak("float32") * SFU_PER_FP32_FLOP / units
     bw = machine.bandwidth
     per_sm_l2 = bw.get("l2", bw.get("hbm", 1.0)) / units
-    t = tiles(machine, d, config)
+    t = tiles(machine, d, config, causal)
     # (kernel, blocks per program, block rows, block cols, tensor FLOPs per element, rows loaded per step)
     dkdv_section = (config or {}).get("dkdv")
     if backward and isinstance(dkdv_section, dict) and dkdv_section.get("dq_atomic"):

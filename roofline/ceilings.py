@@ -3,7 +3,7 @@
 A ceiling is the best sustained rate a microbenchmark reached on a device: the
 highest median bandwidth per memory level, the highest median FLOP/s per dtype
 (an achievable roof, not the datasheet peak). Where a device was never measured
-at a level, the published figure from ``roofline.devices`` fills in, marked
+at a level, the published figure from ``ceiling.roofline.devices`` fills in, marked
 ``published`` with its source.
 
 Microbenchmark records are recognised by their fields, so each suite only has to
@@ -27,8 +27,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from microbench.records import Record
-from roofline import devices
+from ceiling.microbench.records import Record
+from ceiling.roofline import devices
 
 _LEVEL_WORDS = (
     ("dram", ("host-memory",)),  # a host's main memory

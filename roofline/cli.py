@@ -1,6 +1,6 @@
 """``ceiling``: one program for the kernels, the microbenchmarks and the models.
 
-Each subcommand lives in its own module under ``roofline.commands`` and adds
+Each subcommand lives in its own module under ``ceiling.roofline.commands`` and adds
 itself to the app through ``register(app)``.
 """
 
@@ -30,16 +30,31 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-# Modules under roofline.commands, one per subcommand (or group of them).
+# Modules under ceiling.roofline.commands, one per subcommand (or group of them).
 COMMANDS = ("backends", "bench", "device_check", "inspect", "run", "tune", "microbench", "fit", "export_templates", "import_point",
             "sweep")
 
 for _name in COMMANDS:
-    importlib.import_module(f"roofline.commands.{_name}").register(app)
+    importlib.import_module(f"ceiling.roofline.commands.{_name}").register(app)
 
 
 def main() -> None:
-    app()
+    """The program. A user error a command did not turn into a usage error itself (a bad config,
+    op, target or JSON reaching the library's checks) is one line on stderr and exit status 2, as
+    click gives its own usage errors; anything else is a bug and keeps its traceback."""
+    import json
+    import sys
+
+    from ceiling.errors import InputError
+
+    try:
+        app()
+    except InputError as err:
+        print(f"Error: {err}", file=sys.stderr)
+        sys.exit(2)
+    except json.JSONDecodeError as err:
+        print(f"Error: not valid JSON ({err})", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Published figures for the devices the kernels target.
 
 These are the vendor's (or a cited third party's) numbers, never ours: every
-figure carries its source, and ``roofline.ceilings`` marks a ceiling taken from
+figure carries its source, and ``ceiling.roofline.ceilings`` marks a ceiling taken from
 here as *published*, so a plot or report never passes one off as measured.
 Bandwidths are in B/s, compute in FLOP/s (dense, no sparsity), sizes in bytes.
 The resource limits configs must respect (shared memory, registers, VMEM, SBUF, PSUM) are
@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from kernels.spaces import target_info, target_limits
+from ceiling.spaces import target_info, target_limits
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from roofline import devices
-from roofline.ceilings import DeviceCeilings, _fill_published
+from ceiling.roofline import devices
+from ceiling.roofline.ceilings import DeviceCeilings, _fill_published
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,9 @@
 """A performance model: the time of (kernel, config, shape, device) from counted work.
 
 Every prediction is a sum of physically meaningful terms, each a time in seconds
-computed from the counted work (``roofline.work``), the static ISA facts of the
+computed from the counted work (``ceiling.roofline.work``), the static ISA facts of the
 compiled kernel (registers, spills, tensor-core instructions) and the device's
-rates (``roofline.machine``). For a tiled GEMM on a persistent grid (one program
+rates (``ceiling.roofline.machine``). For a tiled GEMM on a persistent grid (one program
 per SM, tiles strided by the SM count):
 
 * ``roof``: the floor no schedule beats: max of the tensor-core time of the
@@ -26,7 +26,7 @@ per SM, tiles strided by the SM count):
   the pipeline depth; with one tile per SM (skinny M) nothing else hides it;
 * ``launch``: a constant per kernel launch.
 
-A flash attention is placed by its tile schedule (``roofline.attention_terms``):
+A flash attention is placed by its tile schedule (``ceiling.roofline.attention_terms``):
 visited blocks (causal diagonals in full), list-scheduled programs per SM, the
 tensor-core time of the busiest SM, and ``exp``: its exponentials on the
 special-function units.
@@ -36,9 +36,9 @@ the plots read them) but not fit: ``roof`` and ``pipe`` carry them.
 
 The fitted model is ``time = sum(c_i * term_i)`` with non-negative coefficients,
 fit per fit unit (device, op, and the direction where the problem names one:
-``roofline.selection.unit_key``) and per GEMM shape class by non-negative least
+``ceiling.roofline.selection.unit_key``) and per GEMM shape class by non-negative least
 squares on relative error (each row divided by its measured time), on the records
-``roofline.selection`` keeps (our kernels, device time). A unit is fit only from
+``ceiling.roofline.selection`` keeps (our kernels, device time). A unit is fit only from
 ``MIN_PROBLEMS`` distinct problems or more (fewer would fit noise; the evaluation
 says so). Without a fit the *analytic* coefficients apply (``roof`` + ``splitk`` +
 ``launch``, others 0) and the prediction says so.
@@ -57,11 +57,11 @@ from typing import Any
 
 import numpy as np
 
-from microbench.records import Record
-from roofline import attention_terms as _attention
-from roofline import ceilings as _ceilings
-from roofline import work as _work
-from roofline.machine import Machine, from_ceilings
+from ceiling.microbench.records import Record
+from ceiling.roofline import attention_terms as _attention
+from ceiling.roofline import ceilings as _ceilings
+from ceiling.roofline import work as _work
+from ceiling.roofline.machine import Machine, from_ceilings
 
 TERMS = ("launch", "roof", "hbm", "smem", "pipe", "tiles", "splitk", "spill", "latency", "exp")  # fitted
 DIAGNOSTICS = ("compute", "l2")  # reported, not fitted
@@ -78,7 +78,7 @@ ATTENTION_OPS = ("attention", "attention_fwd", "attention_bwd")
 
 @dataclass(frozen=True)
 class StaticFacts:
-    """What the compiler says about one compiled config (``kernels.isa.profile``)."""
+    """What the compiler says about one compiled config (``ceiling.isa.profile``)."""
 
     registers: int | None = None
     spill_bytes: int = 0
@@ -264,13 +264,13 @@ class Sample:
 
     @property
     def unit(self) -> str:
-        """The fit unit: "device|op" or "device|op|direction" (``roofline.selection.unit_key``)."""
+        """The fit unit: "device|op" or "device|op|direction" (``ceiling.roofline.selection.unit_key``)."""
         return f"{self.device}|{self.unit_op}"
 
 
 def unit_op(op: str, shape: dict | None, config: dict | None) -> str:
     """The op as the model keys its coefficients: with the problem's direction where it names one."""
-    from roofline.selection import direction
+    from ceiling.roofline.selection import direction
 
     d = direction(shape or {}, config or {})
     return f"{op}|{d}" if d else op
@@ -415,7 +415,7 @@ class Evaluation:
     split: str
     noise: float = float("nan")  # median (p80 - p20) / median of the held-out timings: the floor any model meets
     method: str = ""  # the timing method of the records fit and judged on
-    excluded: dict[str, int] = field(default_factory=dict)  # reason (roofline.selection.REASONS) -> records left out
+    excluded: dict[str, int] = field(default_factory=dict)  # reason (ceiling.roofline.selection.REASONS) -> records left out
     note: str = ""  # why the unit was not fit, where it was not
 
     def meets(self, mape: float = 0.10, spearman: float = 0.9, regret: float = 0.05) -> bool:
@@ -546,13 +546,13 @@ def fit_and_evaluate(records: Iterable[Record], folds: int = 4, seed: int = 0,
                      min_samples: int = 8) -> tuple[PerfModel, dict[str, Evaluation]]:
     """Judge the model per fit unit on held-out shapes (cross-validated), then fit on everything.
 
-    Only the timings ``roofline.selection.select`` keeps enter (our kernels, device time, one
+    Only the timings ``ceiling.roofline.selection.select`` keeps enter (our kernels, device time, one
     timing method per fit unit). Returns the model fit on all of them and the held-out
     evaluation per unit ("device|op" or "device|op|direction") and per "unit|shape class"
     (the GEMM regimes), each with the counts of records used and excluded and why, and
     a note where a unit has too few problems to be fit.
     """
-    from roofline import selection as _selection
+    from ceiling.roofline import selection as _selection
 
     records = list(records)
     chosen = _selection.select(records)

@@ -21,10 +21,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from microbench.records import Record
-from roofline import devices, work
-from roofline.ceilings import DeviceCeilings
-from roofline.report import dims_label, rate
+from ceiling.microbench.records import Record
+from ceiling.roofline import devices, work
+from ceiling.roofline.ceilings import DeviceCeilings
+from ceiling.roofline.report import dims_label, rate
 
 LEVEL_MARKERS = {"dram": "o", "hbm": "o", "l2": "s", "smem": "^", "l1": "v", "vmem": "D", "sbuf": "D"}
 # Roofs in cool colours, ops in warm ones, so a point is never read as belonging to a roof.

@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from microbench.records import Record
-from roofline import devices, selection, work
-from roofline.ceilings import measured_where
+from ceiling.microbench.records import Record
+from ceiling.roofline import devices, selection, work
+from ceiling.roofline.ceilings import measured_where
 
 TEMPLATES = Path(__file__).parent / "report_templates"
 VENDOR_BACKENDS = ("nvidia", "amd", "tpu", "trainium")
@@ -170,7 +170,7 @@ def problems(records: list[Record], origins: dict[int, str] | None = None) -> li
 def _hbm_bandwidths(records: list[Record]) -> dict[str, tuple[float, Any]]:
     """device key -> (HBM bandwidth, its ceilings) from the run's records, measured first (4.34 TB/s read
     on the H200 in the committed records), published otherwise."""
-    from roofline import ceilings
+    from ceiling.roofline import ceilings
 
     out = {}
     for key in {selection.device_key(r) for r in records if r.kind == "kernel"}:

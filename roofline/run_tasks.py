@@ -5,7 +5,7 @@ Two kinds of task, each picklable (names only: a worker rebuilds what it needs):
 * ISA: compile one kernel specialization for a real target (sm_90a, gfx942) and read its
   static facts, or inspect every shipped config of a non-Triton target in one go (the TPU
   export, the Trainium emulator's rule checks and cost model: both take seconds).
-* smoke: one op's correctness smoke check on one backend (``kernels.smoke.run_one``).
+* smoke: one op's correctness smoke check on one backend (``ceiling.smoke.run_one``).
 
 Compiling every shipped Triton config (``full=True``, 93 specializations) takes most of a
 2-core machine's ten minutes; by default the run compiles the representatives: for every
@@ -75,7 +75,7 @@ class Done:
 
 
 def _triton_specs(op: str, target: str, dtype: str) -> list:
-    from kernels.isa import INSPECTORS
+    from ceiling.isa import INSPECTORS
 
     module_name, func_name = INSPECTORS[(op, target)].split(":")
     return getattr(importlib.import_module(module_name), func_name)(dtype=dtype)
@@ -85,17 +85,18 @@ def _headline_gemm_config(target: str, dtype: str) -> Callable[[dict], bool]:
     """Which GEMM spec config the tuned table gives the headline shape (any, if it cannot say)."""
     m, n, k = HEADLINE_GEMM
     try:
-        if target == "sm_90a":
-            from kernels.nvidia.gemm import select_config
+        from ceiling.gemm.spec import shipped_problem
 
-            chosen = select_config(m, n, k, dtype, "NVIDIA H200")[0].as_dict()
+        if target == "sm_90a":
+            from ceiling.op import get, resolve_config
+
+            headline = shipped_problem(m, n, k, dtype, gpu="NVIDIA H200", arch="sm_90")
+            chosen = resolve_config(headline, get("gemm").implementation("nvidia"), None)
             return lambda c: c == chosen
         if target == "gfx942":
-            from kernels.amd.gemm import shape_class
-            from kernels.gemm.spec import GemmProblem
+            from ceiling import tables
 
-            cls = shape_class(GemmProblem(framework="torch", batch=None, m=m, n=n, k=k, dtype=dtype, out_dtype=dtype,
-                                          bias_dtype=None, activation=None, device="cpu", b_shared=False))
+            cls = tables.lookup("amd", "gemm", None, target, shipped_problem(m, n, k, dtype).features()).labels[-1]
             return lambda c: c.get("class") in (cls, "splitk_reduce")
     except Exception:  # noqa: BLE001 - a table that cannot be asked still leaves one spec per kernel
         pass
@@ -119,8 +120,8 @@ def representatives(op: str, target: str, specs: list, dtype: str = "bfloat16") 
 
 
 def isa_tasks(full: bool = False, dtype: str = "bfloat16") -> list[Task]:
-    """Every (op, target) of ``kernels.isa.INSPECTORS``: its representatives, or every shipped config."""
-    from kernels.isa import INSPECTORS, TARGETS
+    """Every (op, target) of ``ceiling.isa.INSPECTORS``: its representatives, or every shipped config."""
+    from ceiling.isa import INSPECTORS, TARGETS
 
     tasks = []
     for op, target in INSPECTORS:
@@ -138,7 +139,7 @@ def isa_tasks(full: bool = False, dtype: str = "bfloat16") -> list[Task]:
 
 
 def smoke_tasks(device: str = "cpu") -> list[Task]:
-    from kernels.smoke import cases
+    from ceiling.smoke import cases
 
     return [Task("smoke", op, backend, cost=_cost(_SMOKE_COST, backend, op)) for op, backend in cases(device)]
 
@@ -155,15 +156,15 @@ def execute(task: Task) -> Done:
     start, cpu = time.perf_counter(), _cpu()
     try:
         if task.kind == "smoke":
-            from kernels.smoke import run_one
+            from ceiling.smoke import run_one
 
             result = [r.as_dict() for r in run_one(task.op, task.where)]
         elif task.spec is None:
-            from kernels.isa import inspect_op
+            from ceiling.isa import inspect_op
 
             result = inspect_op(task.op, task.where, dtype=task.dtype)
         else:
-            from kernels.isa import profile
+            from ceiling.isa import profile
 
             spec = next(s for s in _triton_specs(task.op, task.where, task.dtype) if s.name == task.spec)
             result = [profile(spec, task.where).as_dict()]

@@ -19,8 +19,8 @@ timing enters only when:
   backward are different kernels with their own coefficients, so each takes the
   best method it was timed with.
 
-The same ``select`` decides what the model is fit on (``roofline.model``) and
-which measurements the templates cite as best points (``roofline.templates``).
+The same ``select`` decides what the model is fit on (``ceiling.roofline.model``) and
+which measurements the templates cite as best points (``ceiling.roofline.templates``).
 
 The store is append-only: nothing is deleted, records are only filtered here,
 and every excluded kernel timing is reported with its reason.
@@ -31,11 +31,11 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from microbench.records import Record
-from roofline import devices
+from ceiling.microbench.records import Record
+from ceiling.roofline import devices
 
 EVENT_MIN_SECONDS = 200e-6  # host launch overhead of ~5 us per call is then <= ~3% of the time
-OUR_BACKENDS = ("nvidia", "amd", "tpu", "trainium")  # kernels.backends.BACKENDS without the framework reference
+OUR_BACKENDS = ("nvidia", "amd", "tpu", "trainium")  # ceiling.backends.BACKENDS without the framework reference
 # device time first; "synthetic" times come from a known law (tests) and carry no host overhead
 METHOD_PREFERENCE = ("cuda-graph", "synthetic", "cuda-events", "host-timer")
 

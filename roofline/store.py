@@ -1,7 +1,7 @@
 """Where records live: the measured data committed with the package, and any other stores.
 
 ``EMBEDDED`` holds measurements taken on real devices and committed to the
-repository (Parquet parts written by ``microbench.records.append``); it is what
+repository (Parquet parts written by ``ceiling.microbench.records.append``); it is what
 ``ceiling run`` and ``ceiling fit`` fit from on a machine without a GPU.
 """
 
@@ -11,7 +11,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from microbench import records as _records
+from ceiling.microbench import records as _records
 
 EMBEDDED = Path(__file__).parent / "data" / "records"
 

@@ -1,7 +1,7 @@
 """Sweeps of a template's space on Ray: compile-and-inspect on CPUs, benchmarks on GPUs.
 
 Every valid point becomes one CPU task that compiles the kernel for the
-template's target and reads its static facts (``kernels.isa.profile``); on a
+template's target and reads its static facts (``ceiling.isa.profile``); on a
 cluster with GPUs, each point's benchmark is one task holding one GPU, so no two
 timings share a device. Results come back as records (``kind="static"`` and
 ``kind="kernel"``) and are appended to a store as they arrive. A point that
@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from microbench import records as _records
-from roofline.templates.schema import Template
+from ceiling.microbench import records as _records
+from ceiling.roofline.templates.schema import Template
 
 STATIC_METRICS = {
     "registers": "count",
@@ -33,9 +33,9 @@ STATIC_METRICS = {
 def inspect_point(template_json: str, config: dict[str, Any], shape: dict[str, Any] | None = None) -> list[dict]:
     """Compile one point (every kernel of it, for a sectioned family; one kernel for a point of one
     section) for the template's target; its static facts as record dicts (runs in a worker)."""
-    from kernels import isa
-    from roofline.templates import families
-    from roofline.templates.schema import Template
+    from ceiling import isa
+    from ceiling.roofline.templates import families
+    from ceiling.roofline.templates.schema import Template
 
     template = Template.model_validate_json(template_json)
     prov = _records.host_provenance(device=f"target {template.target}").model_dump()
@@ -69,8 +69,8 @@ def benchmark_point(template_json: str, config: dict[str, Any], shape: dict[str,
     import torch
     import triton.testing
 
-    from kernels.gemm import gemm
-    from roofline.templates.schema import Template
+    from ceiling.gemm import gemm
+    from ceiling.roofline.templates.schema import Template
 
     template = Template.model_validate_json(template_json)
     if template.op != "gemm":

@@ -4,7 +4,7 @@
 #         1. the tests marked `gpu` (compiled kernels against float64 on the device, PyTorch and JAX);
 #         2. the attention, triangle-attention and trimul tuning sweeps (CUDA-graph timing of
 #            statically checked candidates, each checked against float32 first), applied to this
-#            tree's config tables (copies in OUTDIR's tune/*-table-after.json);
+#            tree's tuned tables (copies in OUTDIR's tune/*-table-after.json);
 #         3. `ceiling device-check` of those three ops with the tables just applied: a correctness
 #            pass, then the benchmarks against SDPA/FlashAttention and the AlphaFold baselines.
 #   gemm  (about 4 minutes): the skinny-GEMM sweep on the benchmark's own skinny shapes, applied,
@@ -13,12 +13,12 @@
 #         kernels against float64 of the dequantized inputs, against torch._scaled_mm, poisoned
 #         outputs); 2. the FP8 sweep (ceiling tune gemm-fp8: per shape of fp8-device and scaling,
 #         every statically valid candidate against torch._scaled_mm / dequantize-then-cuBLAS),
-#         applied to configs/gemm_fp8.json; 3. the small-M bf16 sweep on the decode shapes (split-K
-#         and stream-K candidates), applied to configs/gemm.json; 4. `ceiling device-check --op gemm`
+#         applied to tables/H200/gemm_fp8.json; 3. the small-M bf16 sweep on the decode shapes (split-K
+#         and stream-K candidates), applied to tables/H200/gemm.json; 4. `ceiling device-check --op gemm`
 #         with the tables just applied: the bf16 and FP8 suites, the small-M rows beside their HBM floor.
 #   check (about 7 minutes): `ceiling device-check` of every op with the tables in the tree.
 #   pair  (about 7.5 minutes): the AlphaFold-3 pair stack. 1. the `gpu` test of a Boltz Pairformer pair
-#         stack patched with kernels.triangle against the unpatched one (float32 to 1e-5, bf16 autocast
+#         stack patched with ceiling.triangle against the unpatched one (float32 to 1e-5, bf16 autocast
 #         by the error-ratio rule, outputs and every parameter gradient, a padded tail of tokens);
 #         2. short triangle-attention and trimul tuning sweeps, applied; 3. `ceiling bench pair_stack`
 #         (one Boltz-2 PairformerLayer pair stack, forward+backward, N = 384 and 768, bf16 autocast:
@@ -50,10 +50,11 @@
 #            than SMs, head dim 256, fp16, the exp2-split and no-ping-pong configs);
 #         2. `ceiling bench attention --shapes attention-gluon`: both Hopper implementations
 #            against SDPA with its own backend choice and with flash, cuDNN and efficient pinned;
-#         3. the Gluon config sweep (kernels.tuning.attention.gluon --apply) over the statically
+#         3. the Gluon config sweep (ceiling.tuning.attention.gluon --apply) over the statically
 #            checked candidates (kernels/spaces/candidates/attention_gluon.sm_90a.json): winners go
-#            into configs/attention_gluon.json, with provenance, only where correct and faster than
-#            the Triton kernels (copy in OUTDIR's tune/attention_gluon-table-after.json).
+#            into the GPU model's table (kernels/nvidia/tables/H200/attention_gluon.json), with
+#            provenance, only where correct and faster than the Triton kernels (copy in OUTDIR's
+#            tune/attention_gluon-table-after.json).
 # A later command starts from the tree as committed, not from what an earlier one applied on the
 # machine: commit the tables a run returns before relying on them in another.
 # Usage: scripts/h200_check.sh OUTDIR [main|gemm|gemm-fp8|check|pair|attention-gluon]  -> OUTDIR/log.txt and
@@ -74,27 +75,33 @@ export PYTHONUNBUFFERED=1 TRITON_DEFAULT_FP_FUSION=1
 save() { cp "$work/log.txt" "$dest/log.txt"; tar czf "$dest/results.tgz" -C "$work" .; }
 log() { tee -a "$work/log.txt"; }
 # Each sweep stops starting candidates at its budget; the timeout only guards against a hang.
-sweep() {  # sweep OP BUDGET_S TABLE_FILE [extra args]
+sweep() {  # sweep OP BUDGET_S TABLE_FILE [extra args]: TABLE_FILE in kernels/nvidia/configs/, or a path under kernels/nvidia/
   local op=$1 budget=$2 table=$3
   shift 3
-  timeout $((budget + ${SWEEP_GUARD_S:-90})) python3 -m roofline.cli tune "$op" --out "$work/tune" --budget-s "$budget" --apply "$@" 2>&1 | log
-  cp "kernels/nvidia/configs/$table" "$work/tune/${table%.json}-table-after.json"
+  timeout $((budget + ${SWEEP_GUARD_S:-90})) python3 -m ceiling.roofline.cli tune "$op" --out "$work/tune" --budget-s "$budget" --apply "$@" 2>&1 | log
+  local file="kernels/nvidia/configs/$table"
+  [[ $table == */* ]] && file="kernels/nvidia/$table"
+  cp "$file" "$work/tune/$(basename "${table%.json}")-table-after.json"
   save
 }
 bench() {  # bench BUDGET_S OP... : `ceiling bench` on the device suite; the timeout only guards against a hang
   local budget=$1
   shift
-  timeout $((budget + 150)) python3 -m roofline.cli bench "$@" --shapes device --out "$work/bench" --budget-s "$budget" \
+  timeout $((budget + 150)) python3 -m ceiling.roofline.cli bench "$@" --shapes device --out "$work/bench" --budget-s "$budget" \
     --ceilings "$work/bench/ceilings.json" 2>&1 | log
   save
 }
 check() {  # check BUDGET_S [device-check args]
   local budget=$1
   shift
-  python3 -m roofline.cli device-check --out "$work/device-check" --budget-s "$budget" "$@" 2>&1 | log
+  python3 -m ceiling.roofline.cli device-check --out "$work/device-check" --budget-s "$budget" "$@" 2>&1 | log
   save
 }
 
+# The import name is `ceiling` (pyproject.toml maps this tree's folders onto it): an editable
+# install, offline (--no-deps, no build isolation: setuptools comes with torch on Python 3.12), so the
+# sweeps' --apply writes into this tree's tables.
+python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | grep -v "^WARNING: Location" | log
 {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active --format=csv
   python3 -c "import torch, triton, jax; print('torch', torch.__version__, 'triton', triton.__version__, 'jax', jax.__version__, torch.cuda.get_device_name())"
@@ -105,13 +112,13 @@ case "$part" in
       tests/test_attention_jax_triton.py tests/test_triangle_jax_triton.py \
       -m gpu -q -p no:cacheprovider -rs -o addopts="" --junitxml="$work/gpu-tests.xml" 2>&1 | tail -40 | log
     save
-    sweep attention "${ATTN_TUNE_BUDGET_S:-100}" attention.json --rep-ms 10
-    sweep triangle-attention "${TRI_TUNE_BUDGET_S:-35}" triangle_attention.json --rep-ms 10
-    sweep trimul "${TRIMUL_TUNE_BUDGET_S:-40}" triangle_multiplication.json --rep-ms 50
+    sweep attention "${ATTN_TUNE_BUDGET_S:-100}" tables/sm_90a/attention.json --rep-ms 10
+    sweep triangle-attention "${TRI_TUNE_BUDGET_S:-35}" tables/H200/triangle_attention.json --rep-ms 10
+    sweep trimul "${TRIMUL_TUNE_BUDGET_S:-40}" tables/H200/triangle_multiplication.json --rep-ms 50
     check "${CHECK_BUDGET_S:-150}" --no-microbench --op attention --op triangle_attention --op triangle_multiplicative_update
     ;;
   gemm)
-    sweep gemm "${TUNE_BUDGET_S:-40}" gemm.json --shapes "${GEMM_TUNE_SHAPES:-gemm-llm-skinny}" --rep-ms 25
+    sweep gemm "${TUNE_BUDGET_S:-40}" tables/H200/gemm.json --shapes "${GEMM_TUNE_SHAPES:-gemm-llm-skinny}" --rep-ms 25
     check "${CHECK_BUDGET_S:-120}" --no-microbench --op gemm
     ;;
   gemm-fp8)
@@ -119,8 +126,8 @@ case "$part" in
       -k "scaled_mm or small_m" -q -p no:cacheprovider -rs -o addopts="" --junitxml="$work/gpu-tests.xml" 2>&1 | tail -40 | log
     save
     export SWEEP_GUARD_S=${SWEEP_GUARD_S:-30}
-    sweep gemm-fp8 "${FP8_TUNE_BUDGET_S:-100}" gemm_fp8.json --shapes fp8-device --scalings tensor,block --rep-ms 10
-    sweep gemm "${TUNE_BUDGET_S:-40}" gemm.json --shapes gemm-llm-decode --rep-ms 10
+    sweep gemm-fp8 "${FP8_TUNE_BUDGET_S:-100}" tables/H200/gemm_fp8.json --shapes fp8-device --scalings tensor,block --rep-ms 10
+    sweep gemm "${TUNE_BUDGET_S:-40}" tables/H200/gemm.json --shapes gemm-llm-decode --rep-ms 10
     check "${CHECK_BUDGET_S:-160}" --no-microbench --op gemm
     ;;
   check)
@@ -140,8 +147,8 @@ case "$part" in
     save
     # the triangle sweep decides ROWS (fwd_rows), DQ_ATOMIC (bwd_dkdv_dq) and ROW_SPLIT by timing
     # them next to what ships; --apply writes a knob into the table only where it won
-    sweep triangle-attention "${TRI_TUNE_BUDGET_S:-40}" triangle_attention.json --rep-ms 10
-    sweep trimul "${TRIMUL_TUNE_BUDGET_S:-25}" triangle_multiplication.json --rep-ms 50
+    sweep triangle-attention "${TRI_TUNE_BUDGET_S:-40}" tables/H200/triangle_attention.json --rep-ms 10
+    sweep trimul "${TRIMUL_TUNE_BUDGET_S:-25}" tables/H200/triangle_multiplication.json --rep-ms 50
     bench "${PAIR_BENCH_BUDGET_S:-140}" pair_stack
     bench "${TRI_BENCH_BUDGET_S:-35}" triangle_attention triangle_multiplicative_update
     ;;
@@ -150,14 +157,15 @@ case "$part" in
       -o addopts="" --junitxml="$work/gluon-tests.xml" 2>&1 | tail -40 | log
     save
     budget=${GLUON_BENCH_BUDGET_S:-120}
-    timeout $((budget + 60)) python3 -m roofline.cli bench attention --shapes attention-gluon --out "$work/bench-gluon" \
+    timeout $((budget + 60)) python3 -m ceiling.roofline.cli bench attention --shapes attention-gluon --out "$work/bench-gluon" \
       --budget-s "$budget" --tag attention-gluon 2>&1 | log
     save
     budget=${GLUON_TUNE_BUDGET_S:-110}
     mkdir -p "$work/tune"
-    timeout $((budget + 90)) python3 -m kernels.tuning.attention.gluon --out "$work/tune" --budget-s "$budget" \
+    timeout $((budget + 90)) python3 -m ceiling.tuning.attention.gluon --out "$work/tune" --budget-s "$budget" \
       --apply 2>&1 | log
-    cp kernels/nvidia/configs/attention_gluon.json "$work/tune/attention_gluon-table-after.json"
+    cp kernels/nvidia/tables/H200/attention_gluon.json "$work/tune/attention_gluon-table-after.json" 2>/dev/null \
+      || echo "no Gluon config beat the Triton kernels: no H200 Gluon table was written" | log
     save
     ;;
   *)

@@ -1,2 +1,2 @@
 # The benchmark files' options (--benchmark, --benchmark-shapes) and parametrization.
-pytest_plugins = ["microbench.benchmarks.pytest_plugin"]
+pytest_plugins = ["ceiling.microbench.benchmarks.pytest_plugin"]

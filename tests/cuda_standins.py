@@ -28,7 +28,7 @@ import types
 
 import numpy as np
 
-from microbench import build, gpu
+from ceiling.microbench import build, gpu
 
 
 def _signatures():
@@ -139,7 +139,7 @@ class FakeModule:
 
 
 def install_cupy(monkeypatch) -> SimulatedDevice:
-    """A CuPy stand-in in ``sys.modules``, with the device facts and module loading of ``microbench.gpu`` faked."""
+    """A CuPy stand-in in ``sys.modules``, with the device facts and module loading of ``ceiling.microbench.gpu`` faked."""
     device = SimulatedDevice()
 
     class Event:
@@ -209,7 +209,7 @@ class _State:
 
 def install_pycuda(monkeypatch) -> SimulatedDevice:
     """PyCUDA and ``cuda.bindings.driver`` stand-ins in ``sys.modules``."""
-    from microbench.runtimes import pycuda_runtime
+    from ceiling.microbench.runtimes import pycuda_runtime
 
     device = SimulatedDevice()
     state = _State(device)

@@ -22,7 +22,7 @@ What is emulated, and how:
 * scalars are 0-d int64 tensors, so index arithmetic wraps only where Python's would.
 
 What it cannot see: the hardware's timing and memory ordering, register and shared-memory
-limits, layouts. Those are the static check's (``kernels.nvidia.gluon.static_check``) and the
+limits, layouts. Those are the static check's (``ceiling.nvidia.gluon.static_check``) and the
 device's.
 """
 
@@ -424,7 +424,7 @@ class Emulated:
 
 def install(monkeypatch) -> None:
     """Replace both Gluon attention kernels by their emulations for one test."""
-    from kernels.nvidia.gluon import attention_bwd, attention_fwd
+    from ceiling.nvidia.gluon import attention_bwd, attention_fwd
 
     monkeypatch.setattr(attention_fwd, "attention_fwd_kernel", Emulated(attention_fwd.attention_fwd_kernel))
     monkeypatch.setattr(attention_bwd, "attention_bwd_kernel", Emulated(attention_bwd.attention_bwd_kernel))

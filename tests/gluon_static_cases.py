@@ -21,8 +21,8 @@ import json
 import sys
 from pathlib import Path
 
-from kernels.nvidia.gluon import sass_facts, static_check
-from kernels.nvidia.gluon.api import (
+from ceiling.nvidia.gluon import sass_facts, static_check
+from ceiling.nvidia.gluon.api import (
     fence_async_shared,
     gl,
     gluon,
@@ -112,7 +112,9 @@ def planted() -> list[dict]:
     for name, fn, sig in cases:
         f = sass_facts.facts(_compile(fn, sig))
         out.append({"name": name, "violations": sass_facts.violations(f, sass_facts.Design()), "summary": f.summary()})
-    entry = static_check.table()["sm90"]["128"]["fwd"]
+    from ceiling.nvidia.gluon.attention import shipped
+
+    entry = shipped()[128]["fwd"]
     starved = static_check.spec("fwd", 128, True, {**entry, "consumer_regs": 160})
     result = static_check.check(starved)
     out.append({"name": "no_reallocation", "violations": result["violations"], "summary": result["summary"]})

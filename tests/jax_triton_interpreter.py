@@ -1,6 +1,6 @@
 """A stand-in for ``jax_triton.triton_call`` that runs the kernel under the Triton interpreter.
 
-The ops' JAX-on-GPU launchers reach jax-triton through ``kernels.jax_bridge.triton_call``.
+The ops' JAX-on-GPU launchers reach jax-triton through ``ceiling.jax_bridge.triton_call``.
 Patching that one function with :func:`interpreted_triton_call` (and ``on_gpu`` to True)
 runs the whole GPU code path on the CPU: the launcher's configs, grids, padding, dummy
 operands, zeroed outputs and post-processing, and the jax-order wrapper kernels themselves,
@@ -47,8 +47,8 @@ def interpreted_triton_call(*args, kernel, out_shape, grid, num_warps=None, num_
     import jax
     import torch
 
-    from kernels.jax_bridge import to_numpy, to_torch
-    from kernels.triton_runtime import interpreted
+    from ceiling.jax_bridge import to_numpy, to_torch
+    from ceiling.triton_runtime import interpreted
 
     single = not isinstance(out_shape, (tuple, list))
     outs = (out_shape,) if single else tuple(out_shape)
@@ -75,7 +75,7 @@ def interpreted_triton_call(*args, kernel, out_shape, grid, num_warps=None, num_
 def jax_triton_interpreted(monkeypatch):
     """Run the JAX-on-GPU launchers on the CPU, their kernels interpreted; yields the list of
     kernels launched."""
-    from kernels import jax_bridge
+    from ceiling import jax_bridge
 
     CALLS.clear()
     monkeypatch.setattr(jax_bridge, "on_gpu", lambda: True)

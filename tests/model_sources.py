@@ -1,4 +1,4 @@
-"""Where the tests get the model code that ``kernels.triangle`` replaces: Boltz and OpenFold.
+"""Where the tests get the model code that ``ceiling.triangle`` replaces: Boltz and OpenFold.
 
 * Boltz: the real package, installed without its dependencies (its layers import with
   only torch and einops): ``pip install --no-deps boltz==2.2.1 einops``. Without it a

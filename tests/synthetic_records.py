@@ -9,10 +9,10 @@ from __future__ import annotations
 import random
 import zlib
 
-from microbench.records import Provenance, Record
-from roofline import model
-from roofline.machine import published
-from roofline.templates import export
+from ceiling.microbench.records import Provenance, Record
+from ceiling.roofline import model
+from ceiling.roofline.machine import published
+from ceiling.roofline.templates import export
 
 LAW = {"launch": 1.0, "roof": 1.15, "pipe": 0.7, "tiles": 0.4, "smem": 0.2}
 SHAPES = [

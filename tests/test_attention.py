@@ -1,5 +1,8 @@
-"""Attention forward and backward: reference, and the NVIDIA and AMD Triton kernels run under
-the Triton interpreter, against a float64 oracle with the error-ratio rule."""
+"""Attention forward and backward, one test class holding the cases and one subclass per
+implementation (the reference, and the NVIDIA and AMD Triton kernels run under the Triton
+interpreter), against a float64 oracle with the error-ratio rule. The TPU, Trainium and Gluon
+implementations' own checks are in test_attention_tpu.py, test_attention_trainium.py and
+test_attention_gluon.py."""
 
 from __future__ import annotations
 
@@ -10,12 +13,12 @@ import torch
 import triton
 import triton.language as tl
 
-import kernels
-from kernels.attention import reference
-from kernels.attention.spec import InputError
-from kernels.triton import attention as flash
-from kernels.triton.attention import exp2_fma
-from tests.numerics import assert_close_by_ratio, stable_seed
+import ceiling
+from ceiling.attention import reference
+from ceiling.attention.spec import InputError
+from ceiling.triton import attention as flash
+from ceiling.testing.numerics import assert_close, stable_seed
+from ceiling.triton.attention import exp2_fma
 
 BF16, FP16 = torch.bfloat16, torch.float16
 
@@ -66,16 +69,22 @@ def make_inputs(b, sq, sk, h, hk, d, dtype, bias_shape=None, mask_shape=None, se
     return q, k, v, bias, mask
 
 
-def assert_close_ratio(name, ours, lowp, exact, atol_rel=2e-3):
-    assert_close_by_ratio(ours, lowp, exact, atol=atol_rel, atol_scaled=True, name=name)
+def assert_close_ratio(name, ours, lowp, exact):
+    assert_close(name, ours, lowp, exact, dtype=ours.dtype)
 
 
 def check_backend(backend, q, k, v, bias, mask, causal, config=None):
+    """The op on ``backend`` (forward, and every gradient with a random output gradient, through
+    its custom op and autograd) against float64 by the error-ratio rule."""
     scale = 1.0 / math.sqrt(q.shape[-1])
     do = torch.randn(q.shape, generator=torch.Generator().manual_seed(7)).to(q.dtype)
-    impl = reference if backend == "reference" else kernels.backends.implementation("attention", backend)
-    out, lse = impl.attention_fwd(q, k, v, bias, mask, causal, scale, config=config)
-    grads = impl.attention_bwd(do, q, k, v, out, lse, bias, mask, causal, scale, bias is not None, config=config)
+    leaves = [None if t is None else t.detach().clone().requires_grad_() for t in (q, k, v, bias)]
+    out, lse = ceiling.attention(*leaves[:3], bias=leaves[3], mask=mask, causal=causal, return_lse=True,
+                                 backend=backend, config=config)
+    wanted = [t for t in leaves if t is not None]
+    got = iter(torch.autograd.grad(out, wanted, do))
+    grads = [None if t is None else next(got) for t in leaves]
+    out, lse = out.detach(), lse.detach()
     # float64 oracle, and PyTorch's own computation at the input precision
     ex_out, ex_lse = reference.attention_fwd(q, k, v, bias, mask, causal, scale, compute_dtype=torch.float64)
     ex_grads = reference.attention_bwd(do, q, k, v, ex_out, ex_lse, bias, mask, causal, scale, bias is not None,
@@ -131,15 +140,48 @@ CASES = {
 }
 
 
-# AMD has no TMA: its backend runs the pointer path for every case, so the TMA cases are NVIDIA's.
-KERNEL_CASES = [(backend, case) for backend in ("nvidia", "amd") for case in CASES if backend == "nvidia" or not CASES[case][-1]]
+class AttentionTest:
+    """The attention cases every implementation is held to; a subclass names its backend and the
+    cases it takes."""
+
+    backend: str
+    cases = tuple(CASES)
+
+    def config(self, case):
+        return {**SMALL, "use_tma": CASES[case][-1]}
+
+    def test_forward_backward(self, case):
+        b, sq, sk, h, hk, d, causal, bshape, mshape, dtype, tma = CASES[case]
+        q, k, v, bias, mask = make_inputs(b, sq, sk, h, hk, d, dtype, bshape, mshape, seed=stable_seed(case) % 1000)
+        check_backend(self.backend, q, k, v, bias, mask, causal, config=self.config(case))
 
 
-@pytest.mark.parametrize("backend,case", KERNEL_CASES)
-def test_kernels_forward_backward(backend, case):
-    b, sq, sk, h, hk, d, causal, bshape, mshape, dtype, tma = CASES[case]
-    q, k, v, bias, mask = make_inputs(b, sq, sk, h, hk, d, dtype, bshape, mshape, seed=stable_seed(case) % 1000)
-    check_backend(backend, q, k, v, bias, mask, causal, config={**SMALL, "use_tma": tma})
+def pytest_generate_tests(metafunc):
+    """Each subclass's own cases, so no case is collected (and skipped) where it does not apply."""
+    if "case" in metafunc.fixturenames and metafunc.cls is not None and issubclass(metafunc.cls, AttentionTest):
+        metafunc.parametrize("case", metafunc.cls.cases)
+
+
+class TestNvidia(AttentionTest):
+    backend = "nvidia"
+
+
+class TestAmd(AttentionTest):
+    """AMD has no TMA: its backend runs the pointer path, so the TMA cases are NVIDIA's."""
+
+    backend = "amd"
+    cases = tuple(c for c in CASES if not CASES[c][-1])
+
+    def config(self, case):
+        return SMALL
+
+
+class TestReference(AttentionTest):
+    backend = "reference"
+    cases = ("causal-q<k-gqa-fullbias", "keypad-bias-mask-d96")
+
+    def config(self, case):
+        return None
 
 
 @pytest.mark.parametrize("case", ["plain", "causal-q>k-mqa-d80-mask", "tma-padded-d96-gqa"])
@@ -182,7 +224,7 @@ def _exp2_fma_kernel(X, Y, N: tl.constexpr):
 
 
 def test_polynomial_exp2_matches_exp2():
-    from kernels.triton_runtime import interpreted
+    from ceiling.triton_runtime import interpreted
 
     kernel = _exp2_fma_kernel
     x = torch.cat([torch.linspace(-130.0, 0.0, 1021), torch.tensor([float("-inf"), -126.5, float("nan")])])
@@ -216,7 +258,7 @@ def test_fully_masked_rows_give_zeros(backend):
     mask[:, 1, 10:14] = False
     # q_len > k_len with causal: the first 4 queries see nothing either
     q, k, v, bias = (t.requires_grad_() for t in (q, k, v, bias))
-    out, lse = kernels.attention(q, k, v, bias=bias, mask=mask, causal=True, return_lse=True, backend=backend,
+    out, lse = ceiling.attention(q, k, v, bias=bias, mask=mask, causal=True, return_lse=True, backend=backend,
                                  config=None if backend == "reference" else SMALL)
     out.backward(torch.randn_like(out))
     empty = ~mask.clone()
@@ -235,35 +277,40 @@ def test_fully_masked_rows_give_zeros(backend):
 def test_bad_input():
     q, k, v, _, _ = make_inputs(1, 8, 8, 4, 2, 32, BF16)
     with pytest.raises(InputError, match="k"):
-        kernels.attention(q, k[..., :16], v[..., :16])
+        ceiling.attention(q, k[..., :16], v[..., :16])
     with pytest.raises(InputError, match="heads"):
-        kernels.attention(q, k[:, :, :1].expand(1, 8, 3, 32), v[:, :, :1].expand(1, 8, 3, 32))
+        ceiling.attention(q, k[:, :, :1].expand(1, 8, 3, 32), v[:, :, :1].expand(1, 8, 3, 32))
     with pytest.raises(InputError, match="bias"):
-        kernels.attention(q, k, v, bias=torch.randn(3, 8, 8))
+        ceiling.attention(q, k, v, bias=torch.randn(3, 8, 8))
     with pytest.raises(InputError, match="mask"):
-        kernels.attention(q, k, v, mask=torch.ones(8, 8))
+        ceiling.attention(q, k, v, mask=torch.ones(8, 8))
     with pytest.raises(InputError, match="v"):
-        kernels.attention(q, k, v.half())
+        ceiling.attention(q, k, v.half())
     with pytest.raises(InputError, match="q"):
-        kernels.attention(q.float(), k.float(), v.float(), backend="nvidia")
+        ceiling.attention(q.float(), k.float(), v.float(), backend="nvidia")
     with pytest.raises(InputError, match="head_dim"):
-        kernels.attention(q[..., :16], k[..., :16], v[..., :16])
+        ceiling.attention(q[..., :16], k[..., :16], v[..., :16])
     with pytest.raises(InputError, match="device"):
-        kernels.attention(q, k.to("meta"), v.to("meta"))
+        ceiling.attention(q, k.to("meta"), v.to("meta"))
     with pytest.raises(InputError, match="backend"):
-        kernels.attention(q, k, v, backend="cuda")
+        ceiling.attention(q, k, v, backend="cuda")
     with pytest.raises(InputError, match="4-D"):
-        kernels.attention(q[0], k[0], v[0])
+        ceiling.attention(q[0], k[0], v[0])
 
 
 @pytest.mark.parametrize("backend", ["reference", "nvidia"])
 def test_opcheck(backend):
-    from kernels.attention import torch_op
+    from ceiling.attention.op import ATTENTION
+    from ceiling.attention.spec import check
 
     q, k, v, bias, mask = make_inputs(1, 16, 16, 2, 1, 32, BF16, (2, 16, 16), (1, 1, 16, 16))
-    cfg = None if backend == "reference" else '{"dkdv": {"block_m": 16, "block_n": 16}, "dq": {"block_m": 16, "block_n": 16}, "fwd": {"block_m": 16, "block_n": 16}}'
+    cfg = None if backend == "reference" else {"dkdv": {"block_m": 16, "block_n": 16}, "dq": {"block_m": 16, "block_n": 16},
+                                               "fwd": {"block_m": 16, "block_n": 16}}
     q, k, v, bias = (t.requires_grad_() for t in (q, k, v, bias))
-    torch.library.opcheck(torch_op.attention_fwd_op, (q, k, v, bias, mask, True, 0.25, backend, cfg))
+    problem = check(q, k, v, causal=True, scale=0.25, bias=bias, mask=mask, backend=backend)
+    call = ATTENTION.select(problem, backend, cfg)
+    ceiling.attention(q, k, v, causal=True, scale=0.25, bias=bias, mask=mask, backend=backend, config=cfg)
+    torch.library.opcheck(torch.ops.ceiling.attention.default, (q, k, v, bias, mask, call.key()))
 
 
 class Block(torch.nn.Module):
@@ -287,7 +334,7 @@ class Block(torch.nn.Module):
         pos = torch.arange(s, device=x.device, dtype=x.dtype)
         bias = self.rel_bias * (pos[None, :] - pos[:, None]).abs().neg()  # (heads, s, s), learned slope
         cfg = None if self.backend == "reference" else SMALL
-        a = kernels.attention(q, k, v, causal=True, bias=bias, backend=self.backend, config=cfg)
+        a = ceiling.attention(q, k, v, causal=True, bias=bias, backend=self.backend, config=cfg)
         x = x + self.o(a.reshape(b, s, -1))
         return x + self.mlp(self.norm2(x))
 
@@ -331,7 +378,7 @@ def test_compiled_step_nvidia_matches_reference():
 
 
 def test_sdpa_drop_in_matches_torch():
-    from kernels.attention.sdpa import scaled_dot_product_attention as ours
+    from ceiling.attention.sdpa import scaled_dot_product_attention as ours
 
     sdpa = torch.nn.functional.scaled_dot_product_attention
     g = torch.Generator().manual_seed(3)
@@ -381,7 +428,7 @@ def test_jax_front_end():
 
     def loss(fn_backend, dtype):
         def f(q, k, v, b):
-            o = kernels.attention(q.astype(dtype), k.astype(dtype), v.astype(dtype), bias=b, mask=jm, causal=True,
+            o = ceiling.attention(q.astype(dtype), k.astype(dtype), v.astype(dtype), bias=b, mask=jm, causal=True,
                                   backend=fn_backend, config=None if fn_backend == "reference" else SMALL)
             return jnp.sum(o.astype(jnp.float32) * do)
         return f

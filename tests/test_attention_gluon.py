@@ -18,27 +18,32 @@ import types
 import pytest
 import torch
 
-import kernels
-from kernels.attention import reference
-from kernels.attention.spec import check
-from kernels.errors import InputError
-from kernels.nvidia import attention as flash
-from kernels.nvidia.gluon import attention as gluon
-from kernels.nvidia.gluon import static_check
-from tests.numerics import assert_close_by_ratio
+import ceiling
+from ceiling import tables
+from ceiling.attention import implementation_for, reference
+from ceiling.attention.op import ATTENTION
+from ceiling.attention.spec import check
+from ceiling.errors import InputError
+from ceiling.nvidia.gluon import attention as gluon
+from ceiling.nvidia.gluon import static_check
+from ceiling.op import resolve_config
+from ceiling.testing.numerics import assert_close
 
 GLUON = {"implementation": "gluon"}
+GLUON_IMPL = ATTENTION.implementation("nvidia", "gluon")
 # The tests that build Gluon objects in this process (launch glue, emulation) need a Triton the
 # kernels support; tests/test_attention_gluon_static.py checks them under Triton 3.6 regardless.
 needs_gluon_here = pytest.mark.skipif(gluon.unsupported_reason() is not None, reason=str(gluon.unsupported_reason()))
 
 
 def _problem(device="cuda:0", dtype=torch.bfloat16, head_dim=128, bias=False, mask=False, **kw):
+    """A problem on an H200 (``device`` "cuda:0"), or on the CPU."""
     shape = dict(batch=1, q_len=100, k_len=100, heads=4, kv_heads=4, causal=False)
     shape.update(kw)
-    from kernels.attention.spec import AttentionProblem
+    from ceiling.attention.spec import AttentionProblem
 
-    return AttentionProblem(framework="torch", batch=shape["batch"], q_len=shape["q_len"], k_len=shape["k_len"],
+    gpu = {"gpu": "NVIDIA H200", "arch": "sm_90"} if device.startswith("cuda") else {}
+    return AttentionProblem(framework="torch", **gpu, batch=shape["batch"], q_len=shape["q_len"], k_len=shape["k_len"],
                             heads=shape["heads"], kv_heads=shape["kv_heads"], head_dim=head_dim,
                             dtype=str(dtype).removeprefix("torch."), device=device, causal=shape["causal"],
                             scale=0.1, bias_shape=(1,) if bias else None, has_mask=mask)
@@ -46,10 +51,19 @@ def _problem(device="cuda:0", dtype=torch.bfloat16, head_dim=128, bias=False, ma
 
 @pytest.fixture
 def hopper(monkeypatch):
-    """A Hopper GPU as far as the dispatch can tell (the CPU tests of its decisions)."""
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
-    monkeypatch.setattr(gluon, "unsupported_reason", lambda: None)  # a supported Triton, whatever this one is
+    """A Triton the Gluon kernels take, whatever this one is (the CPU tests of the decisions on the
+    problems of ``_problem``, which name their GPU)."""
+    monkeypatch.setattr(gluon, "unsupported_reason", lambda: None)
+
+
+@pytest.fixture
+def table_root(tmp_path, monkeypatch):
+    """A copy of the NVIDIA tables that a test may add to, in place of the shipped ones."""
+    import shutil
+
+    shutil.copytree(tables.ROOT / "nvidia" / "tables", tmp_path / "nvidia" / "tables")
+    monkeypatch.setattr(tables, "ROOT", tmp_path)
+    return tmp_path
 
 
 # ----------------------------------------------------------------------------------------------
@@ -71,79 +85,80 @@ def test_bad_configs_are_refused_before_any_launch(config, words):
     the Gluon kernels would run: here, on the CPU, they would not."""
     q = torch.randn(1, 8, 1, 64, dtype=torch.bfloat16)
     with pytest.raises(InputError) as err:
-        kernels.attention(q, q, q, backend="nvidia", config=config)
+        ceiling.attention(q, q, q, backend="nvidia", config=config)
     for word in words:
         assert word in str(err.value), (word, str(err.value))
 
 
-def test_gluon_tiles_that_do_not_fit_are_refused_before_the_launch(hopper, monkeypatch):
+def test_gluon_tiles_that_do_not_fit_are_refused_before_the_launch(hopper):
     """The merged tiles of the kernel about to run, checked against the Gluon space's constraints
     at the problem's head dim: too much shared memory is an InputError naming the keys."""
-    monkeypatch.setattr(gluon, "_sm_count", lambda index: 132)
-    q = torch.randn(1, 8, 1, 128, dtype=torch.bfloat16)
+    problem = _problem(head_dim=128, q_len=8, k_len=8, heads=1, kv_heads=1)
     with pytest.raises(InputError) as err:
-        gluon.forward(q, q, q, False, 0.1, {"implementation": "gluon", "gluon": {"fwd": {"num_stages": 4}}})
+        ATTENTION.select(problem, "nvidia", {"implementation": "gluon", "gluon": {"fwd": {"num_stages": 4}}})
     assert "gluon.fwd.block_n, gluon.fwd.num_stages" in str(err.value) and "smem_per_block" in str(err.value)
-    assert gluon.tiles(128, "fwd", {"gluon": {"fwd": {"num_stages": 3, "block_n": 64}}}) == {
-        **static_check.table()["sm90"]["128"]["fwd"], "num_stages": 3, "block_n": 64}
+    assert resolve_config(problem, GLUON_IMPL, {"gluon": {"fwd": {"num_stages": 3, "block_n": 64}}})["fwd"] == {
+        **gluon.shipped()[128]["fwd"], "num_stages": 3, "block_n": 64}
 
 
 def test_uncovered_problems_run_the_triton_kernels_and_say_why(hopper):
     cases = {
         "cpu tensors (Gluon has no interpreter)": _problem(device="cpu"),
-        "dtype float32": _problem(dtype=torch.float32),
+        "dtype float32": _problem(dtype=torch.float32, head_dim=32),  # the Triton tiles that run fit float32 here
         "a bias or a boolean mask": _problem(bias=True),
         "head_dim 96": _problem(head_dim=96),
     }
     for words, problem in cases.items():
-        name, why = flash.implementation_for(problem, GLUON)
+        name, why = implementation_for(problem, GLUON)
         assert name == "triton" and words in why and "config asks for the Gluon kernels" in why, why
-    assert flash.implementation_for(_problem(head_dim=256), GLUON, "fwd")[0] == "gluon"
-    name, why = flash.implementation_for(_problem(head_dim=256), GLUON, "bwd")
+    assert implementation_for(_problem(head_dim=256), GLUON, "fwd")[0] == "gluon"
+    name, why = implementation_for(_problem(head_dim=256), GLUON, "bwd")
     assert name == "triton" and "head_dim 256" in why
 
 
-def test_gluon_only_when_asked_or_proven(hopper, monkeypatch):
+def test_gluon_only_when_asked_or_proven(hopper, table_root):
     p = _problem(causal=True)
-    assert flash.implementation_for(p)[0] == "triton"
-    assert flash.implementation_for(p, GLUON) == ("gluon", "config asks for the Gluon kernels")
-    assert flash.implementation_for(p, {"implementation": "triton"})[0] == "triton"
-    name, why = flash.implementation_for(p, {**GLUON, "deterministic": True}, "bwd")
+    assert implementation_for(p)[0] == "triton"
+    assert implementation_for(p, GLUON) == ("gluon", "config asks for the Gluon kernels")
+    assert implementation_for(p, {"implementation": "triton"})[0] == "triton"
+    name, why = implementation_for(p, {**GLUON, "deterministic": True}, "bwd")
     assert name == "triton" and "deterministic" in why
-    assert flash.implementation_for(p, {**GLUON, "deterministic": True}, "fwd")[0] == "gluon"
+    assert implementation_for(p, {**GLUON, "deterministic": True}, "fwd")[0] == "gluon"
     # A proven table entry makes it the default for that problem, and says where it was measured.
-    table = {**static_check.table(), "default": [
-        {"head_dim": 128, "causal": True, "direction": "fwd", "device": "NVIDIA H200", "provenance": "run X"}]}
-    monkeypatch.setattr(gluon, "_table", lambda: table)
-    assert flash.implementation_for(p) == ("gluon", "measured right and faster on NVIDIA H200 (run X)")
-    assert flash.implementation_for(p, direction="bwd")[0] == "triton"
-    assert flash.implementation_for(_problem(causal=False))[0] == "triton"
+    tables.write(tables.path("nvidia", "H200", "attention_gluon"), {
+        "family": "attention_gluon", "device": "H200", "about": "a device run's proven defaults",
+        "entries": [{"when": "head_dim == 128 and causal and direction == 'fwd'", "default": True,
+                     "source": "measured", "measured": {"device": "NVIDIA H200", "date": "2026-12-01",
+                                                        "git_commit": "0000000", "provenance": "run X"}}]})
+    assert implementation_for(p) == ("gluon", "measured right and faster on NVIDIA H200 (run X)")
+    assert implementation_for(p, direction="bwd")[0] == "triton"
+    assert implementation_for(_problem(causal=False))[0] == "triton"
 
 
 def test_unsupported_triton_runs_the_triton_kernels(hopper, monkeypatch):
-    from kernels.nvidia import gluon as package
+    from ceiling.nvidia import gluon as package
 
     monkeypatch.setattr(gluon, "unsupported_reason", lambda: package.unsupported_reason("3.7.0"))
-    name, why = flash.implementation_for(_problem(), GLUON)
+    name, why = implementation_for(_problem(), GLUON)
     assert name == "triton" and "need Triton 3.6.x or 3.9.x; installed 3.7.0" in why
 
 
 def test_cpu_tensors_with_gluon_asked_run_the_interpreted_triton_kernel():
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 37, 2, 64, generator=g).to(torch.bfloat16).requires_grad_() for _ in range(3))
-    out = kernels.attention(q, k, v, causal=True, backend="nvidia", config=GLUON)
+    out = ceiling.attention(q, k, v, causal=True, backend="nvidia", config=GLUON)
     out.backward(torch.ones_like(out))
     grads = [t.grad.clone() for t in (q, k, v)]
     for t in (q, k, v):
         t.grad = None
-    plain = kernels.attention(q, k, v, causal=True, backend="nvidia")
+    plain = ceiling.attention(q, k, v, causal=True, backend="nvidia")
     plain.backward(torch.ones_like(plain))
     assert torch.equal(out, plain)
     assert all(torch.equal(a, t.grad) for a, t in zip(grads, (q, k, v)))
 
 
 def test_backends_report_lists_the_gluon_implementation():
-    row = next(r for r in kernels.backends.report() if r["backend"] == "nvidia:gluon")
+    row = next(r for r in ceiling.backends.report() if r["backend"] == "nvidia:gluon")
     assert row["op"] == "attention" and row["mode"] in ("native", "unavailable") and row["reason"]
     if not torch.cuda.is_available():
         assert row["mode"] == "unavailable" and "interpreter" in row["reason"]
@@ -164,6 +179,20 @@ class _Recorder:
         return launch
 
 
+def _launch_forward(q, k, v, causal, scale, config=None):
+    """The Gluon forward launched as a call launches it: the problem checked, its config resolved
+    once (``ceiling.op.resolve_config``), both handed to the launcher."""
+    problem = check(q, k, v, causal=causal, scale=scale, backend="nvidia")
+    return gluon.forward(problem, resolve_config(problem, GLUON_IMPL, config), q, k, v)
+
+
+def _launch_backward(do, q, k, v, out, lse, causal, scale, config=None):
+    """(dq, dk, dv, None) from the Gluon backward launched as a call launches it."""
+    problem = check(q, k, v, causal=causal, scale=scale, backend="nvidia")
+    saved = {"q": q, "k": k, "v": v, "bias": None, "mask": None, "out": out, "lse": lse}
+    return gluon.backward(problem, resolve_config(problem, GLUON_IMPL, config), saved, {"out": do}, {"bias": False})
+
+
 def _bound(kernel, args, kwargs):
     names = kernel.arg_names
     values = dict(zip(names, args))
@@ -172,7 +201,7 @@ def _bound(kernel, args, kwargs):
 
 
 def _check_against_spec(spec, values):
-    from kernels.nvidia.gluon.api import TensorDescriptor
+    from ceiling.nvidia.gluon.api import TensorDescriptor
 
     assert {k: values[k] for k in spec.constexprs} == spec.constexprs
     for name, kind in spec.signature.items():
@@ -187,7 +216,7 @@ def _check_against_spec(spec, values):
 @needs_gluon_here
 @pytest.mark.parametrize("head_dim,causal,gqa", [(128, True, 1), (64, False, 4), (256, True, 2)])
 def test_forward_launch_matches_the_checked_binary(monkeypatch, head_dim, causal, gqa):
-    from kernels.nvidia.gluon import attention_fwd
+    from ceiling.nvidia.gluon import attention_fwd
 
     rec = _Recorder(attention_fwd.attention_fwd_kernel)
     monkeypatch.setattr(attention_fwd, "attention_fwd_kernel", rec)
@@ -195,10 +224,10 @@ def test_forward_launch_matches_the_checked_binary(monkeypatch, head_dim, causal
     b, sq, sk, h = 2, 333, 517, 4 * gqa
     q = torch.randn(b, sq, h, head_dim, dtype=torch.bfloat16)
     k = torch.randn(b, sk, h // gqa, head_dim, dtype=torch.bfloat16)
-    o, lse = gluon.forward(q, k, k, causal, 0.125)
+    o, lse = _launch_forward(q, k, k, causal, 0.125)
     (grid, args, kwargs), = rec.calls
     values = _bound(rec.kernel, args, kwargs)
-    _check_against_spec(static_check.spec("fwd", head_dim, causal, static_check.table()["sm90"][str(head_dim)]["fwd"]),
+    _check_against_spec(static_check.spec("fwd", head_dim, causal, gluon.shipped()[head_dim]["fwd"]),
                         values)
     n_tiles = math.ceil(sq / 128) * b * h
     assert grid == (min(n_tiles, 132),) and kwargs["num_warps"] == 4
@@ -211,7 +240,7 @@ def test_forward_launch_matches_the_checked_binary(monkeypatch, head_dim, causal
 @needs_gluon_here
 @pytest.mark.parametrize("head_dim,causal,gqa", [(128, True, 1), (64, False, 2)])
 def test_backward_launch_matches_the_checked_binary(monkeypatch, head_dim, causal, gqa):
-    from kernels.nvidia.gluon import attention_bwd
+    from ceiling.nvidia.gluon import attention_bwd
 
     rec = _Recorder(attention_bwd.attention_bwd_kernel)
     monkeypatch.setattr(attention_bwd, "attention_bwd_kernel", rec)
@@ -219,10 +248,10 @@ def test_backward_launch_matches_the_checked_binary(monkeypatch, head_dim, causa
     q = torch.randn(b, sq, h, head_dim, dtype=torch.bfloat16)
     k = torch.randn(b, sk, h // gqa, head_dim, dtype=torch.bfloat16)
     lse = torch.randn(b, h, sq)
-    dq, dk, dv = gluon.backward(q, q, k, k, q, lse, causal, -0.5)
+    dq, dk, dv, _ = _launch_backward(q, q, k, k, q, lse, causal, -0.5)
     (grid, args, kwargs), = rec.calls
     values = _bound(rec.kernel, args, kwargs)
-    _check_against_spec(static_check.spec("bwd", head_dim, causal, static_check.table()["sm90"][str(head_dim)]["bwd"]),
+    _check_against_spec(static_check.spec("bwd", head_dim, causal, gluon.shipped()[head_dim]["bwd"]),
                         values)
     assert grid == (math.ceil(sk / 128), b * h)
     assert values["sm_scale"] == -0.5 and values["group"] == gqa
@@ -259,7 +288,7 @@ LENGTHS = [(1, 1), (37, 37), (128, 128), (129, 300), (300, 129), (1000, 377), (3
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("block_n", [64, 128])
 def test_forward_block_ranges(sq, sk, causal, block_n):
-    from kernels.nvidia.gluon import attention_fwd as F
+    from ceiling.nvidia.gluon import attention_fwd as F
 
     count, unmasked = _python(F.kv_block_count), _python(F.unmasked_block_count)
     keep = _visible(sq, sk, causal)
@@ -286,7 +315,7 @@ def test_forward_block_ranges(sq, sk, causal, block_n):
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("block_m", [64, 128])
 def test_backward_query_block_ranges(sq, sk, causal, block_m):
-    from kernels.nvidia.gluon import attention_bwd as B
+    from ceiling.nvidia.gluon import attention_bwd as B
 
     ranges = _python(B.query_block_range)
     keep = _visible(sq, sk, causal)
@@ -307,7 +336,7 @@ def test_backward_query_block_ranges(sq, sk, causal, block_m):
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_tiles_cover_every_query_block_once_heaviest_first(causal):
-    from kernels.nvidia.gluon import attention_fwd as F
+    from ceiling.nvidia.gluon import attention_fwd as F
 
     coords = _python(F.tile_coords)
     n_mblocks, batch, heads, group = 7, 2, 6, 3
@@ -342,22 +371,22 @@ def _emulated_check(b, sq, sk, h, hk, d, causal, config=None, backward=True, dty
     v = torch.randn(b, sk, hk, d, generator=g).to(dtype)
     do = torch.randn(b, sq, h, d, generator=g).to(dtype)
     scale = 1.0 / math.sqrt(d)
-    out, lse = gluon.forward(q, k, v, causal, scale, config)
+    out, lse = _launch_forward(q, k, v, causal, scale, config)
     ex_out, ex_lse = reference.attention_fwd(q, k, v, None, None, causal, scale, compute_dtype=torch.float64)
     lp_out, _ = reference.attention_fwd(q, k, v, None, None, causal, scale, compute_dtype=dtype)
-    assert_close_by_ratio(out, lp_out, ex_out, atol=2e-3, atol_scaled=True, name="out")
+    assert_close("out", out, lp_out, ex_out, atol=2e-3)
     finite = torch.isfinite(ex_lse)
     assert torch.equal(torch.isfinite(lse), finite)
     assert not finite.any() or (lse[finite] - ex_lse[finite]).abs().max().item() < 1e-4
     if not backward:
         return
-    grads = gluon.backward(do, q, k, v, out, lse, causal, scale, config)
+    grads = _launch_backward(do, q, k, v, out, lse, causal, scale, config)[:3]
     ex_grads = reference.attention_bwd(do, q, k, v, ex_out, ex_lse, None, None, causal, scale, False,
                                        compute_dtype=torch.float64)
     lp_grads = reference.attention_bwd(do, q, k, v, lp_out, None, None, None, causal, scale, False, compute_dtype=dtype)
     for name, ours, lp, ex in zip(("dq", "dk", "dv"), grads, lp_grads, ex_grads):
         assert ours.shape == ex.shape and ours.dtype == dtype, name
-        assert_close_by_ratio(ours, lp, ex, atol=2e-3, atol_scaled=True, name=name)
+        assert_close(name, ours, lp, ex, atol=2e-3)
 
 
 @pytest.mark.parametrize("b,sq,sk,h,hk,d,causal", [
@@ -382,7 +411,7 @@ def test_emulated_forward_variants(emulated):
 
 def test_emulation_catches_planted_bugs(emulated, monkeypatch):
     """Without these failing, the emulated runs above would prove nothing."""
-    from kernels.nvidia.gluon import attention_fwd as F
+    from ceiling.nvidia.gluon import attention_fwd as F
 
     ns = emulated._namespace(F.__name__)
     # Every key block but the peeled one treated as unmasked: with 64-key blocks and the diagonal
@@ -431,6 +460,20 @@ def poisoned(monkeypatch):
     monkeypatch.setattr(gluon, "_empty", empty)
 
 
+def _select_and_launch_forward(q, k, v, causal, scale, config):
+    """(out, lse) from the forward implementation :meth:`ceiling.op.Op.select` chooses."""
+    call = ATTENTION.select(check(q, k, v, causal=causal, scale=scale, backend="nvidia"), "nvidia", config)
+    return call.forward.implementation.load().forward(call.problem, call.forward.config, q, k, v, None, None)
+
+
+def _select_and_launch_backward(do, q, k, v, out, lse, causal, scale, config):
+    """(dq, dk, dv, dbias) from the backward implementation :meth:`ceiling.op.Op.select` chooses."""
+    call = ATTENTION.select(check(q, k, v, causal=causal, scale=scale, backend="nvidia"), "nvidia", config)
+    saved = {"q": q, "k": k, "v": v, "bias": None, "mask": None, "out": out, "lse": lse}
+    return call.backward.implementation.load().backward(call.problem, call.backward.config, saved, {"out": do},
+                                                        {"bias": False})
+
+
 def _run_and_check(b, sq, sk, h, hk, d, causal, config=GLUON, dtype=torch.bfloat16, seed=0):
     dev = "cuda"
     g = torch.Generator(device=dev).manual_seed(seed)
@@ -440,23 +483,23 @@ def _run_and_check(b, sq, sk, h, hk, d, causal, config=GLUON, dtype=torch.bfloat
     do = torch.randn(b, sq, h, d, device=dev, generator=g).to(dtype)
     scale = 1.0 / math.sqrt(d)
     problem = check(q, k, v, causal=causal, backend="nvidia")
-    assert flash.implementation_for(problem, config)[0] == "gluon"
-    out, lse = flash.attention_fwd(q, k, v, None, None, causal, scale, config=config)
-    dq, dk, dv, dbias = flash.attention_bwd(do, q, k, v, out, lse, None, None, causal, scale, False, config=config)
+    assert implementation_for(problem, config)[0] == "gluon"
+    out, lse = _select_and_launch_forward(q, k, v, causal, scale, config)
+    dq, dk, dv, dbias = _select_and_launch_backward(do, q, k, v, out, lse, causal, scale, config)
     assert dbias is None
     ex_out, ex_lse = reference.attention_fwd(q, k, v, None, None, causal, scale, compute_dtype=torch.float64)
     ex_grads = reference.attention_bwd(do, q, k, v, ex_out, ex_lse, None, None, causal, scale, False,
                                        compute_dtype=torch.float64)
     lp_out, _ = reference.attention_fwd(q, k, v, None, None, causal, scale, compute_dtype=dtype)
     lp_grads = reference.attention_bwd(do, q, k, v, lp_out, None, None, None, causal, scale, False, compute_dtype=dtype)
-    assert_close_by_ratio(out, lp_out, ex_out, atol=2e-3, atol_scaled=True, name="out")
+    assert_close("out", out, lp_out, ex_out, atol=2e-3)
     finite = torch.isfinite(ex_lse)
     assert torch.equal(torch.isfinite(lse), finite), "lse: -inf exactly where a row sees no key"
     if finite.any():
         assert (lse[finite] - ex_lse[finite].float()).abs().max().item() < 2e-2
     for name, ours, lp, ex in zip(("dq", "dk", "dv"), (dq, dk, dv), lp_grads, ex_grads):
         assert ours.shape == ex.shape and ours.dtype == dtype, name
-        assert_close_by_ratio(ours, lp, ex, atol=2e-3, atol_scaled=True, name=name)
+        assert_close(name, ours, lp, ex, atol=2e-3)
     return out, lse
 
 
@@ -482,10 +525,10 @@ def test_gluon_head_dim_256_forward_and_fp16():
     dev = "cuda"
     g = torch.Generator(device=dev).manual_seed(1)
     q, k, v = (torch.randn(1, 300, 2, 256, device=dev, generator=g).to(torch.float16) for _ in range(3))
-    out, lse = flash.attention_fwd(q, k, v, None, None, True, 0.0625, config=GLUON)
+    out, lse = _select_and_launch_forward(q, k, v, True, 0.0625, GLUON)
     ex, _ = reference.attention_fwd(q, k, v, None, None, True, 0.0625, compute_dtype=torch.float64)
     lp, _ = reference.attention_fwd(q, k, v, None, None, True, 0.0625, compute_dtype=torch.float16)
-    assert_close_by_ratio(out, lp, ex, atol=2e-3, atol_scaled=True, name="out")
+    assert_close("out", out, lp, ex, atol=2e-3)
     _run_and_check(1, 200, 333, 4, 2, 64, False, dtype=torch.float16)
 
 
@@ -505,14 +548,14 @@ def test_gluon_exp2_split_and_no_pingpong_configs():
 def test_sweep_candidates_are_the_filtered_list_shipped_config_first():
     """The sweep times the statically checked candidates (kernels/spaces/candidates/
     attention_gluon.sm_90a.json, every shipped config among them), nearest the shipped one first."""
-    from kernels.tuning import space
-    from kernels.tuning.attention import gluon as tune_attention
+    from ceiling.tuning import space
+    from ceiling.tuning.attention import gluon as tune_attention
 
-    for head_dim, entry in static_check.table()["sm90"].items():
+    for head_dim, entry in gluon.shipped().items():
         for kernel, shipped in entry.items():
-            c = tune_attention.candidates(kernel, int(head_dim))
+            c = tune_attention.candidates(kernel, head_dim)
             listed = [{k: v for k, v in x.items() if k != "static"}
-                      for x in space.candidates("attention_gluon", head_dim, kernel)]
+                      for x in space.candidates("attention_gluon", str(head_dim), kernel)]
             assert c[0] == shipped and sorted(map(str, c)) == sorted(map(str, listed)), (head_dim, kernel)
             changed = [sum(x[k] != v for k, v in shipped.items()) for x in c]
             assert changed == sorted(changed)
@@ -520,8 +563,8 @@ def test_sweep_candidates_are_the_filtered_list_shipped_config_first():
         (k, d, causal) for k in ("fwd", "bwd") for d in (64, 128) for causal in (False, True)}
 
 
-def test_sweep_applies_only_correct_winners_faster_than_triton(tmp_path, monkeypatch):
-    from kernels.tuning.attention import gluon as tune_attention
+def test_sweep_applies_only_correct_winners_faster_than_triton(table_root, monkeypatch):
+    from ceiling.tuning.attention import gluon as tune_attention
 
     fast = {"block_n": 64, "num_stages": 3, "exp2_split": True, "pingpong": True}
     bwd = {"block_m": 64, "num_stages": 3}
@@ -537,19 +580,20 @@ def test_sweep_applies_only_correct_winners_faster_than_triton(tmp_path, monkeyp
     ]
     wins = tune_attention.winners(rows)
     assert [(w["head_dim"], w["causal"], w["direction"], w["knobs"]) for w in wins] == [(128, True, "fwd", fast)]
-    shipped = static_check.table()
-    table_file = tmp_path / "attention_gluon.json"
-    table_file.write_text(static_check.TABLE_FILE.read_text())
-    monkeypatch.setattr(static_check, "TABLE_FILE", table_file)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
-    monkeypatch.setattr(tune_attention, "_provenance", lambda: "2026-12-01 NVIDIA H200 triton 3.6.0")
-    static_check.table.cache_clear()
-    try:
-        table = tune_attention.apply(wins)
-        assert table["sm90"]["128"]["fwd"] == fast
-        assert table["sm90"]["128"]["bwd"] == shipped["sm90"]["128"]["bwd"]  # the slower backward untouched
-        assert table["sm90"]["64"] == shipped["sm90"]["64"]
-        (entry,) = table["default"]
-        assert entry["direction"] == "fwd" and entry["causal"] and "0.800 ms vs Triton 1.000 ms" in entry["provenance"]
-    finally:
-        static_check.table.cache_clear()
+    shipped = gluon.shipped()
+    monkeypatch.setattr(tune_attention, "_provenance", lambda: {
+        "device": "NVIDIA H200", "date": "2026-12-01", "git_commit": "0000000", "triton": "3.6.0"})
+    table = tune_attention.apply(wins)
+    assert table == tables.read(tables.path("nvidia", "H200", "attention_gluon"))  # this GPU model's table
+
+    def tiles(**kw):  # the Gluon tiles an H200 problem resolves to now
+        return resolve_config(_problem(**kw), GLUON_IMPL, None)
+
+    assert tiles(head_dim=128, causal=True)["fwd"] == fast
+    assert tiles(head_dim=128, causal=True)["bwd"] == shipped[128]["bwd"]  # the slower backward untouched
+    assert tiles(head_dim=64, causal=False) == shipped[64] and tiles(head_dim=64, causal=True) == shipped[64]
+    (entry,) = [e for e in table["entries"] if e.get("default")]
+    assert gluon.proven_default(_problem(head_dim=128, causal=True), "fwd") == entry
+    assert gluon.proven_default(_problem(head_dim=128, causal=True), "bwd") is None
+    assert gluon.proven_default(_problem(head_dim=128, causal=False), "fwd") is None
+    assert "0.800 ms vs Triton 1.000 ms" in entry["measured"]["provenance"]

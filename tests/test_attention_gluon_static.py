@@ -3,7 +3,7 @@ under this environment's Triton: their SASS must be FlashAttention-3's design, a
 must catch planted regressions of it.
 
 Triton 3.6 is installed once into ``$CEILING_CACHE_DIR`` (``~/.cache/ceiling``) by
-``kernels.nvidia.gluon.pinned_triton`` (pip, no dependencies) and run in a subprocess; when it
+``ceiling.nvidia.gluon.pinned_triton`` (pip, no dependencies) and run in a subprocess; when it
 cannot be installed the test fails with the command to run, it does not skip. The subprocess's
 report is cached there per hash of the sources it compiles, so parallel workers and re-runs
 compile once.
@@ -17,11 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from kernels.nvidia.gluon import SUPPORTED_TRITON, pinned_triton, sass_facts, static_check, triton_release
+from ceiling import tables
+from ceiling.nvidia.gluon import SUPPORTED_TRITON, pinned_triton, sass_facts, static_check, triton_release
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCES = sorted((REPO / "kernels" / "nvidia" / "gluon").glob("*.py")) + [
-    static_check.TABLE_FILE, Path(__file__).with_name("gluon_static_cases.py")]
+    REPO / "kernels" / "constants.py", tables.path("nvidia", "sm_90a", "attention_gluon"),
+    Path(__file__).with_name("gluon_static_cases.py")]
 SHIPPED = static_check.shipped_names()
 
 

@@ -13,8 +13,8 @@ import math
 import pytest
 import torch
 
-import kernels
-from kernels.backends import gpu_vendor
+import ceiling
+from ceiling.backends import gpu_vendor
 
 pytestmark = [
     pytest.mark.gpu,
@@ -38,7 +38,7 @@ def test_matches_sdpa_with_gradients(head_dim, causal):
     k = torch.randn(2, 1000, 2, head_dim, device=dev, dtype=dt, requires_grad=True)
     v = torch.randn(2, 1000, 2, head_dim, device=dev, dtype=dt, requires_grad=True)
     bias = torch.randn(1, 8, 1000, 1000, device=dev, dtype=torch.float32, requires_grad=True)
-    out = kernels.attention(q, k, v, causal=causal, bias=bias)
+    out = ceiling.attention(q, k, v, causal=causal, bias=bias)
     do = torch.randn_like(out)
     out.backward(do)
     ours = [out, q.grad, k.grad, v.grad, bias.grad]
@@ -74,9 +74,9 @@ def test_throughput(head_dim, seq, causal):
     q, k, v = (torch.randn(batch, seq, heads, head_dim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
                for _ in range(3))
     flops = 4 * batch * heads * seq * seq * head_dim * (0.5 if causal else 1.0)
-    out = kernels.attention(q, k, v, causal=causal)
+    out = ceiling.attention(q, k, v, causal=causal)
     do = torch.randn_like(out)
-    fwd = triton.testing.do_bench(lambda: kernels.attention(q, k, v, causal=causal), warmup=25, rep=100)
+    fwd = triton.testing.do_bench(lambda: ceiling.attention(q, k, v, causal=causal), warmup=25, rep=100)
     bwd = triton.testing.do_bench(lambda: out.backward(do, retain_graph=True), warmup=25, rep=100)
     qt, kt, vt = (t.detach().transpose(1, 2).requires_grad_() for t in (q, k, v))
     sdpa_fwd = triton.testing.do_bench(

@@ -1,6 +1,6 @@
-"""Attention on JAX arrays on a GPU, through jax-triton (``kernels.triton.attention_jax``).
+"""Attention on JAX arrays on a GPU, through jax-triton (``ceiling.triton.attention_jax``).
 
-On the CPU: the whole GPU code path (``kernels.attention`` -> custom VJP -> jax-triton
+On the CPU: the whole GPU code path (``ceiling.attention`` -> custom VJP -> jax-triton
 launcher -> jax-order wrapper kernels) with ``triton_call`` replaced by the Triton
 interpreter (``tests/jax_triton_interpreter.py``), against a float64 oracle with the
 error-ratio rule, every gradient (bias included, in each dBias reduction mode) under a
@@ -17,12 +17,13 @@ import numpy as np
 import pytest
 import torch
 
-import kernels
-from kernels.jax_bridge import jax_triton_unavailable
-from kernels.attention import reference
-from kernels.nvidia import attention as hopper
-from kernels.triton import attention as flash
-from kernels.triton import attention_jax
+import ceiling
+from ceiling.jax_bridge import jax_triton_unavailable
+from ceiling.attention import reference
+from ceiling.attention.op import ATTENTION
+from ceiling.op import resolve_config
+from ceiling.triton import attention as flash
+from ceiling.triton.attention_specs import jax_kernel_specs
 from tests.jax_triton_interpreter import jax_triton_interpreted  # noqa: F401  (fixture)
 from tests.test_attention import SMALL, assert_close_ratio, make_inputs
 
@@ -72,7 +73,7 @@ def test_gpu_path_interpreted_matches_float64(case, jax_triton_interpreted):  # 
     do = torch.randn(q.shape, generator=torch.Generator().manual_seed(3)).to(dtype)
 
     def f(q, k, v, bias):
-        return kernels.attention(q, k, v, bias=bias, mask=_to_jax(mask), causal=causal, backend=vendor, config=SMALL,
+        return ceiling.attention(q, k, v, bias=bias, mask=_to_jax(mask), causal=causal, backend=vendor, config=SMALL,
                                  return_lse=True)
 
     (out, lse), vjp = jax.vjp(f, *(_to_jax(t) for t in (q, k, v)), _to_jax(bias, jnp.float32))
@@ -108,7 +109,7 @@ def test_gpu_path_under_jit(jax_triton_interpreted):  # noqa: F811
     cot = torch.randn(q.shape, generator=torch.Generator().manual_seed(12))
 
     def loss(q, k, v):
-        o = kernels.attention(q, k, v, causal=True, backend="nvidia", config=SMALL)
+        o = ceiling.attention(q, k, v, causal=True, backend="nvidia", config=SMALL)
         return jnp.sum(o.astype(jnp.float32) * _to_jax(cot, jnp.float32))
 
     val, grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2)))(*(_to_jax(t) for t in (q, k, v)))
@@ -126,20 +127,28 @@ def test_gpu_path_under_jit(jax_triton_interpreted):  # noqa: F811
 
 
 def _sm90(head_dim: int, biased: bool) -> dict:
-    """The Hopper config the JAX launcher picks (pointer loads: the narrow tiles, narrower with a bias)."""
-    return hopper.select_config(head_dim, "sm90", None, narrow=True, pointer_bias=biased)
+    """The Hopper config a JAX problem resolves to on an H200 (pointer loads: the narrow tiles,
+    narrower with a bias)."""
+    import dataclasses
+
+    from ceiling.attention.spec import shipped_problem
+    from ceiling.nvidia.attention_specs import H200
+
+    problem = shipped_problem(head_dim, "bfloat16", causal=False, biased=biased, **H200)
+    return resolve_config(dataclasses.replace(problem, framework="jax", device="gpu:0"),
+                          ATTENTION.implementation("nvidia"), None)
 
 
 # Realistic launches have unit key strides for a bias and mask with a full key dimension:
 # jax-triton turns those integers into the constant 1.
-JAX_SPECS = (attention_jax.kernel_specs(128, _sm90(128, False), causal=True)
-             + attention_jax.kernel_specs(128, _sm90(128, True), causal=False, bias=True, mask=True,
+JAX_SPECS = (jax_kernel_specs(128, _sm90(128, False), causal=True)
+             + jax_kernel_specs(128, _sm90(128, True), causal=False, bias=True, mask=True,
                                           ones=("stride_bn", "stride_mn")))
 
 
 @pytest.mark.parametrize("spec", JAX_SPECS, ids=[s.name for s in JAX_SPECS])
 def test_jax_wrappers_compile_for_sm90a_with_hgmma_no_spills(spec):
-    from kernels.isa import profile
+    from ceiling.isa import profile
 
     p = profile(spec, "sm_90a")
     assert p.extra["hgmma"] > 0, f"{spec.name}: no HGMMA"
@@ -149,9 +158,9 @@ def test_jax_wrappers_compile_for_sm90a_with_hgmma_no_spills(spec):
 
 def test_mqa_specialization_compiles():
     """kv_heads == 1 (MQA) reaches the kernel as the constant 1: the wrappers still compile."""
-    from kernels.isa import compile_for
+    from ceiling.isa import compile_for
 
-    for spec in attention_jax.kernel_specs(64, _sm90(64, False), causal=True, ones=("kv_heads",)):
+    for spec in jax_kernel_specs(64, _sm90(64, False), causal=True, ones=("kv_heads",)):
         assert compile_for(spec, "sm_90a").asm["cubin"]
 
 
@@ -164,7 +173,7 @@ def test_mqa_specialization_compiles():
 @pytest.mark.parametrize("head_dim,causal,bias_shape", [(128, True, (1, 8, 1000, 1000)), (64, False, (2, 8, 1, 1000)),
                                                          (80, True, None)])
 def test_jax_attention_on_gpu_through_jax_triton(head_dim, causal, bias_shape):
-    """kernels.attention on JAX GPU arrays under jit and grad, against the float32 reference."""
+    """ceiling.attention on JAX GPU arrays under jit and grad, against the float32 reference."""
     rng = np.random.default_rng(head_dim)
     b, s, h, hk = 2, 1000, 8, 2
     q = jnp.asarray(rng.standard_normal((b, s, h, head_dim)), jnp.bfloat16)
@@ -176,7 +185,7 @@ def test_jax_attention_on_gpu_through_jax_triton(head_dim, causal, bias_shape):
 
     def loss(backend, dtype):
         def f(q, k, v, bias):
-            o = kernels.attention(q.astype(dtype), k.astype(dtype), v.astype(dtype), bias=bias, mask=mask,
+            o = ceiling.attention(q.astype(dtype), k.astype(dtype), v.astype(dtype), bias=bias, mask=mask,
                                   causal=causal, backend=backend)
             return jnp.sum(o.astype(jnp.float32) * cot)
         return f
@@ -198,5 +207,5 @@ def test_gpu_path_non_positive_scale(scale, jax_triton_interpreted):  # noqa: F8
     q, k, v, _, _ = make_inputs(1, 19, 21, 2, 2, 32, BF16, seed=13)
     ex_out, _ = reference.attention_fwd(q.double(), k.double(), v.double(), None, None, True, scale)
     lp_out, _ = reference.attention_fwd(q, k, v, None, None, True, scale, compute_dtype=BF16)
-    out = kernels.attention(*(_to_jax(t) for t in (q, k, v)), causal=True, scale=scale, backend="nvidia", config=SMALL)
+    out = ceiling.attention(*(_to_jax(t) for t in (q, k, v)), causal=True, scale=scale, backend="nvidia", config=SMALL)
     assert_close_ratio("out", _to_torch(out, torch.float64), lp_out, ex_out)

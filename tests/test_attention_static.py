@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from kernels.amd import attention as amd
-from kernels.isa import compile_for, profile
-from kernels.nvidia import attention as nvidia
+from ceiling.amd import attention_specs as amd
+from ceiling.isa import compile_for, profile
+from ceiling.nvidia import attention_specs as nvidia
 
 # Head dim 256's dK/dV kernel on Hopper keeps two 64 x 256 float32 accumulators and both K and
 # V as wgmma operands: it still spills a few registers with every tile we tried.

@@ -1,6 +1,7 @@
-"""The TPU Pallas flash attention on the CPU: TPU interpret mode for the numbers,
-``jax.export(..., platforms=["tpu"])`` for the Mosaic lowering of every shipped
-config, and the config rules.
+"""The TPU Pallas flash attention on the CPU, through the op (``ceiling.attention(...,
+backend="tpu")``, or :meth:`ceiling.op.Op.select` and the JAX front end for float32): TPU
+interpret mode for the numbers, ``jax.export(..., platforms=["tpu"])`` for the Mosaic lowering
+of every shipped config, and the config rules.
 
 TPU interpret mode allocates outputs and scratch as NaN, so an output block a
 kernel never writes, or a scratch it never zeroes, shows up as NaN and fails
@@ -21,10 +22,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from kernels.errors import InputError
-from kernels.tpu import attention as tpu_attention
-from kernels.tpu.attention_rules import AttentionConfigError, check_config
-from kernels.tpu.generations import GENERATIONS, TARGETS
+import ceiling
+from ceiling.attention.op import ATTENTION
+from ceiling.attention.spec import check
+from ceiling.errors import InputError
+from ceiling.frontends import jax as jax_front
+from ceiling.op import resolve_config
+from ceiling.tpu import attention as tpu_attention
+from ceiling.tpu.attention_rules import AttentionConfigError, check_config
+from ceiling.tpu.generations import GENERATIONS, TARGETS
 
 SMALL = {"block_q": 16, "block_k": 128}
 ATOL = {"bfloat16": 2e-3, "float16": 3e-4, "float32": 1e-5}
@@ -116,6 +122,14 @@ def _check_close(name, ours, base, ref, dtype):
     assert e_ours <= 2 * e_base + ATOL[dtype], f"{name}: error {e_ours:.3g} > 2 x plain JAX's {e_base:.3g} + {ATOL[dtype]}"
 
 
+def _tpu_attention(q, k, v, bias, mask, causal, config):
+    """(out, lse) of the op's TPU implementation through the JAX front end: the call the public
+    function makes, for float32 inputs too (which the public function sends to the reference; the
+    TPU kernels compute them for reference runs)."""
+    problem = check(q, k, v, causal=causal, bias=bias, mask=mask, backend="reference")
+    return jax_front.apply(ATTENTION, ATTENTION.select(problem, "tpu", config), q, k, v, bias, mask)
+
+
 def _run_case(rng, *, batch, q_len, k_len, heads, kv_heads, head_dim, dtype, causal, bias_shape, mask_shape, config,
               mask_fn=None, bias_dtype="float32"):
     """Forward, lse and every gradient (bias included) against the oracle."""
@@ -133,12 +147,9 @@ def _run_case(rng, *, batch, q_len, k_len, heads, kv_heads, head_dim, dtype, cau
     scale = 1.0 / math.sqrt(head_dim)
     jmask = None if mask is None else jnp.asarray(mask)
 
-    @jax.jit  # the wrapper traces: shapes, blocks and the plan are static
+    @jax.jit  # the op traces: shapes, blocks and the plan are static
     def ours(q, k, v, bias):
-        out, lse = tpu_attention.attention_jax(
-            q, k, v, causal=causal, bias=bias, mask=jmask, return_lse=True, config=config
-        )
-        return out, lse
+        return _tpu_attention(q, k, v, bias, jmask, causal, config)
 
     (out, lse), vjp = jax.vjp(ours, q, k, v, bias)
     grads = vjp((do, jnp.zeros_like(lse)))
@@ -224,8 +235,8 @@ def test_mask_broadcast_over_heads_bias_2d(request):
 
 
 def test_tuned_path_without_config_and_torch(request):
-    """No config: the table's blocks fitted to a short sequence; the torch entry
-    points (bf16 through ml_dtypes) agree with the JAX one bit for bit."""
+    """No config: the table's blocks fitted to a short sequence; torch tensors (bf16 through
+    ml_dtypes) get what JAX arrays get, bit for bit, and their gradients through autograd."""
     import torch
 
     rng = _rng(request)
@@ -233,25 +244,26 @@ def test_tuned_path_without_config_and_torch(request):
     k = jnp.asarray(rng.standard_normal((1, 11, 2, 32)), jnp.bfloat16)
     v = jnp.asarray(rng.standard_normal((1, 11, 2, 32)), jnp.bfloat16)
     bias = jnp.asarray(rng.standard_normal((1, 2, 9, 11)), jnp.float32)
-    out, lse = tpu_attention.attention_fwd_jax(q, k, v, bias, None, True, 0.3)
+    out, lse = ceiling.attention(q, k, v, bias=bias, causal=True, scale=0.3, backend="tpu", return_lse=True)
     ref = _oracle(q, k, v, bias, None, True, 0.3, np.zeros(q.shape))
     assert _err(out, ref[0]) < 3e-2
 
     def to_torch(x):
-        return torch.tensor(np.asarray(x, np.float32)).to(torch.bfloat16 if x.dtype == jnp.bfloat16 else torch.float32)
+        t = torch.tensor(np.asarray(x, np.float32)).to(torch.bfloat16 if x.dtype == jnp.bfloat16 else torch.float32)
+        return t.requires_grad_()
 
     tq, tk, tv, tb = (to_torch(x) for x in (q, k, v, bias))
-    t_out, t_lse = tpu_attention.attention_fwd(tq, tk, tv, tb, None, True, 0.3)
+    t_out, t_lse = ceiling.attention(tq, tk, tv, bias=tb, causal=True, scale=0.3, backend="tpu", return_lse=True)
     assert t_out.dtype == torch.bfloat16 and t_lse.dtype == torch.float32
-    assert np.array_equal(t_out.float().numpy(), np.asarray(out, np.float32))
-    assert np.array_equal(t_lse.numpy(), np.asarray(lse))
-    do = to_torch(jnp.asarray(rng.standard_normal(q.shape), jnp.bfloat16))
-    dq, dk, dv, dbias = tpu_attention.attention_bwd(do, tq, tk, tv, t_out, t_lse, tb, None, True, 0.3, True)
+    assert np.array_equal(t_out.detach().float().numpy(), np.asarray(out, np.float32))
+    assert np.array_equal(t_lse.detach().numpy(), np.asarray(lse))
+    do = torch.tensor(np.asarray(jnp.asarray(rng.standard_normal(q.shape), jnp.bfloat16), np.float32)).bfloat16()
+    t_out.backward(do)
     ref = _oracle(q, k, v, bias, None, True, 0.3, do.float().numpy())
-    for g, r in zip((dq, dk, dv, dbias), ref[2:]):
+    for g, r in zip((tq.grad, tk.grad, tv.grad, tb.grad), ref[2:]):
         assert tuple(g.shape) == r.shape
         assert _err(g.float().numpy(), r) < 5e-2
-    plain = tpu_attention.attention(tq, tk, tv, causal=True, scale=0.3, bias=tb)
+    plain = ceiling.attention(tq, tk, tv, causal=True, scale=0.3, bias=tb, backend="tpu")
     assert torch.equal(plain, t_out)
 
 
@@ -303,10 +315,10 @@ def test_config_breaking_a_rule_is_rejected(config, rule):
     with pytest.raises(AttentionConfigError) as info:
         check_config(config, "bfloat16", 128, "tpu-v5e", "float32", True)
     assert info.value.rule == rule and f"[rule {rule}]" in str(info.value)
-    # the wrapper checks before anything runs
+    # the op checks before anything runs
     q = jnp.zeros((1, 8, 1, 32), jnp.bfloat16)
     with pytest.raises(AttentionConfigError):
-        tpu_attention.attention_jax(q, q, q, bias=jnp.zeros((8, 8)), mask=jnp.ones((8, 8), bool), config=config)
+        ceiling.attention(q, q, q, bias=jnp.zeros((8, 8)), mask=jnp.ones((8, 8), bool), backend="tpu", config=config)
 
 
 def test_float32_blocks_need_8_rows_only():
@@ -315,11 +327,23 @@ def test_float32_blocks_need_8_rows_only():
         check_config({"block_q": 8, "block_k": 128}, "float32", 128, "tpu-v5e", bias_dtype="bfloat16")
 
 
-def test_select_config_fits_short_sequences_and_has_a_heuristic():
-    config = tpu_attention.select_config("tpu-v5e", "bfloat16", 64, 40, 300)
+def _resolved(monkeypatch, target, dtype, head_dim, q_len, k_len):
+    """The config the op resolves for a JAX problem on the TPU generation ``target``."""
+    from ceiling.attention.spec import AttentionProblem
+
+    monkeypatch.setattr(tpu_attention, "attached_tpu", lambda: target)
+    problem = AttentionProblem(framework="jax", device="tpu:0", batch=1, q_len=q_len, k_len=k_len, heads=1,
+                               kv_heads=1, head_dim=head_dim, dtype=dtype, causal=False, scale=head_dim ** -0.5,
+                               bias_shape=None, has_mask=False)
+    return resolve_config(problem, ATTENTION.implementation("tpu"), None)
+
+
+def test_select_config_fits_short_sequences_and_has_a_heuristic(monkeypatch):
+    config = _resolved(monkeypatch, "tpu-v5e", "bfloat16", 64, 40, 300)
+    assert config.target == "tpu-v5e"
     assert config == {"block_q": 48, "block_k": 256, "block_q_bwd": 48, "block_k_bwd": 256}
     # head_dim 192 pads to 256 (in the table); a float16 run uses the float32 table
-    assert tpu_attention.select_config("tpu-v6e", "float16", 192, 4096, 4096)["block_q"] == 256
+    assert _resolved(monkeypatch, "tpu-v6e", "float16", 192, 4096, 4096)["block_q"] == 256
     # the heuristic for a head_dim the table lacks still fits the scoped default
     assert tpu_attention._heuristic("tpu-v5e", "bfloat16", 384, "float32", True)["block_q"] in (128, 256, 512)
 
@@ -340,21 +364,21 @@ def test_bad_input_names_the_argument(kwargs, argument):
     bias = jnp.zeros(shapes["bias"]) if "bias" in shapes else None
     mask = jnp.ones(shapes["mask"], bool) if "mask" in shapes else None
     with pytest.raises(InputError) as info:
-        tpu_attention.attention_jax(q, k, v, bias=bias, mask=mask)
+        ceiling.attention(q, k, v, bias=bias, mask=mask, backend="tpu")
     assert info.value.argument == argument
 
 
 def test_bad_dtypes_and_scale():
     q = jnp.zeros((1, 8, 1, 32), jnp.int32)
     with pytest.raises(InputError, match="^q"):
-        tpu_attention.attention_jax(q, q, q)
+        ceiling.attention(q, q, q, backend="tpu")
     q = jnp.zeros((1, 8, 1, 32), jnp.bfloat16)
     with pytest.raises(InputError, match="^mask"):
-        tpu_attention.attention_jax(q, q, q, mask=jnp.ones((8, 8), jnp.float32))
+        ceiling.attention(q, q, q, mask=jnp.ones((8, 8), jnp.float32), backend="tpu")
     with pytest.raises(InputError, match="^scale"):
-        tpu_attention.attention_jax(q, q, q, scale=float("nan"))
+        ceiling.attention(q, q, q, scale=float("nan"), backend="tpu")
     with pytest.raises(InputError, match="^causal"):
-        tpu_attention.attention_jax(q, q, q, causal=1)
+        ceiling.attention(q, q, q, causal=1, backend="tpu")
 
 
 # --------------------------------------------------------------------------- slow sweep
@@ -373,11 +397,9 @@ def test_sweep_head_dims_dtypes(request, head_dim, dtype, causal):
 
 
 def test_public_op_routes_to_the_pallas_kernels():
-    """kernels.attention(..., backend="tpu") with JAX and torch autodiff reaches these kernels."""
+    """ceiling.attention(..., backend="tpu") with JAX and torch autodiff reaches these kernels."""
     import numpy as np
     import torch
-
-    import kernels
 
     rng = np.random.default_rng(90)
     q = jnp.asarray(rng.standard_normal((1, 19, 2, 32)), jnp.bfloat16)
@@ -386,7 +408,7 @@ def test_public_op_routes_to_the_pallas_kernels():
     cot = jnp.asarray(rng.standard_normal((1, 19, 2, 32)), jnp.float32)
 
     def loss(backend):
-        return lambda q, k, v, b: jnp.sum(kernels.attention(q, k, v, bias=b, causal=True, backend=backend) * cot)
+        return lambda q, k, v, b: jnp.sum(ceiling.attention(q, k, v, bias=b, causal=True, backend=backend) * cot)
 
     got = jax.grad(loss("tpu"), argnums=(0, 1, 2, 3))(q, k, v, bias)
     want = jax.grad(loss("reference"), argnums=(0, 1, 2, 3))(q, k, v, bias)
@@ -396,7 +418,7 @@ def test_public_op_routes_to_the_pallas_kernels():
 
     qt, kt, vt = (torch.tensor(np.asarray(x, np.float32)).bfloat16().requires_grad_() for x in (q, k, v))
     bt = torch.tensor(np.asarray(bias)).requires_grad_()
-    out = kernels.attention(qt, kt, vt, bias=bt, causal=True, backend="tpu")
+    out = ceiling.attention(qt, kt, vt, bias=bt, causal=True, backend="tpu")
     out.float().backward(torch.tensor(np.asarray(cot)))
     w = np.asarray(want[3], np.float64)
     assert np.abs(bt.grad.double().numpy() - w).max() <= 3e-2 * np.abs(w).max() + 1e-2

@@ -12,13 +12,16 @@ import random
 import pytest
 import torch
 
-from kernels.nvidia import attention as A
-from kernels.nvidia import triangle_attention as T
-from kernels.triton import attention as flash
-from kernels.triton import triangle_attention as triangle
-from kernels.tuning import space
-from kernels.tuning.attention import checks, problems, results
-from kernels.tuning.attention import sweep as attention_sweep
+from ceiling import tables
+from ceiling.attention.op import ATTENTION
+from ceiling.attention.spec import shipped_problem
+from ceiling.nvidia.attention_specs import H200, compile_specs
+from ceiling.op import resolve_config
+from ceiling.triton import attention as flash
+from ceiling.triton.attention_specs import tuned_head_dims
+from ceiling.tuning import space
+from ceiling.tuning.attention import checks, problems, results
+from ceiling.tuning.attention import sweep as attention_sweep
 
 
 def _sample(op: str, per_kernel: int = 1) -> list[tuple]:
@@ -96,71 +99,96 @@ def test_derived_groups_time_the_base_groups_fastest():
     assert [plan[i] for i in order[1:]] == [cands[3], cands[2]]
 
 
+MEASURED = {"device": "NVIDIA H200", "date": "2026-12-01", "git_commit": "0000000"}
+
+
+@pytest.fixture
+def table_root(tmp_path, monkeypatch):
+    """A copy of the NVIDIA tables for a sweep to apply its winners to, in place of the shipped ones."""
+    import shutil
+
+    shutil.copytree(tables.ROOT / "nvidia" / "tables", tmp_path / "nvidia" / "tables")
+    monkeypatch.setattr(tables, "ROOT", tmp_path)
+    return tmp_path
+
+
+def _hopper(head_dim: int, causal: bool = False, biased: bool = False):
+    """The config the nvidia backend resolves on an H200 (a bias and mask: the narrow tiles)."""
+    problem = shipped_problem(head_dim, "bfloat16", causal=causal, biased=biased, **H200)
+    return resolve_config(problem, ATTENTION.implementation("nvidia"), None)
+
+
+def _entry(table: dict, when: str, source: str | None = None) -> dict:
+    """The config of the entry of ``table`` with this condition (and source)."""
+    (entry,) = [e for e in table["entries"] if e.get("when") == when and source in (None, e.get("source"))]
+    return entry["config"]
+
+
 def _row(group, kernel, cfg, ms):
     return dict(op=group.op, group=group.name, kernel=kernel, impl="ceiling.nvidia", config=cfg, median_ms=ms,
                 p20_ms=ms, p80_ms=ms, shape=list(group.shape), causal=group.causal, dtype="bfloat16")
 
 
-def test_apply_attention_writes_winners_causal_overrides_and_pins_narrow(tmp_path, monkeypatch):
-    path = tmp_path / "attention.json"
-    path.write_text(A.CONFIG_FILE.read_text())
-    monkeypatch.setattr(A, "device_key", lambda device: "sm90")
-    before = A.select_config(128, torch.device("cpu"), narrow=True)
+def test_apply_attention_writes_winners_causal_overrides_and_pins_narrow(table_root):
+    before = _hopper(128, biased=True)
     g, _, gc, _ = problems.attention_groups()
     fast = {"block_m": 128, "block_n": 64, "num_warps": 8, "num_stages": 3, "pre_load_v": True, "warp_specialize": False}
     slow = {"block_m": 64, "block_n": 64, "num_warps": 4, "num_stages": 2, "pre_load_v": False, "warp_specialize": False}
     causal = {**fast, "num_stages": 4}
     rows = [_row(g, "fwd", slow, 2.0), _row(g, "fwd", fast, 1.0), _row(gc, "fwd", causal, 0.5),
             _row(g, "dq", {"block_m": 128, "block_n": 32, "num_warps": 8, "num_stages": 3}, 1.0)]
-    table = results.apply_attention(rows, "measured here", path=path)
-    assert table["_about"] == "measured here"
-    entry = table["sm90"]["128"]
-    assert entry["fwd"] == fast and entry["causal"]["fwd"] == causal
+    table = results.apply_attention(rows, "measured here", MEASURED)
+    assert table["about"] == "measured here" and table == tables.read(tables.path("nvidia", "sm_90a", "attention"))
+    entry = _entry(table, "head_dim_pad == 128", "measured")
+    assert entry["fwd"] == fast and _entry(table, "head_dim_pad == 128 and causal")["fwd"] == causal
     assert entry["dq"]["num_stages"] == 3
-    monkeypatch.setattr(A, "CONFIG_FILE", path)
-    A._tuned.cache_clear()
-    try:
-        assert A.select_config(128, torch.device("cpu"))["fwd"]["num_stages"] == 3
-        assert A.select_config(128, torch.device("cpu"), causal=True)["fwd"]["num_stages"] == 4
-        narrow = A.select_config(128, torch.device("cpu"), narrow=True)
-        for kernel in problems.ATTENTION_KERNELS:
-            for k, v in before[kernel].items():
-                assert narrow[kernel][k] == v, (kernel, k)
-        assert flash.fwd_knobs(narrow) == {"PRE_LOAD_V": False, "WARP_SPECIALIZE": False, "EXP2_SPLIT": False}
-        assert len(A.compile_specs()) == len(table["sm90"]) * 6
-    finally:
-        A._tuned.cache_clear()
+    assert _hopper(128)["fwd"]["num_stages"] == 3
+    assert _hopper(128, causal=True)["fwd"]["num_stages"] == 4
+    narrow = _hopper(128, biased=True)
+    for kernel in problems.ATTENTION_KERNELS:
+        for k, v in before[kernel].items():
+            assert narrow[kernel][k] == v, (kernel, k)
+    assert flash.fwd_knobs(narrow) == {"PRE_LOAD_V": False, "WARP_SPECIALIZE": False, "EXP2_SPLIT": False}
+    assert len(compile_specs()) == len(tuned_head_dims("nvidia", "sm_90a")) * 6
 
 
-def test_apply_triangle_writes_the_faster_forward_and_keeps_float32(tmp_path):
-    path = tmp_path / "triangle_attention.json"
-    path.write_text(T.CONFIG_FILE.read_text())
-    old32 = T.config_for("H200", 32, "float32", path)
+def _h200(dtype: str, gpu: str = "NVIDIA H200") -> dict:
+    """The triangle-attention config a head-dim-32 problem of ``dtype`` resolves to on ``gpu``."""
+    import dataclasses
+
+    from ceiling.op import get, resolve_config
+    from ceiling.triangle.spec import shipped_attention_problem
+
+    problem = dataclasses.replace(shipped_attention_problem(32, dtype, target="sm_90a"), gpu=gpu)
+    return resolve_config(problem, get("triangle_attention").implementation("nvidia"), None).as_dict()
+
+
+def test_apply_triangle_writes_the_faster_forward_and_keeps_float32(table_root):
+    old32 = _h200("float32")
+    h100 = _h200("bfloat16", "NVIDIA H100 80GB HBM3")
     g = problems.triangle_groups()[0]
     rows_cfg = {"ROWS": 2, "BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
     rows = [_row(g, "fwd", {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}, 0.3),
             _row(g, "fwd_rows", rows_cfg, 0.2),
             _row(g, "bwd_dq", {"BLOCK_M": 128, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2}, 0.1)]
-    table = results.apply_triangle(rows, "measured here", path=path)
-    triangle._table.cache_clear()
-    assert table["_doc"] == "measured here"
-    bf16 = T.config_for("H200", 32, "bfloat16", path)
+    measured = {"device": "NVIDIA H200", "date": "2026-12-02", "git_commit": "abc"}
+    table = results.apply_triangle(rows, "measured here", measured)
+    written = next(e for e in table["entries"] if e.get("when") == "head_dim <= 32")
+    assert written["why"] == "measured here" and written["measured"] == measured and written["source"] == "measured"
+    bf16 = _h200("bfloat16")
     assert bf16["fwd"] == rows_cfg and bf16["fwd_rows"] == rows_cfg and bf16["bwd_dq"]["BLOCK_M"] == 128
-    new32 = T.config_for("H200", 32, "float32", path)
+    new32 = _h200("float32")
     assert {k: {n: v for n, v in c.items() if (n, v) != ("ROWS", 1)} for k, c in new32.items()} == old32
-    assert T.config_for("H100", 32, "bfloat16", path) == T.config_for("H100", 32, "bfloat16")
-    triangle._table.cache_clear()
+    assert _h200("bfloat16", "NVIDIA H100 80GB HBM3") == h100
 
 
 @pytest.mark.parametrize("atomic_ms, expect_atomic", [(0.25, True), (0.35, False)])
-def test_apply_triangle_picks_dq_atomic_only_when_it_beats_the_pair(tmp_path, atomic_ms, expect_atomic):
+def test_apply_triangle_picks_dq_atomic_only_when_it_beats_the_pair(table_root, atomic_ms, expect_atomic):
     """bwd_dkdv_dq replaces bwd_dkdv + bwd_dq when faster than their sum (0.2 + 0.1 ms), written as
     an explicit DQ_ATOMIC; ROW_SPLIT goes in with its tiles; the float32 entries keep both off; the
     written table is a point of the space."""
-    from kernels import spaces
+    from ceiling import spaces
 
-    path = tmp_path / "triangle_attention.json"
-    path.write_text(T.CONFIG_FILE.read_text())
     g = problems.triangle_groups()[0]
     dkdv = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
     fused = {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
@@ -168,19 +196,15 @@ def test_apply_triangle_picks_dq_atomic_only_when_it_beats_the_pair(tmp_path, at
     rows = [_row(g, "bwd_dkdv", dkdv, 0.2), _row(g, "bwd_dq", {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4,
                                                                 "num_stages": 2}, 0.1),
             _row(g, "bwd_dkdv_dq", fused, atomic_ms), _row(g, "bwd_dbias", dbias, 0.1)]
-    table = results.apply_triangle(rows, "measured here", path=path)
-    triangle._table.cache_clear()
-    try:
-        assert "bwd_dkdv_dq" not in table["H200"]["d<=32"]
-        bf16 = T.config_for("H200", 32, "bfloat16", path)
-        assert bf16["bwd_dkdv"] == ({**fused, "DQ_ATOMIC": True} if expect_atomic else {**dkdv, "DQ_ATOMIC": False})
-        assert bf16["bwd_dbias"] == dbias
-        f32 = T.config_for("H200", 32, "float32", path)
-        assert f32["bwd_dkdv"]["DQ_ATOMIC"] is False and f32["bwd_dbias"]["ROW_SPLIT"] == 1
-        for dtype, cfg in (("bfloat16", bf16), ("float32", f32)):
-            spaces.check("triangle_attention", "sm_90a", cfg, {"head_dim": 32, "dtype_bytes": 4 if dtype == "float32" else 2})
-    finally:
-        triangle._table.cache_clear()
+    table = results.apply_triangle(rows, "measured here", {"device": "d", "date": "t", "git_commit": "c"})
+    assert all("bwd_dkdv_dq" not in e["config"] for e in table["entries"])
+    bf16 = _h200("bfloat16")
+    assert bf16["bwd_dkdv"] == ({**fused, "DQ_ATOMIC": True} if expect_atomic else {**dkdv, "DQ_ATOMIC": False})
+    assert bf16["bwd_dbias"] == dbias
+    f32 = _h200("float32")
+    assert f32["bwd_dkdv"]["DQ_ATOMIC"] is False and f32["bwd_dbias"]["ROW_SPLIT"] == 1
+    for dtype, cfg in (("bfloat16", bf16), ("float32", f32)):
+        spaces.check("triangle_attention", "sm_90a", cfg, {"head_dim": 32, "dtype_bytes": 4 if dtype == "float32" else 2})
 
 
 def test_triangle_sweep_times_the_knobs_next_to_what_ships():
@@ -208,35 +232,28 @@ def test_flops_count_the_dots_each_kernel_runs():
 
 
 @pytest.mark.parametrize("atomic_ms, expect_atomic", [(1.5, True), (2.5, False)])
-def test_apply_attention_picks_dq_in_dkdv_only_when_it_beats_the_pair(tmp_path, monkeypatch, atomic_ms, expect_atomic):
+def test_apply_attention_picks_dq_in_dkdv_only_when_it_beats_the_pair(table_root, atomic_ms, expect_atomic):
     """dkdv_dq replaces dkdv + dq when it is faster than their sum (here 1.0 + 1.0 ms); the choice
     is written as an explicit dq_atomic, and the narrow (bias, mask) dK/dV config never uses it."""
-    path = tmp_path / "attention.json"
-    path.write_text(A.CONFIG_FILE.read_text())
-    monkeypatch.setattr(A, "device_key", lambda device: "sm90")
     g = problems.attention_groups()[0]
     dkdv = {"block_m": 32, "block_n": 128, "num_warps": 8, "num_stages": 2}
     fused = {"block_m": 16, "block_n": 128, "num_warps": 8, "num_stages": 3}
     rows = [_row(g, "dkdv", dkdv, 1.0), _row(g, "dq", {"block_m": 128, "block_n": 32, "num_warps": 8, "num_stages": 3}, 1.0),
             _row(g, "dkdv_dq", fused, atomic_ms)]
-    entry = results.apply_attention(rows, "measured here", path=path)["sm90"]["128"]
+    table = results.apply_attention(rows, "measured here", MEASURED)
+    entry = _entry(table, "head_dim_pad == 128", "measured")
     assert "dkdv_dq" not in entry
     assert entry["dkdv"] == ({**fused, "dq_atomic": True} if expect_atomic else {**dkdv, "dq_atomic": False})
-    assert entry["narrow"]["dkdv"]["dq_atomic"] is False
-    monkeypatch.setattr(A, "CONFIG_FILE", path)
-    A._tuned.cache_clear()
-    try:
-        assert bool(A.select_config(128, torch.device("cpu"))["dkdv"].get("dq_atomic")) is expect_atomic
-        assert not A.select_config(128, torch.device("cpu"), narrow=True)["dkdv"]["dq_atomic"]
-    finally:
-        A._tuned.cache_clear()
+    assert _entry(table, "head_dim_pad == 128 and narrow")["dkdv"]["dq_atomic"] is False
+    assert bool(_hopper(128)["dkdv"].get("dq_atomic")) is expect_atomic
+    assert not _hopper(128, biased=True)["dkdv"]["dq_atomic"]
 
 
-def test_tune_command_turns_sweep_rows_into_records_and_applies(tmp_path, monkeypatch):
+def test_tune_command_turns_sweep_rows_into_records_and_applies(tmp_path, table_root, monkeypatch):
     """The command around the sweep, with the sweep's rows made up (the sweep itself needs the GPU):
     every timed row becomes a valid record, skipped and failed ones do not, and --apply writes."""
-    from microbench.records import frame
-    from roofline.commands import tune_attention as command
+    from ceiling.microbench.records import frame
+    from ceiling.roofline.commands import tune_attention as command
 
     g = problems.attention_groups()[0]
     cfg = {"block_m": 128, "block_n": 64, "num_warps": 8, "num_stages": 3, "pre_load_v": False, "exp2_split": True}
@@ -261,16 +278,13 @@ def test_tune_command_turns_sweep_rows_into_records_and_applies(tmp_path, monkey
         def run(self):
             return rows
 
-    table = tmp_path / "attention.json"
-    table.write_text(A.CONFIG_FILE.read_text())
     monkeypatch.setattr(attention_sweep, "Sweep", FakeSweep)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
-    monkeypatch.setattr(A, "CONFIG_FILE", table)
     out = command.tune_attention("attention", budget_s=1.0, rep_ms=1, out=tmp_path, apply=True, workers=1, driver=None)
     assert out is rows
     records = frame(tmp_path / "records")
     assert len(records) == sum("median_ms" in r for r in rows)
-    written = json.loads(table.read_text())["sm90"]["128"]
+    written = _entry(json.loads(tables.path("nvidia", "sm_90a", "attention").read_text()), "head_dim_pad == 128",
+                     "measured")
     assert written["fwd"]["exp2_split"] is True
     assert written["dkdv"]["dq_atomic"] is True  # 1.8 ms against 1.2 + 0.9 ms
-    A._tuned.cache_clear()

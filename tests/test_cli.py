@@ -1,5 +1,5 @@
 """The CLI as a reader meets it: plain flag help, --json wherever a table is printed, tables whose key
-column stays whole at 120 columns, no warning noise, and ``kernels.backends.report()`` as a table."""
+column stays whole at 120 columns, no warning noise, and ``ceiling.backends.report()`` as a table."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from rich.console import Console
 from rich.table import Table
 from typer.testing import CliRunner
 
-from kernels import backends
-from roofline.cli import app
-from roofline.commands import inspect as inspect_command
-from roofline.tables import key_table
+from ceiling import backends
+from ceiling.roofline.cli import app
+from ceiling.roofline.commands import inspect as inspect_command
+from ceiling.roofline.tables import key_table
 
 REPO = Path(__file__).resolve().parents[1]
 COMMANDS = sorted(typer.main.get_command(app).commands)
@@ -51,7 +51,7 @@ def _render(table: Table, width: int = 120) -> str:
 
 
 def test_the_inspect_table_keeps_every_kernel_name_whole_at_120_columns():
-    from kernels.nvidia.gemm import compile_specs
+    from ceiling.nvidia.gemm_specs import compile_specs
 
     names = [s.name for s in compile_specs()]
     rows = [{"name": n, "registers": 168, "spill_bytes": 0, "shared_bytes": 213_504, "tensor_core_instructions": 96,
@@ -85,7 +85,7 @@ def test_kernels_backends_report_prints_a_table_and_stays_a_list():
     rows = backends.report()
     text = str(rows)
     assert text == repr(rows) and "Backends on this machine" in text
-    for op in backends.OPS:
+    for op in backends.ops_by_name():
         assert op in text
     assert isinstance(rows, list) and all({"op", "backend", "mode", "reason"} == set(r) for r in rows)
     result = CliRunner().invoke(app, ["backends", "--json"])
@@ -97,9 +97,9 @@ COMPILE = """
 import warnings, sys
 warnings.simplefilter("error")  # any warning fails the run
 if sys.argv[1] == "cli":
-    import roofline.cli  # noqa: F401
-from kernels.isa import compile_for
-from kernels.nvidia.triangle_multiplication import compile_specs
+    import ceiling.roofline.cli  # noqa: F401
+from ceiling.isa import compile_for
+from ceiling.triton.triangle_multiplication_specs import compile_specs
 spec = next(s for s in compile_specs(dtype="bfloat16") if "ln_out_bwd" in s.name)
 compile_for(spec, "sm_90a")
 """

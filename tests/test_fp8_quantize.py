@@ -1,14 +1,15 @@
-"""FP8 quantization: the Triton kernels (interpreted) bit for bit against the float32 oracle,
-the oracle's error bound, non-finite inputs, the OCP -> FNUZ mapping, and bad input."""
+"""FP8 quantization through the ``fp8_quantize`` op: every implementation (the Triton kernels
+interpreted, with the formats its hardware writes, and the reference) bit for bit against the
+float32 oracle, the oracle's error bound, non-finite inputs, the OCP -> FNUZ mapping, and bad input."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-import kernels
-from kernels import fp8
-from kernels.fp8 import reference
+import ceiling
+from ceiling import fp8
+from ceiling.fp8 import reference
 
 FORMATS = [torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz]
 
@@ -24,17 +25,49 @@ def source(rows=70, cols=300, seed=0, dtype=torch.bfloat16):
     return x.to(dtype)
 
 
-@pytest.mark.parametrize("granularity", fp8.GRANULARITIES)
-@pytest.mark.parametrize("dtype", FORMATS, ids=str)
-def test_kernels_match_the_oracle_bit_for_bit(granularity, dtype):
-    x = source()
-    for transpose, pow2 in ((False, False), (True, False), (False, True)):
-        q, s = fp8.quantize(x, granularity, dtype, transpose=transpose, pow2=pow2, backend="nvidia")
-        rq, rs = reference.quantize(x, granularity, dtype, transpose=transpose, pow2=pow2)
-        assert q.dtype == dtype and q.shape == ((300, 70) if transpose else (70, 300)) and q.is_contiguous()
-        assert s.shape == fp8.scale_shape(granularity, *q.shape) and s.stride() == rs.stride()
-        assert torch.equal(s, rs), f"scales differ (transpose={transpose}, pow2={pow2})"
-        assert torch.equal(q.view(torch.uint8), rq.view(torch.uint8)), f"codes differ (transpose={transpose}, pow2={pow2})"
+def pytest_generate_tests(metafunc):
+    """The formats a class's implementation writes (its ``FORMATS``)."""
+    if "dtype" in metafunc.fixturenames and metafunc.cls is not None:
+        metafunc.parametrize("dtype", metafunc.cls.FORMATS, ids=str)
+
+
+class QuantizeTest:
+    """The cases every implementation of ``fp8_quantize`` is held to."""
+
+    backend: str
+    FORMATS = FORMATS
+
+    @pytest.mark.parametrize("granularity", fp8.GRANULARITIES)
+    def test_matches_the_oracle_bit_for_bit(self, granularity, dtype):
+        x = source()
+        for transpose, pow2 in ((False, False), (True, False), (False, True)):
+            q, s = fp8.quantize(x, granularity, dtype, transpose=transpose, pow2=pow2, backend=self.backend)
+            rq, rs = reference.quantize(x, granularity, dtype, transpose=transpose, pow2=pow2)
+            assert q.dtype == dtype and q.shape == ((300, 70) if transpose else (70, 300)) and q.is_contiguous()
+            assert s.shape == fp8.scale_shape(granularity, *q.shape) and s.stride() == rs.stride()
+            assert torch.equal(s, rs), f"scales differ (transpose={transpose}, pow2={pow2})"
+            assert torch.equal(q.view(torch.uint8), rq.view(torch.uint8)), \
+                f"codes differ (transpose={transpose}, pow2={pow2})"
+
+
+class TestReference(QuantizeTest):
+    """The oracle through the op: its layouts (1x128 scales column-major) survive the custom op."""
+
+    backend = "reference"
+
+
+class TestNvidia(QuantizeTest):
+    """The Triton kernels with the OCP formats Hopper converts to."""
+
+    backend = "nvidia"
+    FORMATS = [torch.float8_e4m3fn, torch.float8_e5m2]
+
+
+class TestAmd(QuantizeTest):
+    """The same kernels with the FNUZ formats CDNA3 converts to."""
+
+    backend = "amd"
+    FORMATS = [torch.float8_e4m3fnuz, torch.float8_e5m2fnuz]
 
 
 @pytest.mark.parametrize("granularity", fp8.GRANULARITIES)
@@ -81,11 +114,11 @@ def test_ocp_to_fnuz_halves_every_finite_code_exactly():
 
 
 def test_interpreted_fp8_casts_round_to_nearest_even_and_keep_nan():
-    """The interpreter fix (kernels.triton_runtime): a tie rounds to even, NaN decodes as NaN."""
+    """The interpreter fix (ceiling.triton_runtime): a tie rounds to even, NaN decodes as NaN."""
     import triton
     import triton.language as tl
 
-    from kernels.triton_runtime import interpreted
+    from ceiling.triton_runtime import interpreted
 
     @triton.jit
     def roundtrip(x_ptr, q_ptr, y_ptr, N: tl.constexpr):
@@ -112,7 +145,11 @@ def test_quantize_is_one_node_under_torch_compile():
         return fp8.dequantize(q, s, "1x128")
 
     torch.testing.assert_close(torch.compile(f, fullgraph=True, backend="aot_eager")(x), f(x))
-    torch.library.opcheck(torch.ops.ceiling.fp8_quantize.default, (x, "128x128", torch.float8_e4m3fn, True, False, "reference"))
+    from ceiling.fp8 import spec
+    from ceiling.fp8.op import FP8_QUANTIZE
+
+    call = FP8_QUANTIZE.select(spec.check(x, "128x128", torch.float8_e4m3fn, "reference", transpose=True), "reference")
+    torch.library.opcheck(torch.ops.ceiling.fp8_quantize.default, (x, call.key()))
 
 
 @pytest.mark.parametrize(
@@ -127,7 +164,7 @@ def test_quantize_is_one_node_under_torch_compile():
     ],
 )
 def test_bad_input_is_named(args, kwargs, argument):
-    with pytest.raises(kernels.InputError) as err:
+    with pytest.raises(ceiling.InputError) as err:
         fp8.quantize(*args, **kwargs)
     assert err.value.argument == argument
 
@@ -138,8 +175,8 @@ def test_quantizers_compile_to_the_hardware_fp8_convert_without_spills(target):
     (sm_90a: F2FP.SATFINITE.E4M3; gfx942: v_cvt_pk_fp8_f32) wherever codes are written."""
     import re
 
-    from kernels.triton.fp8_quantize import compile_specs, compile_specs_fnuz
-    from kernels.isa import compile_for, sass
+    from ceiling.triton.fp8_quantize_specs import compile_specs, compile_specs_fnuz
+    from ceiling.isa import compile_for, sass
 
     specs = compile_specs() if target == "sm_90a" else compile_specs_fnuz()
     for spec in specs:

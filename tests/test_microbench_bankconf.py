@@ -5,7 +5,7 @@ from collections import defaultdict
 
 import pytest
 
-from microbench import bankconf as bc
+from ceiling.microbench import bankconf as bc
 
 
 @pytest.mark.parametrize("stride, expected", [(1, 1), (2, 2), (4, 4), (8, 8), (16, 16), (32, 32), (33, 1), (64, 32), (3, 1)])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from microbench.breakdown import kernel_times
+from ceiling.microbench.breakdown import kernel_times
 
 
 def test_kernel_times_ranks_the_operators_of_one_call():

@@ -10,8 +10,8 @@ reading of the records); the numbers themselves come only from the H200 run.
 
 import pytest
 
-from microbench import selfcheck
-from microbench.suites import SuiteContext, get
+from ceiling.microbench import selfcheck
+from ceiling.microbench.suites import SuiteContext, get
 
 from .cuda_standins import SIGS, install_cupy
 

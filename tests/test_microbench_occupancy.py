@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from microbench import occupancy as occ
+from ceiling.microbench import occupancy as occ
 
 KB = 1024
 

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from microbench import clocks, records, runner, summary
-from microbench.suites import ORDER, SuiteContext, bank_conflicts, ceilings
-from microbench.suites import occupancy as occ_suite
-from roofline.cli import app
+from ceiling.microbench import clocks, records, runner, summary
+from ceiling.microbench.suites import ORDER, SuiteContext, bank_conflicts, ceilings
+from ceiling.microbench.suites import occupancy as occ_suite
+from ceiling.roofline.cli import app
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +127,7 @@ def test_summary_folds_model_checks(host_run):
 
 
 def test_selfcheck_passes_agreement_and_fails_disagreement():
-    from microbench import selfcheck
+    from ceiling.microbench import selfcheck
 
     prov = records.host_provenance(device="test")
 
@@ -153,7 +153,7 @@ def test_selfcheck_passes_agreement_and_fails_disagreement():
 def test_cpu_peak_bytes_follows_allocations_and_frees():
     import torch
 
-    from microbench.benchmarks.runner import cpu_peak_bytes
+    from ceiling.microbench.benchmarks.runner import cpu_peak_bytes
 
     with cpu_peak_bytes() as peak:
         a = torch.empty(1000, dtype=torch.float32)  # 4000 B

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from microbench import runner, runtimes, selfcheck
-from microbench.runtimes import driver_occupancy
-from microbench.suites import SuiteContext, get
-from microbench.suites import occupancy as occ_suite
-from roofline.cli import app
+from ceiling.microbench import runner, runtimes, selfcheck
+from ceiling.microbench.runtimes import driver_occupancy
+from ceiling.microbench.suites import SuiteContext, get
+from ceiling.microbench.suites import occupancy as occ_suite
+from ceiling.roofline.cli import app
 
 from .cuda_standins import DEVICE, LAUNCH_S, SIGS, install_cupy, install_pycuda
 

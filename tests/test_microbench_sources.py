@@ -10,7 +10,7 @@ import functools
 
 import pytest
 
-from microbench import build, occupancy
+from ceiling.microbench import build, occupancy
 
 
 def _tool(probe):

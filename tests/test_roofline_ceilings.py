@@ -7,8 +7,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from microbench.records import Provenance, Record
-from roofline import ceilings, devices, plot, work
+from ceiling.microbench.records import Provenance, Record
+from ceiling.roofline import ceilings, devices, plot, work
 from tests.synthetic_records import gemm_records
 
 

@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from microbench.records import Provenance, Record
-from roofline import model
-from roofline.machine import published
+from ceiling.microbench.records import Provenance, Record
+from ceiling.roofline import model
+from ceiling.roofline.machine import published
 from tests.synthetic_records import LAW, SHAPES, gemm_records
 
 H200 = published("h200")
@@ -109,7 +109,7 @@ def _timing(name: str, seconds: float, method: str | None, config: dict | None =
 
 
 def test_selection_keeps_only_our_device_time_and_says_why_the_rest_is_out():
-    from roofline import selection
+    from ceiling.roofline import selection
 
     kept = _timing("ceiling.nvidia", 20e-6, "cuda-graph")
     polluted = _timing("ceiling.nvidia", 60e-6, "triton.testing.do_bench")  # eager launches: host time inside
@@ -177,7 +177,7 @@ def test_attention_terms_follow_the_tile_schedule():
 
 
 def test_each_direction_is_its_own_fit_unit_with_its_own_timing_method():
-    from roofline import selection
+    from ceiling.roofline import selection
 
     def timing(direction, method, seconds):
         return Record(kind="kernel", op="attention", name="ceiling:nvidia", backend="nvidia", metric="time",
@@ -193,7 +193,7 @@ def test_each_direction_is_its_own_fit_unit_with_its_own_timing_method():
 
 @pytest.fixture(scope="module")
 def committed():
-    from roofline import store
+    from ceiling.roofline import store
 
     return model.fit_and_evaluate(store.load([]))
 

@@ -12,10 +12,10 @@ import subprocess
 import pytest
 from typer.testing import CliRunner
 
-from microbench import records as store
-from microbench.records import Provenance, Record
-from roofline import analysis, report
-from roofline.cli import app
+from ceiling.microbench import records as store
+from ceiling.microbench.records import Provenance, Record
+from ceiling.roofline import analysis, report
+from ceiling.roofline.cli import app
 from tests.synthetic_records import gemm_records
 
 CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)

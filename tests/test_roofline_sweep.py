@@ -6,15 +6,15 @@ import random
 
 import pytest
 
-from microbench import records as store
-from roofline import model, sweep
-from kernels.spaces import expressions
-from roofline.templates import export
+from ceiling.microbench import records as store
+from ceiling.roofline import model, sweep
+from ceiling.spaces import expressions
+from ceiling.roofline.templates import export
 
 
 def test_compile_sweep_on_a_local_ray_cluster(tmp_path):
     pytest.importorskip("ray")
-    pytest.importorskip("kernels.isa")
+    pytest.importorskip("ceiling.isa")
     template = export.build("gemm", "sm_90a", [])
     valid = template.valid_points({"M": 4096, "N": 4096, "K": 4096})
     points = random.sample(valid, 2)

@@ -11,11 +11,11 @@ import random
 
 import pytest
 
-from kernels import spaces
-from kernels.errors import InputError
-from roofline.machine import published
-from roofline.templates import adapters, export, families, importing
-from roofline.templates.schema import Template
+from ceiling import spaces
+from ceiling.errors import InputError
+from ceiling.roofline.machine import published
+from ceiling.roofline.templates import adapters, export, families, importing
+from ceiling.roofline.templates.schema import Template
 from tests.synthetic_records import ATTENTION_SHAPE, attention_records, attention_seconds
 
 MATRIX = [(f, t) for f in export.families() for t in export.targets(f)]
@@ -28,7 +28,7 @@ def bare():
 
 
 def test_a_template_per_family_and_target(bare):
-    from kernels.backends import MISSING
+    from ceiling.op import get
 
     portable = {"gemm", "attention", "triangle_attention", "triangle_multiplication"}
     assert set(export.families()) == portable | {"gemm_fp8", "attention_gluon"}
@@ -37,7 +37,7 @@ def test_a_template_per_family_and_target(bare):
         assert {"sm_90a", "gfx942", "tpu-v5e"} <= set(export.targets(family)), family
     assert export.targets("attention_gluon") == ["sm_90a"]  # Hopper's Gluon kernels
     assert export.targets("gemm_fp8") == ["sm_90a", "gfx942"]  # no FP8 kernel on TPU or Trainium, and why:
-    assert ("scaled_gemm", "tpu") in MISSING and ("scaled_gemm", "trainium") in MISSING
+    assert {"tpu", "trainium"} <= set(get("scaled_gemm").missing)
     for (family, target), t in bare.items():
         assert t.parameters and t.best_points, (family, target)
         space = spaces.get(family, target)
@@ -91,12 +91,12 @@ def test_tpu_valid_points_pass_the_rules(target, bare):
 
 
 def test_one_tpu_valid_point_lowers_through_mosaic(bare):
-    from kernels.tpu import gemm as tpu_gemm
+    from ceiling.tpu import gemm_export
 
     t = bare[("gemm", "tpu-v5e")]
     (config,) = _sample(t, {"M": 512, "N": 512, "K": 512}, 1, seed=random.randrange(10_000))
-    report = tpu_gemm.export_for_tpu("tpu-v5e", "bfloat16", config, m=2 * config["bm"], n=2 * config["bn"],
-                                     k=2 * config["bk"])
+    report = gemm_export.export_for_tpu("tpu-v5e", "bfloat16", config, m=2 * config["bm"], n=2 * config["bn"],
+                                        k=2 * config["bk"])
     assert not report.get("export_error"), report
 
 
@@ -197,94 +197,137 @@ def _exported(tmp_path, family, target):
     return folder
 
 
-def test_import_a_gemm_point_into_the_hopper_table(tmp_path):
-    from kernels.nvidia import gemm as G
+def _serving(monkeypatch, backend, device, copy):
+    """The tables with ``copy`` in place of ``device``'s GEMM table."""
+    from ceiling import tables
+
+    real = tables.path
+    monkeypatch.setattr(tables, "path", lambda b, d, f: copy if (b, d, f) == (backend, device, "gemm") else real(b, d, f))
+    monkeypatch.setattr(tables, "devices", lambda b, real_devices=tables.devices: sorted(
+        {*real_devices(b), *([device] if b == backend else [])}))
+
+
+def test_import_a_gemm_point_into_the_hopper_table(tmp_path, monkeypatch):
+    from ceiling import tables
+    from ceiling.gemm.op import GEMM
+    from ceiling.gemm.spec import shipped_problem
+    from ceiling.op import resolve_config
 
     folder = _exported(tmp_path, "gemm", "sm_90a")
     table = tmp_path / "gemm.json"
-    table.write_text(G.CONFIG_FILE.read_text())
+    table.write_text(tables.path("nvidia", "H200", "gemm").read_text())
     point = {"BLOCK_M": 128.0, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_stages": 4, "num_warps": 8,
              "EPILOGUE_SUBTILE": False, "WARP_SPECIALIZE": False, "SPLIT_K": 1, "STREAM_K": False}
     shape = {"M": 3072, "N": 5120, "K": 2048}
     result = importing.import_point(folder, point, shape, "optuna, 60 trials", "NVIDIA H200", table)
+    assert result.path == table
     result.write()
-    entry = [e for e in json.loads(table.read_text())["devices"]["H200"] if e["shape"] == [3072, 5120, 2048]]
-    assert len(entry) == 1 and entry[0]["config"]["BLOCK_M"] == 128 and "optuna, 60 trials" in entry[0]["provenance"]
-    G._config_table.cache_clear()
-    G.select_config.cache_clear()
-    old = G.CONFIG_FILE
-    try:
-        G.CONFIG_FILE = table
-        cfg, where = G.select_config(3072, 5120, 2048, "bfloat16", "NVIDIA H200")
-        assert where == "tuned:H200" and cfg.as_dict() == point | {"BLOCK_M": 128}
-    finally:
-        G.CONFIG_FILE = old
-        G._config_table.cache_clear()
-        G.select_config.cache_clear()
+    written = tables.read(table)
+    entry = [e for e in written["entries"] if tables.pinned(e) == {"dtype": "bfloat16", **shape}]
+    assert len(entry) == 1 and entry[0]["config"]["BLOCK_M"] == 128 and "optuna, 60 trials" in entry[0]["why"]
+    assert len(written["entries"]) == len(tables.read(tables.path("nvidia", "H200", "gemm"))["entries"]) + 1
+    _serving(monkeypatch, "nvidia", "H200", table)
+    cfg = resolve_config(shipped_problem(3072, 5120, 2048, gpu="NVIDIA H200", arch="sm_90"),
+                         GEMM.implementation("nvidia"), None)
+    assert "H200#" in cfg.source and cfg.as_dict() == point | {"BLOCK_M": 128}
     with pytest.raises(InputError, match="shared-memory"):
         importing.import_point(folder, {**point, "BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 128, "num_stages": 5},
                                shape, table=table)
 
 
+def test_import_a_gemm_point_as_a_cdna3_device_refinement(tmp_path, monkeypatch):
+    """On CDNA3 a point refines its shape class, for its dtype's width, on its device only."""
+    from ceiling.gemm.op import GEMM
+    from ceiling.gemm.spec import shipped_problem
+    from ceiling.op import resolve_config
+
+    point = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 4, "num_stages": 2, "num_warps": 4,
+             "waves_per_eu": 2, "matrix_instr_nonkdim": 16, "kpack": 2}
+    table = tmp_path / "MI325X.json"
+    importing.import_point(_exported(tmp_path, "gemm", "gfx942"), point, {"M": 512, "N": 1024, "K": 1024}, "test",
+                           "AMD Instinct MI325X", table).write()
+    _serving(monkeypatch, "amd", "MI325X", table)
+
+    def resolved(gpu, dtype="bfloat16"):
+        problem = shipped_problem(600, 1024, 1024, dtype, gpu=gpu, arch="gfx942")
+        return resolve_config(problem, GEMM.implementation("amd"), None)
+
+    assert {k: resolved("AMD Instinct MI325X")[k] for k in point} == point  # the class "small", refined
+    assert resolved("AMD Instinct MI300X")["BLOCK_M"] == 64 and resolved("AMD Instinct MI300X")["BLOCK_N"] == 64
+    assert resolved("AMD Instinct MI325X", "float32")["BLOCK_N"] == 64  # float32 keeps the class's float32 form
+
+
 def test_import_an_attention_point_and_the_kernels_select_it(tmp_path, monkeypatch):
-    from kernels.nvidia import attention as A
+    import shutil
+
+    from ceiling import tables
+    from ceiling.attention.op import ATTENTION
+    from ceiling.attention.spec import shipped_problem
+    from ceiling.nvidia.attention_specs import H200
+    from ceiling.op import resolve_config
+
+    def hopper():  # what the nvidia backend resolves for a head-dim-128 problem on an H200
+        return resolve_config(shipped_problem(128, "bfloat16", causal=False, **H200),
+                              ATTENTION.implementation("nvidia"), None)
 
     folder = _exported(tmp_path, "attention", "sm_90a")
-    table = tmp_path / "attention.json"
-    table.write_text(A.CONFIG_FILE.read_text())
+    shutil.copytree(tables.ROOT / "nvidia" / "tables", tmp_path / "root" / "nvidia" / "tables")
+    monkeypatch.setattr(tables, "ROOT", tmp_path / "root")
+    table = tables.path("nvidia", "sm_90a", "attention")
+    before = hopper()
     template = Template.load(folder)
     fwd = {"fwd.block_m": 64, "fwd.block_n": 64, "fwd.num_warps": 4, "fwd.num_stages": 3, "fwd.pre_load_v": True,
            "fwd.exp2_split": True}
     result = importing.import_point(folder, fwd, {"head_dim": 128}, "synthetic", table=table, section="fwd")
     assert result.config == {"fwd": {k.split(".")[1]: v for k, v in fwd.items()}}
     result.write()
-    monkeypatch.setattr(A, "CONFIG_FILE", table)
-    A._tuned.cache_clear()
-    try:
-        cfg = A.select_config(128, "sm90")
-        assert cfg["fwd"] == {k.split(".")[1]: v for k, v in fwd.items()}
-        assert cfg["dkdv"] == A.select_config(128, "sm90", None)["dkdv"]
-        assert json.loads(table.read_text())["_provenance"]["sm90/128"].endswith("synthetic")
-    finally:
-        A._tuned.cache_clear()
+    cfg = hopper()
+    assert cfg["fwd"] == {k.split(".")[1]: v for k, v in fwd.items()}
+    assert cfg["dkdv"] == before["dkdv"]
+    imported = [e for e in tables.read(table)["entries"] if e["when"] == "head_dim_pad == 128" and e["source"] == "derived"]
+    assert imported[-1]["why"].endswith("synthetic")
     assert template.is_valid(fwd, {"head_dim": 128, **ATTENTION_SHAPE}, "fwd")
 
 
 def test_import_an_fp8_point_into_each_fp8_table(tmp_path, monkeypatch):
-    """A found FP8 point is filed for its shape and scaling: the Hopper kernel selects it for that
-    problem; on CDNA3 it becomes the shape class's entry of that device."""
-    from kernels.amd import gemm_fp8 as amd
-    from kernels.nvidia import gemm_fp8 as nvidia
+    """A found FP8 point is filed for its shape and scaling: the Hopper op resolves it for that
+    problem on that device; on CDNA3 it becomes that device's entry for the problem's shape class."""
+    import shutil
 
+    from ceiling import tables
+    from ceiling.nvidia.gemm_fp8_specs import problem
+    from ceiling.op import get, resolve_config
+
+    for backend in ("nvidia", "amd"):
+        shutil.copytree(tables.ROOT / backend / "tables", tmp_path / "root" / backend / "tables")
+    monkeypatch.setattr(tables, "ROOT", tmp_path / "root")
+    op = get("scaled_gemm")
     point = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_stages": 5, "num_warps": 4,
              "PROMOTE_STEPS": 2, "STREAM_K": True, "EPILOGUE_SUBTILE": False, "SCALES": "1x128/128x128"}
     shape = {"M": 48, "N": 6144, "K": 4096}
-    table = tmp_path / "gemm_fp8.json"
-    table.write_text(nvidia.CONFIG_FILE.read_text())
-    importing.import_point(_exported(tmp_path, "gemm_fp8", "sm_90a"), point, shape, "test", "NVIDIA H200",
-                           table).write()
-    monkeypatch.setattr(nvidia, "CONFIG_FILE", table)
-    nvidia._config_table.cache_clear()
-    nvidia.select_config.cache_clear()
-    try:
-        cfg, where = nvidia.select_config(48, 6144, 4096, "float8_e4m3fn", "1x128", "128x128", "NVIDIA H200")
-        assert where == "tuned:H200" and cfg.as_dict() == {k: v for k, v in point.items() if k != "SCALES"}
-        assert nvidia.select_config(48, 6144, 4096, "float8_e4m3fn", "tensor", "tensor", "NVIDIA H200")[1] == "heuristic"
-    finally:
-        nvidia._config_table.cache_clear()
-        nvidia.select_config.cache_clear()
+    result = importing.import_point(_exported(tmp_path, "gemm_fp8", "sm_90a"), point, shape, "test", "NVIDIA H200")
+    assert result.path == tables.path("nvidia", "H200", "gemm_fp8")
+    result.write()
+    cfg = resolve_config(problem(48, 6144, 4096, "1x128", "128x128"), op.implementation("nvidia"), None)
+    assert "H200#" in cfg.source and cfg.as_dict() == {k: v for k, v in point.items() if k != "SCALES"}
+    other = resolve_config(problem(48, 6144, 4096, "tensor", "tensor"), op.implementation("nvidia"), None)
+    assert other.source == "heuristic"
     with pytest.raises(InputError, match="block-scale-promotion"):
-        importing.import_point(_exported(tmp_path, "gemm_fp8", "sm_90a"), {**point, "PROMOTE_STEPS": 0}, shape,
-                               table=table)
+        importing.import_point(_exported(tmp_path, "gemm_fp8", "sm_90a"), {**point, "PROMOTE_STEPS": 0}, shape)
     amd_point = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 4, "num_stages": 2, "num_warps": 4,
                  "matrix_instr_nonkdim": 16, "waves_per_eu": 2, "kpack": 1, "PROMOTE_STEPS": 1,
                  "SCALES": "1x128/128x128"}
-    copy = tmp_path / "amd_gemm_fp8.json"
-    copy.write_text(amd.CONFIG_PATH.read_text())
-    result = importing.import_point(_exported(tmp_path, "gemm_fp8", "gfx942"), amd_point, shape, "test", "AMD MI325X",
-                                    copy)
-    entry = result.table["devices"]["MI325X"]
-    assert entry["configs"]["skinny"] == amd_point and set(entry["configs"]) == {"skinny", "blockwise", "large"}
+    result = importing.import_point(_exported(tmp_path, "gemm_fp8", "gfx942"), amd_point, shape, "test", "AMD MI325X")
+    assert result.path == tables.path("amd", "MI325X", "gemm_fp8")
+    (entry,) = result.table["entries"]
+    assert entry["when"] == "M <= 64" and entry["source"] == "derived" and entry["why"].endswith("test")
+    result.write()
+    fnuz = ("float8_e4m3fnuz", "float8_e4m3fnuz")
+    skinny = problem(48, 6144, 4096, "1x128", "128x128", *fnuz, gpu={"gpu": "AMD Instinct MI325X", "arch": "gfx942"})
+    got = resolve_config(skinny, op.implementation("amd"), None).as_dict()
+    assert got == {k: v for k, v in amd_point.items() if k != "SCALES"}
+    mi300x = problem(48, 6144, 4096, "1x128", "128x128", *fnuz, gpu={"gpu": "AMD Instinct MI300X", "arch": "gfx942"})
+    assert resolve_config(mi300x, op.implementation("amd"), None).as_dict() != got  # the MI325X's alone
 
 
 @pytest.mark.parametrize("family,target,point,shape", [
@@ -310,7 +353,7 @@ def test_import_writes_every_backends_table(tmp_path, family, target, point, sha
 def test_export_and_import_from_the_command_line(tmp_path):
     from typer.testing import CliRunner
 
-    from roofline.cli import app
+    from ceiling.roofline.cli import app
 
     runner = CliRunner()
     out = tmp_path / "templates"
@@ -327,6 +370,7 @@ def test_export_and_import_from_the_command_line(tmp_path):
     assert dry.exit_code == 0 and "would write" in dry.output and "made up" not in copy.read_text()
     applied = runner.invoke(app, [*args, "--apply"])
     assert applied.exit_code == 0, applied.output
-    assert json.loads(copy.read_text())["tpu-v5e"]["bfloat16"]["block_rows"] == 2048
+    entry = next(e for e in json.loads(copy.read_text())["entries"] if e["when"] == "kernel_dtype == 'bfloat16'")
+    assert entry["config"]["block_rows"] == 2048 and entry["why"].endswith("made up")
     bad = runner.invoke(app, ["import-point", str(folder), "--config", '{"block_rows": 96}', "--table", str(copy)])
     assert bad.exit_code != 0 and "block_rows" in bad.output

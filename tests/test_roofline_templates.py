@@ -7,10 +7,10 @@ import random
 
 import pytest
 
-from kernels.errors import InputError
-from roofline import model
-from roofline.templates import adapters, export
-from roofline.templates.schema import SCHEMA_VERSION, Template
+from ceiling.errors import InputError
+from ceiling.roofline import model
+from ceiling.roofline.templates import adapters, export
+from ceiling.roofline.templates.schema import SCHEMA_VERSION, Template
 from tests.synthetic_records import SHAPES, gemm_records
 
 SHAPE = {"M": 4096, "N": 4096, "K": 4096}
@@ -154,7 +154,7 @@ def test_imported_config_is_validated_and_runs_in_the_kernel(exported):
     config = adapters.validate_config(template, chosen, {"M": 70, "N": 50, "K": 40})
     assert config["SPLIT_K"] == 1 and isinstance(config["BLOCK_M"], int)
     assert set(adapters.validate_config(template, {k: v for k, v in chosen.items() if k != "GROUP_M"})) == set(config)
-    from kernels.gemm import gemm
+    from ceiling.gemm import gemm
 
     a = torch.randn(70, 40, dtype=torch.bfloat16)
     b = torch.randn(40, 50, dtype=torch.bfloat16)
@@ -169,7 +169,7 @@ def test_imported_config_is_validated_and_runs_in_the_kernel(exported):
 def test_export_cites_only_the_timings_the_model_is_fit_by(tmp_path):
     """A shape timed only around eager launches (host overhead inside the number) is never cited as a
     measured best point, nor replayed from a cache; the shipped point says why it has no measurement."""
-    from roofline import selection
+    from ceiling.roofline import selection
 
     skinny = {"M": 16, "N": 4096, "K": 4096}
     seed = random.randrange(10_000)

@@ -11,13 +11,13 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-import kernels
-from kernels import backends, smoke
-from kernels.isa import INSPECTORS, TARGETS
-from roofline import run_tasks
-from roofline.cli import app
-from roofline.commands import run as run_command
-from roofline.progress import StepProgress
+import ceiling
+from ceiling import backends, smoke
+from ceiling.isa import INSPECTORS, TARGETS
+from ceiling.roofline import run_tasks
+from ceiling.roofline.cli import app
+from ceiling.roofline.commands import run as run_command
+from ceiling.roofline.progress import StepProgress
 
 
 def _fn(spec) -> str:
@@ -33,21 +33,25 @@ def test_representatives_compile_every_kernel_function_at_the_headline_config():
         assert sorted(map(_fn, picked)) == sorted(set(map(_fn, specs))), (op, target)  # one per kernel function
         if op == "attention":
             assert all(s.config["head_dim"] == 128 and s.config["causal"] for s in picked)
-    from kernels.nvidia.gemm import select_config
+    from ceiling.gemm.op import GEMM
+    from ceiling.gemm.spec import shipped_problem
+    from ceiling.op import resolve_config
 
     picked = run_tasks.representatives("gemm", "sm_90a", run_tasks._triton_specs("gemm", "sm_90a", "bfloat16"))
     assert sorted(map(_fn, picked)) == ["gemm_kernel", "gemm_streamk_kernel"]  # persistent, and the small-M schedule
     (gemm,) = [s for s in picked if _fn(s) == "gemm_kernel"]
-    assert gemm.config == select_config(4096, 4096, 4096, "bfloat16", "NVIDIA H200")[0].as_dict()
+    headline = shipped_problem(4096, 4096, 4096, gpu="NVIDIA H200", arch="sm_90")
+    assert gemm.config == resolve_config(headline, GEMM.implementation("nvidia"), None)
     default, full = run_tasks.isa_tasks(), run_tasks.isa_tasks(full=True)
     assert {(t.op, t.where) for t in default} == {(t.op, t.where) for t in full} == set(INSPECTORS)
     assert len(full) > 2 * len(default)
 
 
 def test_the_smoke_covers_every_op_on_every_backend():
-    assert set(smoke.SMOKES) == set(backends.OPS)  # every op has a smoke check
-    expected = {(op, b) for op, impls in backends.OPS.items() for b in impls
-                if b != "reference" and backends.op_availability(op, b).runs}
+    ops = backends.ops_by_name()
+    assert set(smoke.SMOKES) == set(ops)  # every op has a smoke check
+    expected = {(name, b) for name, op in ops.items() for b in op.backends()
+                if b != "reference" and backends.op_availability(name, b).runs}
     assert set(smoke.cases("cpu")) == expected
     assert {b for op, b in expected if op == "attention"} == {"nvidia", "amd", "tpu", "trainium"}
     assert {(t.op, t.where) for t in run_tasks.smoke_tasks()} == expected
@@ -58,8 +62,8 @@ def test_attention_smoke_checks_the_output_and_every_gradient(monkeypatch):
     assert [r.case.split()[-1] for r in results] == ["out", "dq", "dk", "dv", "dbias"]
     assert all(r.passed and r.mode == "interpreted" and 0 < r.error <= r.bound for r in results), results
     # a wrong kernel fails it: the output 3% off
-    real = kernels.attention
-    monkeypatch.setattr(kernels, "attention", lambda *a, **kw: real(*a, **kw) * 1.03)
+    real = ceiling.attention
+    monkeypatch.setattr(ceiling, "attention", lambda *a, **kw: real(*a, **kw) * 1.03)
     planted = smoke.run_one("attention", "trainium")
     assert not planted[0].passed and planted[0].case.endswith(" out")
 

@@ -10,10 +10,10 @@ import itertools
 import pytest
 import torch
 
-import kernels
-from kernels import spaces
-from kernels.errors import InputError
-from kernels.spaces import expressions
+import ceiling
+from ceiling import spaces, tables
+from ceiling.errors import InputError
+from ceiling.spaces import expressions
 
 FAMILY_TARGETS = [(f, t) for f in spaces.families() for t in spaces.targets(f)]
 
@@ -37,8 +37,8 @@ def test_every_space_loads_and_its_constraints_read_known_names(family, target):
 
 
 def test_device_limits_agree_with_the_tpu_generations_and_the_emulator_targets():
-    from kernels.tpu.generations import GENERATIONS
-    from kernels.trainium.emulator import targets
+    from ceiling.tpu.generations import GENERATIONS
+    from ceiling.trainium.emulator import targets
 
     for target, gen in GENERATIONS.items():
         limits = spaces.target_limits(target)
@@ -54,7 +54,7 @@ def test_device_limits_agree_with_the_tpu_generations_and_the_emulator_targets()
 
 
 def test_roofline_devices_take_their_limits_from_the_spaces():
-    from roofline import devices
+    from ceiling.roofline import devices
 
     for spec in devices.PUBLISHED.values():
         target = spec.target if spec.target != "tpu" else spec.key
@@ -86,128 +86,154 @@ def _gemm_context(shape, dtype):
 
 
 def test_shipped_nvidia_gemm_configs_are_points_of_the_space():
-    from kernels.nvidia import gemm as G
-    from kernels.tuning import autotune
+    """Every NVIDIA table entry at its own problem, every autotune candidate, the heuristic's picks."""
+    from ceiling import autotune, tables
+    from ceiling.gemm.spec import shipped_problem
+    from ceiling.nvidia import gemm as G
 
     space = spaces.get("gemm", "sm_90a")
-    table = G._config_table()
-    for entries in table["devices"].values():
-        for e in entries:
-            space.check(e["config"], _gemm_context(e["shape"], e["dtype"]))
+    for device in ("H100", "H200"):
+        for e in tables.read(tables.path("nvidia", device, "gemm"))["entries"]:
+            pinned = tables.pinned(e)
+            space.check(e["config"], _gemm_context((pinned["M"], pinned["N"], pinned["K"]), pinned["dtype"]))
     for dtype in ("bfloat16", "float16", "float32"):
-        for cfg in autotune.candidates(dtype):
-            space.check(cfg.as_dict(), _gemm_context((4096, 4096, 4096), dtype))
+        for m in (4096, 64):
+            for cfg in autotune.candidates("gemm", "sm_90a", shipped_problem(m, 4096, 4096, dtype).features()):
+                space.check(cfg, _gemm_context((m, 4096, 4096), dtype))
         for shape in ((16, 4096, 4096), (100, 8192, 8192), (512, 512, 512), (4096, 4096, 4096), (8192, 14336, 4096)):
-            space.check(G.heuristic_config(*shape, dtype).as_dict(), _gemm_context(shape, dtype))
+            space.check(G.heuristic(shipped_problem(*shape, dtype)), _gemm_context(shape, dtype))
 
 
 def test_shipped_amd_gemm_configs_are_points_of_the_space():
-    from kernels.amd import gemm as G
-    from kernels.gemm.spec import GemmProblem
+    from ceiling.amd import devices
+    from ceiling.gemm.op import GEMM
+    from ceiling.gemm.spec import shipped_problem
+    from ceiling.op import resolve_config
 
-    for device in G._table()["devices"]:
+    for device in devices.XCDS:
         for dtype in ("bfloat16", "float16", "float32"):
             for m, n, k in ((8, 4096, 4096), (32, 1024, 8192), (64, 64, 64), (1024, 1024, 1024), (8192, 8192, 8192),
                             (512, 16384, 4096), (3000, 1000, 500)):
-                problem = GemmProblem("torch", None, m, n, k, dtype, dtype, None, None, "cpu", False)
-                G.select_config(problem, device)  # checked against the space inside
+                problem = shipped_problem(m, n, k, dtype, gpu=f"AMD Instinct {device}", arch="gfx942")
+                config = resolve_config(problem, GEMM.implementation("amd"), None)  # checked against the space
+                spaces.check("gemm", "gfx942", dict(config), problem.features())
 
 
 def test_shipped_fp8_gemm_configs_are_points_of_the_space():
-    """Every Hopper FP8 table entry and candidate (for its scaling and shape), the heuristic's picks
-    and every CDNA3 shape class on every scaling it serves."""
-    from kernels.amd import gemm_fp8 as amd
-    from kernels.nvidia import gemm_fp8 as nvidia
-    from kernels.scaled_gemm.spec import config_context
-    from kernels.tuning import gemm_fp8 as sweep
+    """Every Hopper FP8 sweep candidate, the heuristic's picks on the H200 and off it, and every
+    CDNA3 shape class on every scaling it serves, as the op resolves them (checked against the
+    space at the problem inside; the tables' entries: tests/test_tables.py)."""
+    from ceiling.nvidia.gemm_fp8_specs import problem
+    from ceiling.op import get, resolve_config
+    from ceiling.tuning import gemm_fp8 as sweep
 
     space = spaces.get("gemm_fp8", "sm_90a")
-    for entries in nvidia._config_table()["devices"].values():
-        for e in entries:
-            space.check(e["config"], config_context(*e["shape"], *e["scales"].split("/"), "bfloat16"))
     for cfg in sweep.candidates():
-        space.check(cfg.as_dict(), config_context(4096, 4096, 4096, "tensor", "tensor", "float32"))
+        space.check(cfg, {"dtype_bytes": 1, "out_dtype_bytes": 4, "SCALES": "tensor/tensor"})
     scalings = (("tensor", "tensor"), ("row", "row"), ("1x128", "128x128"), ("tensor", "128x128"))
+    op = get("scaled_gemm")
     for shape in ((1, 4096, 4096), (64, 14336, 4096), (1024, 1024, 4096), (8192, 8192, 8192)):
         for kinds in scalings:
-            space.check(nvidia.heuristic_config(*shape, *kinds).as_dict(),
-                        config_context(*shape, *kinds, "float32"))
-    for device in amd._table()["devices"]:
+            for gpu in ({}, None):  # the heuristic off a GPU, the H200's table on it
+                resolve_config(problem(*shape, *kinds, out_dtype="float32", gpu=gpu), op.implementation("nvidia"),
+                               None)
+    for gpu in ("AMD Instinct MI300X", "AMD Instinct MI325X", "AMD Instinct MI300A", None):
         for m in (1, 64, 65, 8192):
             for kinds in scalings:
-                amd.select_config(m, 4096, 4096, *kinds, device)  # checked against the gfx942 space inside
+                p = problem(m, 4096, 4096, *kinds, "float8_e4m3fnuz", "float8_e4m3fnuz",
+                            gpu={"gpu": gpu, "arch": "gfx942"} if gpu else {})
+                resolve_config(p, op.implementation("amd"), None)
 
 
 @pytest.mark.parametrize("family", ["triangle_attention", "triangle_multiplication"])
 def test_shipped_triangle_configs_are_points_of_the_space(family):
-    import importlib
+    """Every config the Triton tables give, on every device that has one and on none, every dtype
+    and (attention) head-dim bucket, resolved as a launch resolves it: checked whole against the
+    space."""
+    import dataclasses
 
+    from ceiling.op import get, resolve_config
+    from ceiling.triangle.spec import SHIPPED_GPUS, shipped_attention_problem, shipped_trimul_problem
+
+    op = get("triangle_attention" if family == "triangle_attention" else "triangle_multiplicative_update")
     for vendor in ("nvidia", "amd"):
-        module = importlib.import_module(f"kernels.{vendor}.{family}")
-        table = module._triton._table(str(module.CONFIG_FILE))
-        for device in [k for k in table if not k.startswith("_")]:
-            name = None if device == "default" else device
+        impl = op.implementation(vendor)
+        devices = [None, *(d for d in tables.devices(vendor) if tables.path(vendor, d, family).exists()
+                           and d != impl.target)]
+        for device in devices:
             for dtype in ("bfloat16", "float16", "float32"):
-                if family == "triangle_attention":
-                    for head_dim in (16, 32, 64, 128, 256):
-                        module.resolve_config(name, head_dim, dtype, None)
-                else:
-                    module.resolve_config(name, dtype, None)
+                problems = ([shipped_attention_problem(d, dtype) for d in (16, 32, 64, 128, 256)]
+                            if family == "triangle_attention" else [shipped_trimul_problem(dtype)])
+                for problem in problems:
+                    gpu = dataclasses.replace(problem, gpu=device, arch=SHIPPED_GPUS[impl.target][1] if device else None)
+                    resolve_config(gpu, impl, None)  # checked against the space inside
 
 
-def test_shipped_attention_configs_are_points_of_the_space():
-    from kernels.amd import attention as amd
-    from kernels.nvidia import attention as nvidia
+def _attention_problem(head_dim: int, *, causal: bool, biased: bool, gpu: dict, framework: str = "torch"):
+    import dataclasses
 
-    for pad in (16, 32, 64, 80, 128, 256):
-        for narrow, pointer_bias, causal in itertools.product((False, True), repeat=3):
-            nvidia.select_config(pad, "sm90", None, narrow, pointer_bias, causal)
-            nvidia.select_config(pad, "interpreter", None, narrow, pointer_bias, causal)
-        for biased in (False, True):
-            amd.select_config(pad, "gfx942", None, biased)
+    from ceiling.attention.spec import shipped_problem
+
+    problem = shipped_problem(head_dim, "bfloat16", causal=causal, biased=biased, **gpu)
+    return problem if framework == "torch" else dataclasses.replace(problem, framework="jax", device="gpu:0")
+
+
+def test_resolved_attention_configs_are_points_of_the_space():
+    """What the Triton implementations resolve at every head dim, on their GPU (its tables' entries
+    merged: causal or not, with a bias and mask tile or not, from PyTorch through TMA or from JAX
+    through pointer loads) and on the CPU (the heuristic): each a point of the space at the
+    problem, which ``resolve_config`` checks (a table entry alone is checked by tests/test_tables.py)."""
+    from ceiling.amd.attention_specs import MI300X
+    from ceiling.attention.op import ATTENTION
+    from ceiling.nvidia.attention_specs import H200
+    from ceiling.op import resolve_config
+
+    for backend, gpu in (("nvidia", H200), ("amd", MI300X)):
+        impl = ATTENTION.implementation(backend)
+        for head_dim in (16, 32, 64, 80, 128, 256):
+            for causal, biased, framework, device in itertools.product(
+                    (False, True), (False, True), ("torch", "jax"), (gpu, {})):
+                problem = _attention_problem(head_dim, causal=causal, biased=biased, gpu=device, framework=framework)
+                assert resolve_config(problem, impl, None).family == "attention"
 
 
 def test_shipped_gluon_attention_configs_are_points_of_the_gluon_space():
     """Every kernel of the Gluon table at its head dim, resolved as a launch resolves it (16-bit
     inputs); and the config that asks for them, tiles included, is an attention config."""
-    from kernels.nvidia.gluon import attention as gluon
-    from kernels.nvidia.gluon import static_check
+    from ceiling.attention.op import ATTENTION
+    from ceiling.nvidia.attention_specs import H200
+    from ceiling.nvidia.gluon import attention as gluon
+    from ceiling.op import resolve_config
 
-    for head_dim, entry in static_check.table()["sm90"].items():
+    for head_dim, entry in gluon.shipped().items():
+        resolved = resolve_config(_attention_problem(head_dim, causal=True, biased=False, gpu=H200),
+                                  ATTENTION.implementation("nvidia", "gluon"), None)
         for kernel in entry:
-            assert gluon.tiles(int(head_dim), kernel, None, 2) == entry[kernel]
+            assert resolved[kernel] == entry[kernel]
         spaces.check("attention", "sm_90a", {"implementation": "gluon", "deterministic": False, "gluon": entry},
                      partial=True)
 
 
 def test_shipped_tpu_and_trainium_configs_are_points_of_the_space():
-    from kernels.tpu import attention as tpu_attention
-    from kernels.tpu import gemm as tpu_gemm
-    from kernels.tpu import triangle_multiplication as tpu_trimul
-    from kernels.trainium import attention as trn_attention
-    from kernels.trainium import gemm as trn_gemm
+    from ceiling.tpu import attention as tpu_attention
+    from ceiling.tpu import gemm_export as tpu_gemm_export
+    from ceiling.trainium import attention as trn_attention
+    from ceiling.trainium import gemm as trn_gemm
 
-    for target, by_dtype in tpu_gemm.load_configs().items():
-        if not target.startswith("tpu"):
-            continue
-        for dtype, table in by_dtype.items():
+    for target in ("tpu-v5e", "tpu-v5p", "tpu-v6e"):
+        for dtype in ("bfloat16", "float32"):
             size = 4 if dtype == "float32" else 2
-            for entry in [table["fallback"], *table["entries"]]:
-                spaces.check("gemm", target, {k: entry[k] for k in ("bm", "bn", "bk")},
-                             {"dtype_bytes": size, "out_dtype_bytes": size})
-    for target, by_dtype in tpu_attention.load_configs().items():
-        if not target.startswith("tpu"):
-            continue
-        for dtype, table in by_dtype.items():
-            for head_dim, entry in table.items():
-                config = {k: v for k, v in entry.items() if k != "provenance"}
-                spaces.check("attention", target, config, {"dtype_bytes": 4 if dtype == "float32" else 2,
-                                                           "head_dim": int(head_dim)})
-    for target, by_dtype in tpu_trimul.load_configs().items():
-        if not target.startswith("tpu"):
-            continue
-        for dtype, entry in by_dtype.items():
-            config = {k: entry[k] for k in ("block_rows", "block_rows_bwd")}
+            for entry in tpu_gemm_export.shipped(target, dtype):
+                spaces.check("gemm", target, entry["config"], {"dtype_bytes": size, "out_dtype_bytes": size})
+    for target in tpu_attention.TARGETS:  # each entry, at each kernel dtype and padded head dim it holds for
+        for entry in tpu_attention.shipped_entries(target):
+            for dtype, head_dim in itertools.product(("bfloat16", "float32"), (128, 256)):
+                if tables.matches(entry, {"kernel_dtype": dtype, "head_dim_pad": head_dim}):
+                    spaces.check("attention", target, entry["config"],
+                                 {"dtype_bytes": 4 if dtype == "float32" else 2, "head_dim": head_dim})
+    for target in ("tpu-v5e", "tpu-v5p", "tpu-v6e"):
+        for dtype in ("bfloat16", "float32"):
+            config = tables.lookup("tpu", "triangle_multiplication", None, target, {"kernel_dtype": dtype}).config
             spaces.check("triangle_multiplication", target, config, {"dtype_bytes": 4 if dtype == "float32" else 2})
     for target in ("trn1", "trn2"):
         for config in trn_gemm.configs(target):
@@ -222,19 +248,19 @@ def test_shipped_tpu_and_trainium_configs_are_points_of_the_space():
 @pytest.fixture
 def no_launch(monkeypatch):
     """Every Triton launcher of the kernels fails the test if reached: errors must come first."""
-    import kernels.amd.gemm
-    import kernels.amd.gemm_fp8
-    import kernels.nvidia.gemm
-    import kernels.nvidia.gemm_fp8
-    import kernels.triton.attention
-    import kernels.triton.triangle_attention
-    import kernels.triton.triangle_multiplication
+    import ceiling.amd.gemm
+    import ceiling.amd.gemm_fp8
+    import ceiling.nvidia.gemm
+    import ceiling.nvidia.gemm_fp8
+    import ceiling.triton.attention
+    import ceiling.triton.triangle_attention
+    import ceiling.triton.triangle_multiplication
 
     def refuse(*args, **kwargs):
         raise AssertionError("a kernel launched before the config was checked")
 
-    for module in (kernels.nvidia.gemm, kernels.amd.gemm, kernels.nvidia.gemm_fp8, kernels.amd.gemm_fp8,
-                   kernels.triton.attention, kernels.triton.triangle_attention, kernels.triton.triangle_multiplication):
+    for module in (ceiling.nvidia.gemm, ceiling.amd.gemm, ceiling.nvidia.gemm_fp8, ceiling.amd.gemm_fp8,
+                   ceiling.triton.attention, ceiling.triton.triangle_attention, ceiling.triton.triangle_multiplication):
         monkeypatch.setattr(module, "launcher", refuse)
 
 
@@ -268,7 +294,7 @@ GEMM_BAD = [
 def test_bad_gemm_config_is_an_input_error_naming_it(backend, config, parts, no_launch):
     a, b = torch.randn(40, 24, dtype=torch.bfloat16), torch.randn(24, 16, dtype=torch.bfloat16)
     with pytest.raises(InputError) as err:
-        kernels.gemm(a, b, backend=backend, config=config)
+        ceiling.gemm(a, b, backend=backend, config=config)
     _says(err.value, *parts)
 
 
@@ -291,37 +317,40 @@ FP8_BAD = [
 
 @pytest.mark.parametrize("backend,config,parts", FP8_BAD, ids=[f"{b}-{i}" for i, (b, _, _) in enumerate(FP8_BAD)])
 def test_bad_fp8_gemm_config_is_an_input_error_naming_it(backend, config, parts, no_launch):
-    from kernels import fp8
+    from ceiling import fp8
 
     g = torch.Generator().manual_seed(0)
     aq, a_s = fp8.quantize(torch.randn(40, 200, generator=g), "1x128")
     wq, w_s = fp8.quantize(torch.randn(16, 200, generator=g), "128x128")
     with pytest.raises(InputError) as err:
-        kernels.scaled_gemm(aq, wq.mT, a_s, w_s.mT, backend=backend, config=config)
+        ceiling.scaled_gemm(aq, wq.mT, a_s, w_s.mT, backend=backend, config=config)
     _says(err.value, *parts)
 
 
 @pytest.mark.parametrize("backend", ["nvidia", "amd"])
 def test_a_bad_fp8_gemm_config_is_named_before_the_quantizers_launch(backend, no_launch, monkeypatch):
-    import kernels.triton.fp8_quantize
+    import ceiling.triton.fp8_quantize
 
-    monkeypatch.setattr(kernels.triton.fp8_quantize, "launcher", lambda *a, **k: pytest.fail("quantizer launched"))
+    monkeypatch.setattr(ceiling.triton.fp8_quantize, "launcher", lambda *a, **k: pytest.fail("quantizer launched"))
     x, w = torch.randn(40, 200), torch.randn(200, 16)
     with pytest.raises(InputError) as err:
-        kernels.fp8_gemm(x, w, recipe="block", backend=backend, config={"PROMOTE_STEPS": 0})
+        ceiling.fp8_gemm(x, w, recipe="block", backend=backend, config={"PROMOTE_STEPS": 0})
     _says(err.value, "block-scale-promotion", "PROMOTE_STEPS=0", "SCALES='1x128/128x128'")
 
 
 def test_a_partial_fp8_gemm_config_overrides_the_table_entry():
-    from kernels.amd import gemm_fp8 as amd
-    from kernels.nvidia import gemm_fp8 as nvidia
+    from ceiling.nvidia.gemm_fp8_specs import problem
+    from ceiling.op import get, resolve_config
 
-    base, _ = nvidia.select_config(300, 200, 100, "float8_e4m3fn", "1x128", "128x128", None)
-    cfg = nvidia.resolve_config(300, 200, 100, "float8_e4m3fn", "1x128", "128x128", None,
-                                {"BLOCK_N": 64, "SCALES": "1x128/128x128"})
-    assert cfg.as_dict() == {**base.as_dict(), "BLOCK_N": 64}
-    table = {k: v for k, v in amd.device_entry("MI300X")["configs"]["blockwise"].items() if k != "SCALES"}
-    assert amd.select_config(300, 200, 100, "1x128", "128x128", "MI300X", {"BLOCK_K": 64}) == {**table, "BLOCK_K": 64}
+    op = get("scaled_gemm")
+    p = problem(300, 200, 100, "1x128", "128x128", gpu={})
+    base = resolve_config(p, op.implementation("nvidia"), None).as_dict()
+    cfg = resolve_config(p, op.implementation("nvidia"), {"BLOCK_N": 64, "SCALES": "1x128/128x128"}).as_dict()
+    assert cfg == {**base, "BLOCK_N": 64, "SCALES": "1x128/128x128"}
+    p = problem(300, 200, 100, "1x128", "128x128", "float8_e4m3fnuz", "float8_e4m3fnuz",
+                gpu={"gpu": "AMD Instinct MI300X", "arch": "gfx942"})
+    table = resolve_config(p, op.implementation("amd"), None).as_dict()
+    assert resolve_config(p, op.implementation("amd"), {"BLOCK_K": 64}).as_dict() == {**table, "BLOCK_K": 64}
 
 
 def test_bad_tpu_configs_are_input_errors_naming_them():
@@ -333,30 +362,38 @@ def test_bad_tpu_configs_are_input_errors_naming_them():
                           ({"bm": 8, "bn": 128, "bk": 128}, ("bm=8", "multiple of 16")),
                           ("autotune", ("'autotune'", "a dict"))):
         with pytest.raises(InputError) as err:
-            kernels.gemm(a, a.T, backend="tpu", config=config)
+            ceiling.gemm(a, a.T, backend="tpu", config=config)
         _says(err.value, *parts)
 
 
 def test_a_partial_triangle_config_overrides_the_table_entry_kernel_by_kernel():
-    from kernels.nvidia import triangle_attention, triangle_multiplication
+    from ceiling.op import get, resolve_config
+    from ceiling.triangle.spec import shipped_attention_problem, shipped_trimul_problem
 
-    table = triangle_attention.config_for("NVIDIA H200", 32, "bfloat16")
-    cfg = triangle_attention.resolve_config("NVIDIA H200", 32, "bfloat16", {"fwd": {"BLOCK_N": 64}})
+    attention = get("triangle_attention").implementation("nvidia")
+    problem = shipped_attention_problem(32, "bfloat16", target="sm_90a")  # on an H200
+    table = resolve_config(problem, attention, None)
+    cfg = resolve_config(problem, attention, {"fwd": {"BLOCK_N": 64}})
     assert cfg["fwd"] == {**table["fwd"], "BLOCK_N": 64} and cfg["bwd_dq"] == table["bwd_dq"]
-    table = triangle_multiplication.config_for(None, "float32")
-    cfg = triangle_multiplication.resolve_config(None, "float32", {"bwd_rows": 16, "contract": {"num_stages": 2}})
+    trimul = get("triangle_multiplicative_update").implementation("nvidia")
+    problem = shipped_trimul_problem("float32")  # on the CPU
+    table = resolve_config(problem, trimul, None)
+    cfg = resolve_config(problem, trimul, {"bwd_rows": 16, "contract": {"num_stages": 2}})
     assert cfg["bwd_rows"] == 16 and cfg["contract"] == {**table["contract"], "num_stages": 2}
 
 
 def test_a_partial_gemm_config_overrides_the_table_entry():
-    from kernels.nvidia import gemm as G
+    from ceiling.gemm.op import GEMM
+    from ceiling.gemm.spec import shipped_problem
+    from ceiling.op import resolve_config
 
-    base, _ = G.select_config(300, 200, 100, "bfloat16", None)
-    cfg = G.resolve_config(300, 200, 100, "bfloat16", None, {"BLOCK_M": 64})
-    assert cfg.BLOCK_M == 64 and {k: v for k, v in cfg.as_dict().items() if k != "BLOCK_M"} == {
-        k: v for k, v in base.as_dict().items() if k != "BLOCK_M"}
+    problem, impl = shipped_problem(300, 200, 100), GEMM.implementation("nvidia")
+    base = resolve_config(problem, impl, None)
+    cfg = resolve_config(problem, impl, {"BLOCK_M": 64})
+    assert cfg["BLOCK_M"] == 64 and {k: v for k, v in cfg.items() if k != "BLOCK_M"} == {
+        k: v for k, v in base.items() if k != "BLOCK_M"}
     a, b = torch.randn(70, 40, dtype=torch.bfloat16), torch.randn(40, 50, dtype=torch.bfloat16)
-    out = kernels.gemm(a, b, backend="nvidia", config={"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "num_warps": 4})
+    out = ceiling.gemm(a, b, backend="nvidia", config={"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "num_warps": 4})
     ref = a.double() @ b.double()
     assert (out.double() - ref).abs().max() <= 2 * ((a @ b).double() - ref).abs().max() + 1e-2
 
@@ -390,7 +427,7 @@ def test_bad_attention_config_is_an_input_error_naming_it(backend, config, parts
         jnp = pytest.importorskip("jax.numpy")
         q = jnp.asarray(q.float().numpy()).astype(jnp.bfloat16)
     with pytest.raises(InputError) as err:
-        kernels.attention(q, q, q, backend=backend, config=config)
+        ceiling.attention(q, q, q, backend=backend, config=config)
     _says(err.value, *parts)
 
 
@@ -415,13 +452,13 @@ def test_bad_triangle_config_is_an_input_error_naming_it(backend, op, config, pa
         q = torch.randn(1, 8, 2, 8, 32)
         bias = torch.randn(1, 1, 2, 8, 8)
         with pytest.raises(InputError) as err:
-            kernels.triangle_attention(q, q, q, bias, backend=backend, config=config)
+            ceiling.triangle_attention(q, q, q, bias, backend=backend, config=config)
     else:
         x = torch.randn(1, 8, 8, 16)
         weights = {"p_in_weight": torch.randn(32, 16), "g_in_weight": torch.randn(32, 16),
                    "p_out_weight": torch.randn(16, 16), "g_out_weight": torch.randn(16, 16)}
         with pytest.raises(InputError) as err:
-            kernels.triangle_multiplicative_update(x, "outgoing", None, **weights, backend=backend, config=config)
+            ceiling.triangle_multiplicative_update(x, "outgoing", None, **weights, backend=backend, config=config)
     _says(err.value, *parts)
 
 
@@ -444,7 +481,7 @@ def _agree(check_space, check_rules, point) -> None:
 
 @pytest.mark.parametrize("target", ["tpu-v5e", "tpu-v5p", "tpu-v6e"])
 def test_tpu_spaces_state_the_rules(target):
-    from kernels.tpu import attention_rules, gemm_rules, trimul_rules
+    from ceiling.tpu import attention_rules, gemm_rules, trimul_rules
 
     sizes = {"bfloat16": 2, "float32": 4}
     gemm = spaces.get("gemm", target)

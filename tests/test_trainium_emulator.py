@@ -9,9 +9,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from kernels.trainium.emulator import HardwareRuleError, NoTargetError, UninitializedReadError, cost, emulate, jit
-from kernels.trainium.emulator import isa as nisa
-from kernels.trainium.emulator import language as nl
+from ceiling.trainium.emulator import HardwareRuleError, NoTargetError, UninitializedReadError, cost, emulate, jit
+from ceiling.trainium.emulator import isa as nisa
+from ceiling.trainium.emulator import language as nl
 
 BF16 = ml_dtypes.bfloat16
 

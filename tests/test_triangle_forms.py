@@ -3,7 +3,7 @@
 * float and integer masks (nonzero = keep) give what the bool mask gives;
 * triangle attention's 4-D single-batch form (N, H, N, D) is the 5-D form's batch 0;
 * the multiplicative update takes any number of leading batch dimensions;
-* every malformed argument gets ``InputError`` naming it, before any kernel is looked up;
+* every malformed argument gets ``InputError`` naming it, before any implementation is loaded;
 * the head dim outside a backend's range (``HEAD_DIM_LIMITS``) is refused up front,
   and a head dim inside it runs.
 """
@@ -13,25 +13,26 @@ from __future__ import annotations
 import pytest
 import torch
 
-import kernels
-from kernels import backends
-from kernels.errors import InputError
-from kernels.triangle.spec import HEAD_DIM_LIMITS
+import ceiling
+from ceiling.errors import InputError
+from ceiling.op import Implementation
+from ceiling.triangle.attention_reference import attention
+from ceiling.triangle.spec import HEAD_DIM_LIMITS
 from tests.test_triangle import attention_inputs, trimul_inputs
 
 
 @pytest.fixture
 def no_launch(monkeypatch):
-    """Any lookup of a kernel implementation fails the test: the checks must come first."""
-    def refuse(op, backend):
-        raise AssertionError(f"{op} on {backend} was looked up: the input was not refused before launch")
+    """Any load of an implementation's module fails the test: the checks must come first."""
+    def refuse(impl):
+        raise AssertionError(f"{impl.op} on {impl.backend} was loaded: the input was not refused before launch")
 
-    monkeypatch.setattr(backends, "implementation", refuse)
+    monkeypatch.setattr(Implementation, "load", refuse)
 
 
 def _attention_with_grads(q, k, v, bias, mask, backend):
     leaves = [t.detach().clone().requires_grad_() for t in (q, k, v, bias)]
-    out, lse = kernels.triangle_attention(*leaves, mask=mask, backend=backend, return_lse=True)
+    out, lse = ceiling.triangle_attention(*leaves, mask=mask, backend=backend, return_lse=True)
     dout = torch.linspace(-1, 1, out.numel()).reshape(out.shape)
     return out.detach(), lse, torch.autograd.grad(out, leaves, dout)
 
@@ -72,8 +73,8 @@ def test_four_dimensional_form_in_jax():
     jnp = jax.numpy
     q, k, v, bias, mask = attention_inputs(1, 5, 2, 8, seed=73)
     j = [jnp.asarray(t.numpy()) for t in (q, k, v, bias, mask.float())]
-    out5 = kernels.triangle_attention(*j, backend="reference")
-    out4 = kernels.triangle_attention(*(t[0] for t in j), backend="reference")
+    out5 = ceiling.triangle_attention(*j, backend="reference")
+    out4 = ceiling.triangle_attention(*(t[0] for t in j), backend="reference")
     assert out4.shape == q.shape[1:]
     assert (out4 == out5[0]).all()
 
@@ -93,15 +94,13 @@ def test_attention_bad_input_is_refused_before_launch(no_launch):
     base = dict(q=q, k=k, v=v, bias=bias, mask=mask, backend="reference")
     for argument, change in cases:
         with pytest.raises(InputError) as info:
-            kernels.triangle_attention(**{**base, **change})
+            ceiling.triangle_attention(**{**base, **change})
         assert info.value.argument == argument, (change.keys(), info.value)
 
 
 def test_float64_runs_on_the_reference_in_float64():
     q, k, v, bias, mask = attention_inputs(1, 5, 2, 8, seed=75)
-    out = kernels.triangle_attention(q.double(), k.double(), v.double(), bias.double(), mask, backend="reference")
-    from kernels.triangle.reference import attention
-
+    out = ceiling.triangle_attention(q.double(), k.double(), v.double(), bias.double(), mask, backend="reference")
     exact, _ = attention(q.double(), k.double(), v.double(), bias.double(), mask, compute_dtype=torch.float64)
     assert out.dtype == torch.float64
     torch.testing.assert_close(out, exact, rtol=1e-12, atol=1e-12)  # float32 math would miss by ~1e-7
@@ -125,7 +124,7 @@ def test_head_dim_outside_the_backends_range_is_refused_up_front(backend, no_lau
     for d in refused:
         q, k, v, bias, mask = attention_inputs(1, 3, 1, d, seed=d)
         with pytest.raises(InputError, match=rf"head_dim in \[.*\] on backend '{backend}'") as info:
-            kernels.triangle_attention(q, k, v, bias, mask, backend=backend)
+            ceiling.triangle_attention(q, k, v, bias, mask, backend=backend)
         assert info.value.argument == "q" and info.value.got == str(d)
 
 
@@ -134,11 +133,11 @@ def test_tpu_refuses_head_dim_16_in_the_spec(no_launch):
     starts at 32. The refusal is the spec's, before the TPU module is even imported."""
     q, k, v, bias, mask = attention_inputs(1, 3, 1, 16, seed=16)
     with pytest.raises(InputError, match=r"q: expected head_dim in \[32, 256\] on backend 'tpu', got 16"):
-        kernels.triangle_attention(q, k, v, bias, mask, backend="tpu")
+        ceiling.triangle_attention(q, k, v, bias, mask, backend="tpu")
     jax = pytest.importorskip("jax")
     j = [jax.numpy.asarray(t.numpy()) for t in (q, k, v, bias, mask)]
     with pytest.raises(InputError, match="on backend 'tpu'"):
-        kernels.triangle_attention(*j, backend="tpu")
+        ceiling.triangle_attention(*j, backend="tpu")
 
 
 # The TPU's lower bound, 32, runs in tests/test_triangle_tpu.py.
@@ -147,9 +146,7 @@ def test_head_dim_inside_the_range_runs(backend, d):
     low, high = HEAD_DIM_LIMITS[backend]
     assert low <= d and (high is None or d <= high)
     q, k, v, bias, mask = attention_inputs(1, 3, 1, d, seed=d + 1)
-    out = kernels.triangle_attention(q, k, v, bias, mask, backend=backend)
-    from kernels.triangle.reference import attention
-
+    out = ceiling.triangle_attention(q, k, v, bias, mask, backend=backend)
     exact, _ = attention(q.double(), k.double(), v.double(), bias.double(), mask, compute_dtype=torch.float64)
     torch.testing.assert_close(out.double(), exact, rtol=1e-5, atol=1e-5)
 
@@ -162,30 +159,30 @@ def test_trimul_any_number_of_leading_batch_dimensions(backend):
     x, mask, w = trimul_inputs(6, 4, 16, 8, seed=76)
     x6, mask6 = x.reshape(2, 3, 4, 4, 16), mask.reshape(2, 3, 4, 4)
     xl = x6.clone().requires_grad_()
-    out = kernels.triangle_multiplicative_update(xl, "incoming", mask6, **w, backend=backend)
+    out = ceiling.triangle_multiplicative_update(xl, "incoming", mask6, **w, backend=backend)
     assert out.shape == x6.shape
     dout = torch.randn_like(out)
     (dx,) = torch.autograd.grad(out, xl, dout)
     flat = x.clone().requires_grad_()
-    expected = kernels.triangle_multiplicative_update(flat, "incoming", mask, **w, backend=backend)
+    expected = ceiling.triangle_multiplicative_update(flat, "incoming", mask, **w, backend=backend)
     (dflat,) = torch.autograd.grad(expected, flat, dout.reshape(expected.shape))
     torch.testing.assert_close(out, expected.reshape(x6.shape), rtol=0, atol=0)
     torch.testing.assert_close(dx, dflat.reshape(x6.shape), rtol=0, atol=0)
     # no leading dimension at all: one pair tensor
-    single = kernels.triangle_multiplicative_update(x[4], "incoming", mask[4], **w, backend=backend)
+    single = ceiling.triangle_multiplicative_update(x[4], "incoming", mask[4], **w, backend=backend)
     torch.testing.assert_close(single, expected[4], rtol=1e-6, atol=1e-6)
 
 
 def test_trimul_mask_dtypes_and_mixed_weight_dtypes():
     x, mask, w = trimul_inputs(1, 6, 16, 8, seed=77)
-    expected = kernels.triangle_multiplicative_update(x, "outgoing", mask, **w)
+    expected = ceiling.triangle_multiplicative_update(x, "outgoing", mask, **w)
     for form in (mask.bool(), mask.to(torch.uint8), mask.double()):
-        torch.testing.assert_close(kernels.triangle_multiplicative_update(x, "outgoing", form, **w), expected,
+        torch.testing.assert_close(ceiling.triangle_multiplicative_update(x, "outgoing", form, **w), expected,
                                    rtol=0, atol=0)
     # bf16 pair activations with float32 parameters (autocast's mix): the projections run in bf16.
     xb = x.bfloat16().requires_grad_()
     wb = {n: t.clone().requires_grad_() if t is not None else None for n, t in w.items()}
-    out = kernels.triangle_multiplicative_update(xb, "outgoing", mask, **wb, backend="nvidia")
+    out = ceiling.triangle_multiplicative_update(xb, "outgoing", mask, **wb, backend="nvidia")
     out.float().square().sum().backward()
     assert out.dtype == torch.bfloat16
     assert all(t.grad.dtype == torch.float32 and torch.isfinite(t.grad).all() for t in wb.values() if t is not None)
@@ -209,5 +206,5 @@ def test_trimul_bad_input_is_refused_before_launch(no_launch):
     base = dict(x=x, direction="outgoing", mask=mask, **w, backend="reference")
     for argument, change in cases:
         with pytest.raises(InputError) as info:
-            kernels.triangle_multiplicative_update(**{**base, **change})
+            ceiling.triangle_multiplicative_update(**{**base, **change})
         assert info.value.argument == argument, (change.keys(), info.value)

@@ -1,6 +1,6 @@
 """The triangle ops on JAX arrays on a GPU, through jax-triton.
 
-On the CPU: ``kernels.triangle_attention`` / ``kernels.triangle_multiplicative_update``
+On the CPU: ``ceiling.triangle_attention`` / ``ceiling.triangle_multiplicative_update``
 on JAX arrays through their GPU code path (custom VJP -> jax-triton launchers -> jax-order
 wrapper kernels), with ``triton_call`` replaced by the Triton interpreter
 (``tests/jax_triton_interpreter.py``), against float64 with the error-ratio rule, every
@@ -15,17 +15,14 @@ import numpy as np
 import pytest
 import torch
 
-import kernels
-from kernels.jax_bridge import jax_triton_unavailable
-from kernels.amd import triangle_multiplication as amd_trimul
-from kernels.nvidia import triangle_attention as nv_attention
-from kernels.nvidia import triangle_multiplication as nv_trimul
-from kernels.nvidia.triangle_attention import config_for as attention_config
-from kernels.triangle import reference as ref
+import ceiling
+from ceiling.jax_bridge import jax_triton_unavailable
+from ceiling.testing.numerics import assert_close
+from ceiling.triangle.spec import TRIMUL_WEIGHTS
+from ceiling.triton import triangle_attention_specs, triangle_multiplication_specs
 from tests.jax_triton_interpreter import jax_triton_interpreted  # noqa: F401  (fixture)
 from tests.test_triangle import (
     F64,
-    assert_close_ratio,
     attention_inputs,
     exact_attention,
     framework_attention,
@@ -53,11 +50,10 @@ def _t(x) -> torch.Tensor:
 def test_triangle_attention_gpu_path_interpreted(vendor, B, N, H, D, dtype, rows, jax_triton_interpreted):  # noqa: F811
     q, k, v, bias, mask = attention_inputs(B, N, H, D, dtype, seed=N + D, fully_masked_rows=(1,))
     dout = torch.randn(q.shape, generator=torch.Generator().manual_seed(5)).to(dtype)
-    config = attention_config(None, D, str(dtype).removeprefix("torch."))
-    config["fwd"] = {**config["fwd"], "BLOCK_M": 16, "BLOCK_N": 16, "ROWS": rows}
+    config = {"fwd": {"BLOCK_M": 16, "BLOCK_N": 16, "ROWS": rows}}
 
     def f(q, k, v, b):
-        return kernels.triangle_attention(q, k, v, b, _j(mask), backend=vendor, config=config)
+        return ceiling.triangle_attention(q, k, v, b, _j(mask), backend=vendor, config=config)
 
     out, vjp = jax.vjp(f, _j(q), _j(k), _j(v), _j(bias))
     grads = vjp(_j(dout))
@@ -66,10 +62,10 @@ def test_triangle_attention_gpu_path_interpreted(vendor, B, N, H, D, dtype, rows
     exact_out, exact_grads = exact_attention(q, k, v, bias, mask, dout)
     fw_out, fw_grads = framework_attention(q, k, v, bias, mask, dout)
     atol = 1e-6 if dtype == torch.float32 else 1e-2
-    assert_close_ratio("out", _t(out), exact_out, fw_out, atol)
+    assert_close("out", _t(out), fw_out, exact_out, atol=atol)
     for name, g, like, e, fw in zip(("dq", "dk", "dv", "dbias"), grads, (q, k, v, bias), exact_grads, fw_grads):
         assert g.shape == like.shape and _t(g).dtype == torch.float32
-        assert_close_ratio(name, _t(g), e, fw, 5 * atol)
+        assert_close(name, _t(g), fw, e, atol=5 * atol)
     assert not np.asarray(_t(out))[:, 1].any() and not np.asarray(_t(grads[0]))[:, 1].any()
 
 
@@ -79,14 +75,14 @@ def test_triangle_attention_gpu_path_interpreted(vendor, B, N, H, D, dtype, rows
 def test_trimul_gpu_path_interpreted(vendor, N, CZ, C, direction, dtype, jax_triton_interpreted):  # noqa: F811
     x, mask, w = trimul_inputs(2 if N == 11 else 1, N, CZ, C, seed=N + C, bias=dtype == torch.float32)
     dout = torch.randn(x.shape, generator=torch.Generator().manual_seed(6))
-    names = [n for n in ref.TRIMUL_WEIGHTS if w[n] is not None]
+    names = [n for n in TRIMUL_WEIGHTS if w[n] is not None]
     jw = {n: _j(w[n].to(dtype)) for n in names}
     # 16-wide column tiles: several column blocks per row tile in the row kernels' grids
-    config = {"nvidia": nv_trimul, "amd": amd_trimul}[vendor].config_for(None, str(dtype).removeprefix("torch."))
-    config = {name: {**c, "BLOCK_N": 16} if isinstance(c, dict) and "BLOCK_N" in c else c for name, c in config.items()}
+    config = {name: {"BLOCK_N": 16} for name in ("ln_gate_proj", "contract", "ln_out_gate", "out_gate_bwd",
+                                                  "ln_gate_proj_bwd")}
 
     def f(x, ws):
-        return kernels.triangle_multiplicative_update(x, direction, _j(mask), **ws, backend=vendor, config=config)
+        return ceiling.triangle_multiplicative_update(x, direction, _j(mask), **ws, backend=vendor, config=config)
 
     out, vjp = jax.vjp(f, _j(x.to(dtype)), jw)
     gx, gw = vjp(_j(dout.to(dtype)))
@@ -100,22 +96,22 @@ def test_trimul_gpu_path_interpreted(vendor, N, CZ, C, direction, dtype, jax_tri
         fw_out, fw_grads = trimul_exact(x.to(dtype), direction, mask, wd, dout.to(dtype), dtype)
         atol_out, atol_grad = 2e-2, 3e-2
     assert out.dtype == _j(x.to(dtype)).dtype
-    assert_close_ratio("out", _t(out), exact_out, fw_out, atol_out)
+    assert_close("out", _t(out), fw_out, exact_out, atol=atol_out)
     grads = {"x": gx, **gw}
     assert set(grads) == set(exact_grads)
     for name in grads:
         assert grads[name].shape == exact_grads[name].shape, name
-        assert_close_ratio(f"d{name}", _t(grads[name]), exact_grads[name], fw_grads[name], atol_grad)
+        assert_close(f"d{name}", _t(grads[name]), fw_grads[name], exact_grads[name], atol=atol_grad)
 
 
 # ---------------------------------------------------------------------------- sm_90a, as jax-triton compiles
 
-ATTN_SPECS = nv_attention.jax_compile_specs("bfloat16")
-TRIMUL_SPECS = nv_trimul.jax_compile_specs("bfloat16")
+ATTN_SPECS = triangle_attention_specs.jax_compile_specs("bfloat16")
+TRIMUL_SPECS = triangle_multiplication_specs.jax_compile_specs("bfloat16")
 
 
 def _sm90(spec):
-    from kernels.isa import profile
+    from ceiling.isa import profile
 
     p = profile(spec, "sm_90a")
     assert p.tensor_core_instructions > 0, f"{spec.name}: no HGMMA/HMMA"
@@ -153,15 +149,15 @@ def test_jax_triangle_attention_on_gpu_through_jax_triton(N):
     jm = _j(mask)
 
     def f(q, k, v, b):
-        return kernels.triangle_attention(q, k, v, b, jm, backend="nvidia")
+        return ceiling.triangle_attention(q, k, v, b, jm, backend="nvidia")
 
     out, vjp = jax.jit(lambda *a: jax.vjp(f, *a))(_j(q), _j(k), _j(v), _j(bias))
     grads = vjp(_j(dout))
     exact_out, exact_grads = exact_attention(q, k, v, bias, mask, dout)
     fw_out, fw_grads = framework_attention(q, k, v, bias, mask, dout)
-    assert_close_ratio("out", _t(out), exact_out, fw_out, 1e-2)
+    assert_close("out", _t(out), fw_out, exact_out, atol=1e-2)
     for name, g, e, fw in zip(("dq", "dk", "dv", "dbias"), grads, exact_grads, fw_grads):
-        assert_close_ratio(name, _t(g), e, fw, 2e-2)
+        assert_close(name, _t(g), fw, e, atol=2e-2)
     assert not np.asarray(_t(out))[:, 3].any()
 
 
@@ -171,21 +167,21 @@ def test_jax_triangle_attention_on_gpu_through_jax_triton(N):
 def test_jax_trimul_on_gpu_through_jax_triton(direction):
     x, mask, w = trimul_inputs(1, 193, 128, 128, seed=7)
     dout = torch.randn(x.shape, generator=torch.Generator().manual_seed(8))
-    names = [n for n in ref.TRIMUL_WEIGHTS if w[n] is not None]
+    names = [n for n in TRIMUL_WEIGHTS if w[n] is not None]
     jw = {n: _j(w[n].bfloat16()) for n in names}
 
     def loss(backend):
         def f(x, ws):
-            out = kernels.triangle_multiplicative_update(x, direction, _j(mask), **ws, backend=backend)
+            out = ceiling.triangle_multiplicative_update(x, direction, _j(mask), **ws, backend=backend)
             return jnp.sum(out.astype(jnp.float32) * _j(dout))
         return f
 
     (gx, gw) = jax.jit(jax.grad(loss("nvidia"), argnums=(0, 1)))(_j(x.bfloat16()), jw)
-    out = jax.jit(lambda x, ws: kernels.triangle_multiplicative_update(x, direction, _j(mask), **ws,
+    out = jax.jit(lambda x, ws: ceiling.triangle_multiplicative_update(x, direction, _j(mask), **ws,
                                                                        backend="nvidia"))(_j(x.bfloat16()), jw)
     wb = {n: None if t is None else t.bfloat16() for n, t in w.items()}
     exact_out, exact_grads = trimul_exact(x.bfloat16(), direction, mask, wb, dout, F64)
     fw_out, fw_grads = trimul_exact(x.bfloat16(), direction, mask, wb, dout, torch.bfloat16)
-    assert_close_ratio("out", _t(out), exact_out, fw_out, 2e-2)
+    assert_close("out", _t(out), fw_out, exact_out, atol=2e-2)
     for name, g in {"x": gx, **gw}.items():
-        assert_close_ratio(f"d{name}", _t(g), exact_grads[name], fw_grads[name], 3e-2)
+        assert_close(f"d{name}", _t(g), fw_grads[name], exact_grads[name], atol=3e-2)

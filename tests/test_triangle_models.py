@@ -1,4 +1,4 @@
-"""Dropping ``kernels.triangle`` into real models: strict weight loads, call signatures, ``patch``.
+"""Dropping ``ceiling.triangle`` into real models: strict weight loads, call signatures, ``patch``.
 
 Against Boltz 2.2.1's own layers (installed without its dependencies, see
 ``tests/model_sources.py``) and ports of OpenFold's (``tests/ports/openfold``):
@@ -27,11 +27,11 @@ import inspect
 import pytest
 import torch
 
-import kernels.backends
-import kernels.triangle
-from kernels.triangle.modules import TriangleAttention, TriangleMultiplication, openfold_to_boltz_trimul
+import ceiling.backends
+import ceiling.triangle
+from ceiling.testing.numerics import assert_close
+from ceiling.triangle.modules import TriangleAttention, TriangleMultiplication, openfold_to_boltz_trimul
 from tests.model_sources import openfold, require_boltz
-from tests.numerics import assert_close_by_ratio
 
 CZ, C, HEADS, HEAD_DIM, N = 16, 8, 2, 8, 6
 PAD = N - 1  # the padded token
@@ -269,7 +269,7 @@ class OpenFoldPairStack(torch.nn.Module):
 def test_patch_openfold_pair_stack(fused):
     theirs = randomize(OpenFoldPairStack(fused), seed=8 + fused)
     ours = copy.deepcopy(theirs)
-    replaced = kernels.triangle.patch(ours)
+    replaced = ceiling.triangle.patch(ours)
     prefix = "Fused" if fused else ""
     assert [(name, cls.__name__) for name, cls, _ in replaced] == [
         ("tri_mul_out", f"{prefix}TriangleMultiplicationOutgoing"), ("tri_mul_in", f"{prefix}TriangleMultiplicationIncoming"),
@@ -297,8 +297,8 @@ def test_patch_openfold_pair_stack(fused):
 def test_patch_refuses_a_bare_layer():
     layer = openfold("model.triangular_attention").TriangleAttention(CZ, HEAD_DIM, HEADS)
     with pytest.raises(ValueError, match="cannot be replaced in place"):
-        kernels.triangle.patch(layer)
-    from kernels.triangle.patching import replacement
+        ceiling.triangle.patch(layer)
+    from ceiling.triangle.patching import replacement
 
     assert isinstance(replacement(layer), TriangleAttention)
 
@@ -319,7 +319,7 @@ def test_patch_boltz_pairformer_layer_with_a_padded_token():
     theirs = pairformer_layer(10)
     ours = copy.deepcopy(theirs)
     before = {n: p for n, p in ours.named_parameters()}
-    replaced = kernels.triangle.patch(ours)
+    replaced = ceiling.triangle.patch(ours)
     # The new layers hold the very parameters the old ones did: an optimizer built before still applies.
     assert {n: p for n, p in ours.named_parameters()}.items() == before.items()
     assert [(name, cls.__name__, type(new).__name__) for name, cls, new in replaced] == [
@@ -361,9 +361,9 @@ def test_patch_boltz_pairformer_layer_with_a_padded_token():
 
 
 def pair_stack_run(layer, z, pair_mask, dz, dtype, autocast: bool) -> dict:
-    """Boltz's pair stack of ``layer`` (see microbench.benchmarks.pair_stack.boltz_pair_stack), forward and
+    """Boltz's pair stack of ``layer`` (see ceiling.microbench.benchmarks.pair_stack.boltz_pair_stack), forward and
     backward: {"z": output, "dz": its input gradient, parameter name: gradient}."""
-    from microbench.benchmarks.pair_stack import boltz_pair_stack
+    from ceiling.microbench.benchmarks.pair_stack import boltz_pair_stack
 
     zl = z.detach().to(dtype).clone().requires_grad_()
     layer.zero_grad(set_to_none=True)
@@ -379,9 +379,9 @@ def check_pair_stack_bf16(theirs, z, pair_mask, backend):
     in float64 (its TriMul casts to float32), so the float64 run is the patched layer on the
     reference backend in float64; the float32 checks tie that to Boltz's layer."""
     ours = copy.deepcopy(theirs)
-    kernels.triangle.patch(ours, backend=backend)
+    ceiling.triangle.patch(ours, backend=backend)
     exact = copy.deepcopy(theirs).double()
-    kernels.triangle.patch(exact, backend="reference")
+    ceiling.triangle.patch(exact, backend="reference")
     dz = torch.randn(z.shape, generator=torch.Generator().manual_seed(15)).to(z.device) * pair_mask[..., None]
     mine, framework = (pair_stack_run(m, z, pair_mask, dz, torch.float32, True) for m in (ours, theirs))
     truth = pair_stack_run(exact, z, pair_mask, dz, torch.float64, False)
@@ -392,8 +392,7 @@ def check_pair_stack_bf16(theirs, z, pair_mask, backend):
             continue
         assert torch.isfinite(mine[name]).all(), f"{name}: not finite"
         pick = (lambda t: t[valid]) if name in ("z", "dz") else (lambda t: t)
-        assert_close_by_ratio(pick(mine[name]).float(), pick(framework[name]).float(), pick(truth[name]),
-                              atol=1e-2, atol_scaled=True, name=name)
+        assert_close(name, pick(mine[name]).float(), pick(framework[name]).float(), pick(truth[name]), atol=1e-2)
     assert mine["z"].dtype == framework["z"].dtype
 
 
@@ -401,7 +400,7 @@ def check_pair_stack_fp32(theirs, z, pair_mask, backend):
     """Float32: ours (patched) equals Boltz's layer on the valid positions, every pair-stack parameter
     gradient included, to 1e-5 relative; finite everywhere."""
     ours = copy.deepcopy(theirs)
-    kernels.triangle.patch(ours, backend=backend)
+    ceiling.triangle.patch(ours, backend=backend)
     dz = torch.randn(z.shape, generator=torch.Generator().manual_seed(16)).to(z.device) * pair_mask[..., None]
     mine, base = (pair_stack_run(m, z, pair_mask, dz, torch.float32, False) for m in (ours, theirs))
     valid = pair_mask.bool()
@@ -426,7 +425,7 @@ def test_patch_boltz_pair_stack_bf16_under_autocast(backend):
     check_pair_stack_bf16(pairformer_layer(13), z, pair_mask, backend)
 
 
-ON_NVIDIA = pytest.mark.skipif(kernels.backends.gpu_vendor() != "nvidia",
+ON_NVIDIA = pytest.mark.skipif(ceiling.backends.gpu_vendor() != "nvidia",
                                reason="needs an NVIDIA GPU; the tests above run the same layers on the CPU")
 
 
@@ -437,7 +436,7 @@ def test_on_gpu_patched_pairformer_pair_stack():
     seven tokens: float32 to 1e-5 relative, and bf16 autocast by the error-ratio rule, outputs and
     every parameter gradient on the valid positions, our kernels (backend nvidia) in the layer."""
     require_boltz()
-    from microbench.benchmarks.pair_stack import make_layer
+    from ceiling.microbench.benchmarks.pair_stack import make_layer
 
     n = 129
     layer = make_layer(32, 2, 128, 4, 32, seed=17, device="cuda")

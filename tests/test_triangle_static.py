@@ -1,7 +1,7 @@
 """The triangle kernels compile for the real targets with tensor-core instructions and no spills.
 
 sm_90a (Hopper) and gfx942 (CDNA3), cross-compiled on the CPU through
-``kernels.isa``, at the shipped configs for AlphaFold 3's widths (head dim 32;
+``ceiling.isa``, at the shipped configs for AlphaFold 3's widths (head dim 32;
 c_z = c = 128), bf16. One representative per op runs in CI; every kernel of
 both ops runs under ``-m slow``.
 """
@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import pytest
 
-from kernels.amd import triangle_attention as amd_attention
-from kernels.amd import triangle_multiplication as amd_trimul
-from kernels.nvidia import triangle_attention as nv_attention
-from kernels.nvidia import triangle_multiplication as nv_trimul
+from ceiling.triton import triangle_attention_specs as attention_specs
+from ceiling.triton import triangle_multiplication_specs as trimul_specs
 
 SM90_SMEM = 227 * 1024
 GFX942_LDS = 64 * 1024
 
 
 def _sm90(spec):
-    from kernels.isa import profile
+    from ceiling.isa import profile
 
     p = profile(spec, "sm_90a")
     assert p.tensor_core_instructions > 0, f"{spec.name}: no HGMMA/HMMA"
@@ -30,7 +28,7 @@ def _sm90(spec):
 
 
 def _gfx942(spec):
-    from kernels.isa import profile
+    from ceiling.isa import profile
 
     p = profile(spec, "gfx942")
     assert p.tensor_core_instructions > 0, f"{spec.name}: no v_mfma"
@@ -44,39 +42,41 @@ def _by_name(specs, part):
 
 
 def test_sm90a_attention_forward_and_dbias_use_wgmma():
-    specs = nv_attention.compile_specs("bfloat16")
+    specs = attention_specs.compile_specs("bfloat16", "sm_90a")
     for part in ("fwd", "bwd_dbias"):
         p = _sm90(_by_name(specs, part))
         assert p.instruction_mix.get("HGMMA", 0) > 0, f"{part}: expected wgmma"
 
 
 def test_sm90a_trimul_contraction_uses_wgmma():
-    p = _sm90(_by_name(nv_trimul.compile_specs("bfloat16"), "contract"))
+    p = _sm90(_by_name(trimul_specs.compile_specs("bfloat16", target="sm_90a"), "contract"))
     assert p.instruction_mix.get("HGMMA", 0) > 0
 
 
 def test_gfx942_attention_forward_uses_mfma():
-    _gfx942(_by_name(amd_attention.compile_specs("bfloat16"), "fwd"))
+    _gfx942(_by_name(attention_specs.compile_specs("bfloat16", "gfx942"), "fwd"))
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("spec", nv_attention.compile_specs("bfloat16") + nv_trimul.compile_specs("bfloat16"),
+@pytest.mark.parametrize("spec", attention_specs.compile_specs("bfloat16", "sm_90a")
+                         + trimul_specs.compile_specs("bfloat16", target="sm_90a"),
                          ids=lambda s: s.name)
 def test_sm90a_every_kernel(spec):
     _sm90(spec)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("spec", amd_attention.compile_specs("bfloat16") + amd_trimul.compile_specs("bfloat16"),
+@pytest.mark.parametrize("spec", attention_specs.compile_specs("bfloat16", "gfx942")
+                         + trimul_specs.compile_specs("bfloat16", target="gfx942"),
                          ids=lambda s: s.name)
 def test_gfx942_every_kernel(spec):
     _gfx942(spec)
 
 
 def _trimul_candidates():
-    from kernels.tuning import trimul as tune_trimul
+    from ceiling.tuning import trimul as tune_trimul
 
-    table = nv_trimul.config_for("H200", "bfloat16")
+    table = trimul_specs.shipped_config("sm_90a", "bfloat16").as_dict()
     for stage, options in tune_trimul.candidates().items():
         for option in options:
             if isinstance(option, dict):
@@ -88,6 +88,6 @@ def _trimul_candidates():
 @pytest.mark.parametrize("stage, cfgs", list(_trimul_candidates()))
 def test_sm90a_every_trimul_tuning_candidate(stage, cfgs):
     """The tuning sweep spends device time only on configs that compile without spills."""
-    from kernels.tuning.trimul import compile_spec_for
+    from ceiling.tuning.trimul import compile_spec_for
 
     _sm90(compile_spec_for(stage, cfgs))

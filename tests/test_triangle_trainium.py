@@ -1,4 +1,6 @@
-"""The triangle multiplicative update's NKI kernels on the Trainium emulator.
+"""The triangle ops on Trainium, on the emulator: triangle attention through the NKI flash
+attention (the cases of ``tests/test_triangle.py``), and the triangle multiplicative update's NKI
+kernels.
 
 The per-pair work runs in NKI both ways (forward ``trimul_in_kernel``, ``trimul_out_kernel``;
 backward ``trimul_out_bwd_kernel``, ``trimul_in_bwd_kernel``), the contraction and its
@@ -18,17 +20,51 @@ import numpy as np
 import pytest
 import torch
 
-from kernels.triangle.reference import TRIMUL_WEIGHTS
-from tests.test_triangle import (  # noqa: F401  (poisoned: fixture)
-    assert_close_ratio, check_trimul_fp32, poisoned, trimul_exact, trimul_inputs, trimul_run)
+from ceiling.testing.numerics import assert_close
+from ceiling.triangle.spec import TRIMUL_WEIGHTS
+from tests.test_triangle import (TriangleAttentionTest, TrimulTest, poisoned, pytest_generate_tests,  # noqa: F401
+                                 trimul_exact, trimul_inputs)
 
 F64 = torch.float64
 
 
-@pytest.mark.parametrize("direction,B,N", [("outgoing", 1, 13), ("incoming", 2, 9)])
-def test_trainium_trimul_fp32_every_gradient(direction, B, N, poisoned):  # noqa: F811
-    x, mask, w = trimul_inputs(B, N, 16, 8, seed=100 + N)
-    check_trimul_fp32(x, direction, mask, w, "trainium")
+class TestTrainiumAttention(TriangleAttentionTest):
+    """The NKI flash attention on the pair rows of each batch element."""
+
+    backend = "trainium"
+    fp32_cases = [(2, 9, 2, 32)]
+
+
+class TestTrainiumTrimul(TrimulTest):
+    backend = "trainium"
+    fp32_cases = [(2, 11, 16, 8, "outgoing"), (1, 9, 16, 8, "incoming"), (1, 13, 16, 8, "outgoing"),
+                  (2, 9, 16, 8, "incoming")]
+    # bfloat16 operands on TensorE in both directions of the pass (fp32 accumulation); the
+    # backward's dy, gate-logit gradient, [du; dv] and x_hat are bf16 matmul operands, so its
+    # error is a few bf16 ulps of the largest gradient
+    bf16_cases = [(11, 8, "incoming")]
+    jax_cases = [("outgoing",)]
+
+
+def _launch(x, direction, mask, weights, target="trn2"):
+    """The problem and the resolved config of one call on ``target``: what the launcher takes."""
+    from ceiling.triangle.op import TRIANGLE_MULTIPLICATIVE_UPDATE
+    from ceiling.triangle.spec import check_trimul
+
+    problem = check_trimul(x, direction, mask, dict(zip(TRIMUL_WEIGHTS, weights)))
+    return problem, TRIANGLE_MULTIPLICATIVE_UPDATE.select(problem, "trainium", {"target": target}).forward.config
+
+
+def _forward_backward(x, direction, mask, weights, dout):
+    """(out, 13 gradients) through the launcher on trn2; nothing kept between the passes."""
+    from ceiling.trainium import triangle_multiplication as tm
+
+    problem, config = _launch(x, direction, mask, weights)
+    out, ab, y = tm.forward(problem, config, x, mask, *weights)
+    assert ab.numel() == 0 and y.numel() == 0
+    saved = {"x": x, "mask": mask, **dict(zip(TRIMUL_WEIGHTS, weights)), "ab": ab, "y": y}
+    needs = {n: True for n in ("x", *TRIMUL_WEIGHTS)}
+    return out, tm.backward(problem, config, saved, {"out": dout}, needs)
 
 
 def _assert_every_gradient(grads, exact, framework, atol):
@@ -36,7 +72,7 @@ def _assert_every_gradient(grads, exact, framework, atol):
     assert len(grads) == len(names) == 13
     for name, g in zip(names, grads):
         assert g.shape == exact[name].shape, name
-        assert_close_ratio(f"d{name}", g, exact[name], framework[name], atol)
+        assert_close(f"d{name}", g, framework[name], exact[name], atol=atol)
 
 
 @pytest.mark.parametrize("direction", ["outgoing", "incoming"])
@@ -44,51 +80,28 @@ def test_trainium_trimul_kernels_chunk_wide_channels(direction, poisoned):  # no
     """c_z = 160 and c = 136 take two partition chunks each; 23 * 23 = 529 pair rows take two
     row groups of the 512-wide moving operand, so the backward's weight gradients are summed
     across groups. No mask: the kernels' unmasked variant."""
-    from kernels.trainium.triangle_multiplication import trimul_bwd, trimul_fwd
-
     x, _, w = trimul_inputs(1, 23, 160, 136, seed=7)
     mask = torch.ones(x.shape[:3])
     weights = [w[n] for n in TRIMUL_WEIGHTS]
     dout = torch.randn(x.shape, generator=torch.Generator().manual_seed(17))
-    out, saved = trimul_fwd(x, direction, None, weights, 1e-5, {"target": "trn2"})
-    assert saved == ()
-    grads = trimul_bwd(x, direction, None, weights, 1e-5, saved, dout, {"target": "trn2"})
+    out, grads = _forward_backward(x, direction, None, weights, dout)
     exact_out, exact = trimul_exact(x, direction, mask, w, dout, F64)
     fw_out, framework = trimul_exact(x, direction, mask, w, dout, torch.float32)
-    assert_close_ratio("out", out, exact_out, fw_out, 1e-6)
+    assert_close("out", out, fw_out, exact_out, atol=1e-6)
     _assert_every_gradient(grads, exact, framework, 1e-5)
-
-
-def test_trainium_trimul_bf16(poisoned):  # noqa: F811
-    """bfloat16 operands on TensorE in both directions of the pass (fp32 accumulation); the
-    backward's dy, gate-logit gradient, [du; dv] and x_hat are bf16 matmul operands, so its
-    error is a few bf16 ulps of the largest gradient."""
-    x, mask, w = trimul_inputs(1, 11, 16, 16, seed=8, bias=False)
-    dout = torch.randn_like(x)
-    out, grads = trimul_run(x, "incoming", mask, w, "trainium", dout, dtype=torch.bfloat16)
-    wb = {n: None if t is None else t.bfloat16() for n, t in w.items()}
-    exact_out, exact_grads = trimul_exact(x.bfloat16(), "incoming", mask, wb, dout.bfloat16(), F64)
-    fw_out, fw_grads = trimul_run(x, "incoming", mask, w, "reference", dout, dtype=torch.bfloat16)
-    assert out.dtype == torch.bfloat16
-    assert_close_ratio("out", out, exact_out, fw_out, 2e-2)
-    for name in grads:
-        assert_close_ratio(f"d{name}", grads[name], exact_grads[name], fw_grads[name], 3e-2)
 
 
 def test_trainium_trimul_kernels_follow_trn2_rules_at_alphafold3_widths(poisoned):  # noqa: F811
     """c_z = c = 128 (one full partition tile each, every matmul at its hardware limits) on trn2,
     forward and backward: every instruction passes the emulator's rule checks and the results
     match float64. 24 * 24 = 576 pair rows: two row groups, the second partial."""
-    from kernels.trainium.triangle_multiplication import trimul_bwd, trimul_fwd
-
     x, mask, w = trimul_inputs(1, 24, 128, 128, seed=9)
     weights = [w[n] for n in TRIMUL_WEIGHTS]
     dout = torch.randn(x.shape, generator=torch.Generator().manual_seed(19))
-    out, saved = trimul_fwd(x, "incoming", mask, weights, 1e-5, {"target": "trn2"})
-    grads = trimul_bwd(x, "incoming", mask, weights, 1e-5, saved, dout, {"target": "trn2"})
+    out, grads = _forward_backward(x, "incoming", mask, weights, dout)
     exact_out, exact = trimul_exact(x, "incoming", mask, w, dout, F64)
     fw_out, framework = trimul_exact(x, "incoming", mask, w, dout, torch.float32)
-    assert_close_ratio("out", out, exact_out, fw_out, 1e-6)
+    assert_close("out", out, fw_out, exact_out, atol=1e-6)
     _assert_every_gradient(grads, exact, framework, 1e-5)
 
 
@@ -97,8 +110,8 @@ def test_trainium_trimul_backward_kernels_write_every_output():
     (torch autograd of the same per-pair math around a fixed contraction result): every HBM
     output is checked fully written by the emulator's ``jit``, and the torch side never sees a
     NaN. N = 5 with one fully masked pair row, c_z = 16, c = 8."""
-    from kernels.trainium import triangle_multiplication as tm
-    from kernels.triangle.reference import layer_norm
+    from ceiling.trainium import triangle_multiplication as tm
+    from ceiling.triangle.trimul_reference import layer_norm
 
     g = torch.Generator().manual_seed(23)
     x, mask, w = trimul_inputs(2, 5, 16, 8, seed=23)
@@ -142,19 +155,19 @@ def test_trainium_trimul_backward_kernels_write_every_output():
 
 def test_trainium_trimul_rules_reject_oversized_tiles():
     """The emulator stops a kernel whose gate matmul would exceed the 512-wide moving operand."""
-    from kernels.trainium.emulator import HardwareRuleError
-    from kernels.trainium.triangle_multiplication import trimul_fwd
+    import ceiling
+    from ceiling.trainium.emulator import HardwareRuleError
 
     x, mask, w = trimul_inputs(1, 3, 640, 8, seed=10)
     with pytest.raises(HardwareRuleError) as err:
-        trimul_fwd(x, "outgoing", mask, [w[n] for n in TRIMUL_WEIGHTS], 1e-5, {"target": "trn2"})
+        ceiling.triangle_multiplicative_update(x, "outgoing", mask, **w, backend="trainium", config={"target": "trn2"})
     assert err.value.rule == "matmul-moving-free"
 
 
 # trn1's rules at this shape also run in `ceiling run`'s ISA step, which CI runs.
 @pytest.mark.parametrize("target", ["trn2", pytest.param("trn1", marks=pytest.mark.slow)])
 def test_trainium_trimul_cost_model_at_alphafold3_shape(target):
-    from kernels.trainium.inspection import inspect_trainium_trimul
+    from ceiling.trainium.inspection import inspect_trainium_trimul
 
     rows = inspect_trainium_trimul(target)
     assert [r["config"] for r in rows] == ["trimul_in", "trimul_out", "trimul_out_bwd", "trimul_in_bwd"]

@@ -8,12 +8,13 @@ numerics, not their speed.
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 import torch
 
-from kernels.nvidia import triangle_multiplication as trimul
-from kernels.triton import triangle_multiplication as shared_trimul
-from kernels.tuning import trimul as tune_trimul
+from ceiling import tables
+from ceiling.tuning import trimul as tune_trimul
 
 
 def _ranking_timer(order):
@@ -43,7 +44,7 @@ def test_every_candidate_is_correct_and_the_fastest_is_kept(stages):
     assert len(rows) == sum(counts)
     bad = [r for r in rows if not r.get("correct")]
     assert not bad, bad
-    start = trimul.config_for(None, "float32")
+    start = tune_trimul.start_config(None, "float32")
     for stage in stages:
         second = table[stage][1]
         expected = {**start[stage], **second} if isinstance(second, dict) else second
@@ -52,37 +53,40 @@ def test_every_candidate_is_correct_and_the_fastest_is_kept(stages):
     assert all(best[s] == start[s] for s in untouched)
 
 
-def test_table_entry_keeps_float32_overrides():
-    default = trimul.config_for(None, "bfloat16")
-    raw_default = shared_trimul._table(str(trimul.CONFIG_FILE))["default"]
+def test_table_entries_keep_float32_overrides():
+    """A device's table: the tuned config, then the target's float32 entries again, so that they
+    still hold over it for float32 inputs (the sweep tunes 16-bit inputs only)."""
+    default = tune_trimul.start_config(None, "bfloat16")
     best = {**default, "ln_gate_proj": {"BLOCK_M": 64, "BLOCK_N": 256, "num_warps": 8, "num_stages": 2}}
-    entry = tune_trimul.table_entry(best, raw_default)
-    assert entry["ln_gate_proj"]["BLOCK_N"] == 256
-    assert entry["ln_gate_proj"]["float32"] == raw_default["ln_gate_proj"]["float32"]
-    assert entry["bwd_rows"] == default["bwd_rows"]
+    entries = tune_trimul.table_entries(best, {"device": "d", "date": "t", "git_commit": "c"}, "why")
+    assert entries[0]["config"]["ln_gate_proj"]["BLOCK_N"] == 256
+    assert entries[0]["config"]["bwd_rows"] == default["bwd_rows"]
+    target = tables.read(tables.path("nvidia", "sm_90a", "triangle_multiplication"))["entries"]
+    float32 = [e for e in target if e.get("when") == "dtype == 'float32'"]
+    assert entries[1:] == float32 and float32[0]["config"]["ln_gate_proj"]
 
 
-def test_tune_command_writes_rows_records_breakdown_and_the_table(tmp_path):
+def test_tune_command_writes_rows_records_breakdown_and_the_table(tmp_path, monkeypatch):
     """``ceiling tune trimul`` end to end on the CPU (interpreted kernels, a made-up timer): what it
     writes must be valid records and a config table the kernels then select."""
     import json
 
-    from microbench.records import frame
-    from roofline.commands.tune_trimul import tune_trimul as run_tune
+    from ceiling.microbench.records import frame
+    from ceiling.roofline.commands.tune_trimul import tune_trimul as run_tune
 
-    table = tmp_path / "table.json"
-    table.write_text(trimul.CONFIG_FILE.read_text())
+    root = tmp_path / "kernels"  # a copy of the tables: the sweep writes the device's beside them
+    shutil.copytree(tables.ROOT / "nvidia" / "tables", root / "nvidia" / "tables")
+    monkeypatch.setattr(tables, "ROOT", root)
     # the last ln_out_gate candidate is the "fastest"
     timer = _ranking_timer(lambda k: 10.0 - k)
     rows = run_tune(n=9, c_z=16, dtype="float32", device="cpu", timer=timer, budget_s=600.0, rep_ms=1,
-                       out=tmp_path, apply=True, driver=None, table_path=table, stages=("ln_out_gate",))
+                    out=tmp_path, apply=True, driver=None, stages=("ln_out_gate",))
     assert rows and all(r.get("correct") for r in rows)
     assert len(frame(tmp_path / "records")) == len(rows)
     breakdown = json.loads((tmp_path / "tune-trimul-breakdown.json").read_text())
     assert breakdown["start"] and breakdown["tuned"]
-    written = json.loads(table.read_text())
+    written = tables.read(tables.path("nvidia", "cpu", "triangle_multiplication"))
     last = tune_trimul.candidates()["ln_out_gate"][-1]
-    assert all(written["cpu"]["ln_out_gate"][k] == v for k, v in last.items())
-    assert "ln_out_gate" in written["_measured"]["cpu"]
-    assert trimul.config_for("cpu", "bfloat16", table)["ln_out_gate"]["BLOCK_N"] == last["BLOCK_N"]
-
+    assert all(written["entries"][0]["config"]["ln_out_gate"][k] == v for k, v in last.items())
+    assert written["entries"][0]["source"] == "measured" and "ln_out_gate" in written["entries"][0]["why"]
+    assert tune_trimul.start_config("cpu", "bfloat16")["ln_out_gate"]["BLOCK_N"] == last["BLOCK_N"]

@@ -1,71 +1,29 @@
-"""GEMM for AMD CDNA3 (MI300X / MI325X, gfx942) in Triton: ``activation(a @ b + bias)``.
-
-One tile per program, pointer loads, float32 accumulation on the MFMA units, and
-the epilogue (bias, activation, cast) fused before the single store. Why this shape
-suits CDNA3 rather than Hopper:
-
-* **No TMA, no warpgroup MMA.** Operands move global -> VGPR -> LDS with ordinary
-  vector loads (``global_load_dwordx4``), so the kernel addresses them with pointers
-  and strides, which also serve transposed views (``x.mT``) without a copy: when a
-  stride is 1, Triton specializes it and vectorizes along that dimension. Edge rows
-  and columns wrap around (modulo) rather than being masked, so the loads stay wide.
-* **LDS is 64 KB per CU.** With ``num_stages=2`` the AMD stream pipeliner keeps one
-  K-slab of A and B in LDS while the next slab is already in flight in registers, so
-  a workgroup takes ``(BLOCK_M + BLOCK_N) * BLOCK_K * bytes`` of LDS, and a CU holds
-  ``64 KB`` over that many workgroups; the shipped configs size ``BLOCK_K`` so that
-  LDS admits the occupancy ``waves_per_eu`` asks for (:func:`lds_budget`), and
-  :func:`select_config` halves ``BLOCK_K`` for fp32 to stay within it.
-* **MFMA 16x16 or 32x32** (``matrix_instr_nonkdim``): a 16x16x16 bf16 MFMA fits
-  tiles of 16..64 rows without idle lanes; a 32x32x8 one does twice the MACs for the
-  same operand registers, so it needs half the LDS reads per FLOP on square tiles. ``kpack=2`` makes each lane read two
-  K-packs per LDS load (a wider ``ds_read``) for 16-bit inputs.
-* **wave64 and ``waves_per_eu``.** A CU has four SIMDs with 512 registers per lane
-  each (VGPRs and AGPRs share them); ``waves_per_eu=2`` tells the register allocator
-  a wave may use 256 of them (two waves per SIMD), which big accumulators need;
-  skinny tiles ask for more waves to hide memory latency. The largest tile is
-  256x128 with 8 waves: 256x256 needs 128 accumulator registers per lane plus the
-  prefetched operands and spills to scratch at 256 registers.
-* **304 CUs on 8 XCDs, each with its own 4 MB L2.** The dispatcher deals workgroups
-  round-robin over the XCDs, so neighbouring program ids land on different L2s. The
-  kernel renumbers programs (:func:`_xcd_contiguous`) so that each XCD gets a
-  contiguous run of the grouped tile order, and tiles sharing rows of A and columns
-  of B share one L2.
-* **Not persistent.** The hardware dispatcher refills CUs cheaply, there are no
-  descriptors to amortize, and Triton on CDNA3 has no warp specialization to overlap
-  an epilogue with the next mainloop, so a plain grid is the simpler choice (the
-  ROCm tutorials and aiter's a16w16 kernel make the same one).
-* **Split-K for skinny problems.** When the output has too few tiles to fill 304
-  CUs and K is long, programs also split K; each writes an fp32 partial and a small
-  second kernel sums them in a fixed order (deterministic) and runs the epilogue.
-
-float32 inputs: on gfx942 ``tl.dot`` runs with ``input_precision="tf32"``, which
-Triton lowers to the CDNA3 XF32 MFMA (``v_mfma_f32_*_xf32``: products of inputs
-rounded to 10 mantissa bits, float32 accumulation), matching the TF32 contract of
-``kernels.gemm``. Targets without XF32 (CDNA2, CDNA4) get ``"ieee"``, the exact
-fp32 MFMA. The Triton interpreter computes float32 products exactly.
+"""GEMM for AMD CDNA3 (MI300X / MI325X / MI300A, gfx942) in Triton, ``activation(a @ b + bias)``:
+one tile per program with pointer loads (transposed views read in place), float32 accumulation on
+the MFMA units (XF32 for float32 inputs), programs renumbered so each XCD's L2 serves a contiguous
+run of the grouped tile order, split-K with a deterministic reduction for grids that underfill the
+CUs, and the epilogue fused before the single store; its config hooks and launcher.
+``docs/gemm.md`` says why each piece is there; the tuned classes are ``tables/gfx942/gemm.json``,
+the compile specs :mod:`ceiling.amd.gemm_specs`.
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import torch
 import triton
 import triton.language as tl
 
-from kernels import spaces
-from kernels.amd import device_table
-from kernels.gemm.spec import GemmProblem
-from kernels.triton_runtime import launcher
+from ceiling.amd import devices
+from ceiling.constants import SQRT1_2
+from ceiling.triton_runtime import launcher
 
-CONFIG_PATH = Path(__file__).parent / "configs" / "gemm.json"
 LDS_BYTES = 64 * 1024  # per CU on CDNA3
 TARGET_ARCH = "gfx942"
+MAX_SPLIT_K = 16  # K slices one output tile may be split into
 
 ACTIVATION_CODES = {None: 0, "relu": 1, "gelu": 2, "silu": 3}
-TILE_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "SPLIT_K")
+_SQRT1_2 = tl.constexpr(SQRT1_2)
 COMPILE_KEYS = ("num_warps", "num_stages", "waves_per_eu", "matrix_instr_nonkdim", "kpack")
-CONFIG_KEYS = TILE_KEYS + COMPILE_KEYS
 
 
 # ----------------------------------------------------------------------------- kernel
@@ -106,7 +64,7 @@ def _epilogue(acc, bias_ptr, offs_n, N, HAS_BIAS: tl.constexpr, ACTIVATION: tl.c
     if ACTIVATION == 1:  # relu
         acc = tl.maximum(acc, 0.0)
     elif ACTIVATION == 2:  # gelu, exact erf form
-        acc = 0.5 * acc * (1.0 + tl.erf(acc * 0.7071067811865476))
+        acc = 0.5 * acc * (1.0 + tl.erf(acc * _SQRT1_2))
     elif ACTIVATION == 3:  # silu
         acc = acc / (1.0 + tl.exp(-acc))
     return acc
@@ -219,30 +177,17 @@ def splitk_reduce_kernel(
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
 
 
+
 # ----------------------------------------------------------------------------- configs
 
 
-def _table() -> dict:
-    return device_table.load(CONFIG_PATH)
-
-
-def device_entry(device: str) -> dict:
-    """The JSON entry of ``device``, with ``inherits`` resolved (child keys win)."""
-    return device_table.device_entry(CONFIG_PATH, device)
-
-
-def current_device() -> str:
-    """The table key for the visible AMD GPU; MI300X off-device (the compile target)."""
-    return device_table.current_device(CONFIG_PATH)
-
-
-def lds_bytes(config: dict, elem_bytes: int) -> int:
+def lds_bytes(config, elem_bytes: int) -> int:
     """LDS the stream pipeliner allocates: one K-slab of A and B per stage past the first."""
     buffers = max(1, config["num_stages"] - 1)
     return (config["BLOCK_M"] + config["BLOCK_N"]) * config["BLOCK_K"] * elem_bytes * buffers
 
 
-def lds_budget(config: dict) -> int:
+def lds_budget(config) -> int:
     """LDS one workgroup may take so that a CU holds enough of them for the asked
     occupancy: ``waves_per_eu`` waves on each of 4 SIMDs is
     ``waves_per_eu * 4 / num_warps`` workgroups sharing 64 KB."""
@@ -250,25 +195,42 @@ def lds_budget(config: dict) -> int:
     return LDS_BYTES // workgroups
 
 
-def shape_class(problem: GemmProblem, device: str | None = None) -> str:
-    """Which shipped config class an untuned shape gets: the first rule of the
-    device's list whose bounds (``max_m``, ``max_n``, ``max_mn``, ``n_exceeds_m``)
-    all hold for the effective M (the batch folded in when b is shared) and N."""
-    entry = device_entry(device or current_device())
-    m, n = _effective_m(problem), problem.n
-    for rule in entry["rules"]:
-        if (
-            m <= rule.get("max_m", m)
-            and n <= rule.get("max_n", n)
-            and m * n <= rule.get("max_mn", m * n)
-            and (n > m or not rule.get("n_exceeds_m", False))
-        ):
-            return rule["config"]
-    raise AssertionError(f"no rule of {device} matches (the last rule must match everything)")
+def fit_to_dtype(config: dict, dtype: str) -> dict:
+    """A 16-bit config made fit for ``dtype``: for fp32 operands, ``kpack=1`` (the XF32
+    MFMA reads one K-pack per lane) and ``BLOCK_K`` halved until LDS fits the occupancy. The
+    float32 entries of the table are the shape classes fitted so."""
+    cfg = dict(config)
+    if dtype == "float32":
+        cfg["kpack"] = 1
+        while lds_bytes(cfg, 4) > lds_budget(cfg) and cfg["BLOCK_K"] > 16:
+            cfg["BLOCK_K"] //= 2
+    return cfg
 
 
-def _effective_m(problem: GemmProblem) -> int:
-    return problem.m * (problem.batch or 1) if problem.b_shared else problem.m
+def heuristic(problem, user=None) -> dict:
+    return {}  # the table's shape classes cover every problem
+
+
+def resolve(problem, impl, user):
+    """The problem's shape class (and its float32 form) with config= over it, checked once; then,
+    unless config= names SPLIT_K, the split for a grid that underfills the device's CUs."""
+    from ceiling.op import resolve_tabled
+    from ceiling.spaces.config import Config
+
+    config = resolve_tabled(problem, impl, user)
+    if isinstance(user, dict) and "SPLIT_K" in user:
+        return config
+    batch = 1 if problem.b_shared else (problem.batch or 1)
+    tiles = batch * triton.cdiv(problem.rows, config["BLOCK_M"]) * triton.cdiv(problem.n, config["BLOCK_N"])
+    split = _split_k(tiles, problem.k, config["BLOCK_K"], devices.num_cus(problem.gpu), MAX_SPLIT_K)
+    return Config({**config, "SPLIT_K": split}, config.family, config.target, config.source)
+
+
+def shape_class(problem) -> str:
+    """The label of the gfx942 table's shape class that holds for ``problem``."""
+    from ceiling import tables
+
+    return tables.lookup("amd", "gemm", problem.gpu, TARGET_ARCH, problem.features()).labels[-1]
 
 
 def _split_k(tiles: int, k: int, block_k: int, num_cus: int, max_split: int) -> int:
@@ -280,43 +242,9 @@ def _split_k(tiles: int, k: int, block_k: int, num_cus: int, max_split: int) -> 
     return split
 
 
-def select_config(problem: GemmProblem, device: str | None = None, config: dict | None = None) -> dict:
-    """The config for ``problem``: its shape class on ``device``, fitted to the dtype's
-    LDS budget, split-K chosen for underfilled grids; keys in ``config`` override. The user's
-    keys and the result are checked against the gfx942 space (``kernels/spaces/gemm.json``)."""
-    device = device or current_device()
-    entry = device_entry(device)
-    if config is not None:
-        spaces.check("gemm", TARGET_ARCH, config, partial=True)
-    chosen = fit_to_dtype(entry["configs"][shape_class(problem, device)], problem.dtype)
-    chosen.setdefault("SPLIT_K", 1)
-    if not (config and "SPLIT_K" in config) and entry.get("max_split_k", 1) > 1:
-        bm = (config or {}).get("BLOCK_M", chosen["BLOCK_M"])
-        bn = (config or {}).get("BLOCK_N", chosen["BLOCK_N"])
-        bk = (config or {}).get("BLOCK_K", chosen["BLOCK_K"])
-        m = _effective_m(problem)
-        batch = 1 if problem.b_shared else (problem.batch or 1)
-        tiles = batch * triton.cdiv(m, bm) * triton.cdiv(problem.n, bn)
-        chosen["SPLIT_K"] = _split_k(tiles, problem.k, bk, entry["num_cus"], entry["max_split_k"])
-    chosen.update(config or {})
-    out = problem.out_dtype or problem.dtype
-    spaces.check("gemm", TARGET_ARCH, chosen, {"M": problem.m, "N": problem.n, "K": problem.k,
-                                               "dtype_bytes": _BYTES[problem.dtype], "out_dtype_bytes": _BYTES[out]})
-    return chosen
-
-
-_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
-
-
 def fp32_precision(arch: str) -> str:
     """``tl.dot`` input precision for fp32 operands: XF32 MFMA where CDNA3 has it."""
     return "tf32" if arch.startswith("gfx942") else "ieee"
-
-
-def _arch(x: torch.Tensor) -> str:
-    if x.is_cuda:
-        return torch.cuda.get_device_properties(x.device).gcnArchName.split(":")[0]
-    return TARGET_ARCH
 
 
 # ----------------------------------------------------------------------------- launch
@@ -338,31 +266,18 @@ def _strides3(x: torch.Tensor) -> tuple[int, int, int]:
     return (x.stride(0), x.stride(1), x.stride(2)) if x.dim() == 3 else (0, x.stride(0), x.stride(1))
 
 
-def gemm(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    bias: torch.Tensor | None,
-    activation: str | None,
-    out_dtype: torch.dtype,
-    config: dict | None = None,
-) -> torch.Tensor:
-    """``activation(a @ b + bias)`` cast to ``out_dtype``; inputs already validated by
-    ``kernels.gemm.spec``. Runs compiled on a ROCm GPU, interpreted on the CPU.
+def forward(problem, config, a: torch.Tensor, b: torch.Tensor, bias) -> tuple[torch.Tensor]:
+    """``activation(a @ b + bias)`` cast to the output dtype with the resolved ``config``,
+    compiled on a ROCm GPU, interpreted on the CPU.
 
-    Operands are passed by strides, so transposed views are read in place. A 3-D
-    ``a`` against a 2-D ``b`` becomes one (batch*M, K) product when ``a``'s rows
-    stack (row-major, batch-contiguous); otherwise it stays batched with ``b``'s
-    batch stride 0, again without a copy. ``config`` keys (see ``CONFIG_KEYS``)
-    override the selected config; ``SPLIT_K`` > 1 adds the reduction kernel.
+    Operands are passed by strides, so transposed views are read in place. A 3-D ``a`` against
+    a 2-D ``b`` becomes one (batch*M, K) product when ``a``'s rows stack (row-major,
+    batch-contiguous); otherwise it stays batched with ``b``'s batch stride 0, again without a
+    copy. ``SPLIT_K`` > 1 adds the reduction kernel.
     """
-    from kernels.gemm.spec import check
-
-    if isinstance(out_dtype, str):
-        out_dtype = getattr(torch, out_dtype)
-    problem = check(a, b, bias, activation, out_dtype)
-    cfg = select_config(problem, config=config)
+    cfg = config
     a, b = _operand(a), _operand(b)
-    out = torch.empty(problem.out_shape, dtype=out_dtype, device=a.device)
+    out = torch.empty(problem.out_shape, dtype=getattr(torch, problem.out_dtype), device=a.device)
 
     m, batch = problem.m, problem.batch or 1
     c_view = out if out.dim() == 3 else out.unsqueeze(0)
@@ -377,18 +292,17 @@ def gemm(
     sbb, sbk, sbn = _strides3(b)
     n, k = problem.n, problem.k
     if batch * m * n == 0:
-        return out
+        return (out,)
 
     split = cfg["SPLIT_K"]
     bk = cfg["BLOCK_K"]
     k_per_split = triton.cdiv(triton.cdiv(max(k, 1), split), bk) * bk
     even_k = k % k_per_split == 0
     on_gpu = a.is_cuda
-    arch = _arch(a)
-    precision = fp32_precision(arch) if problem.dtype == "float32" else "ieee"
-    num_xcds = device_entry(current_device())["num_xcds"]
+    precision = fp32_precision(problem.arch or TARGET_ARCH) if problem.dtype == "float32" else "ieee"
+    num_xcds = devices.num_xcds(problem.gpu)
     options = {key: cfg[key] for key in COMPILE_KEYS}
-    act = ACTIVATION_CODES[activation]
+    act = ACTIVATION_CODES[problem.activation]
     # The kernels read bias with unit stride (a strided view is copied: N elements);
     # without bias they get any pointer, never read when HAS_BIAS is False.
     bias_arg = bias.contiguous() if bias is not None else out
@@ -423,114 +337,4 @@ def gemm(
             HAS_BIAS=bias is not None, ACTIVATION=act,
             num_warps=4,
         )
-    return out
-
-
-def gemm_jax(a, b, bias, activation, out_dtype, config=None):
-    """The same kernel on JAX arrays on the CPU, interpreted through a host callback
-    (``kernels.jax_bridge``); JAX on a ROCm GPU is refused there with the reason."""
-    import jax
-
-    from kernels.arrays import torch_dtype
-    from kernels.jax_bridge import call_on_cpu
-
-    result = jax.ShapeDtypeStruct((*a.shape[:-1], b.shape[-1]), out_dtype)
-    args = (a, b) if bias is None else (a, b, bias)
-
-    def run(x, y, z=None):
-        return gemm(x, y, z, activation, torch_dtype(str(out_dtype)), config)
-
-    return call_on_cpu(run, result, *args, backend="amd")
-
-
-# ----------------------------------------------------------------------------- compile specs
-
-_TRITON_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
-
-
-def fit_to_dtype(config: dict, dtype: str) -> dict:
-    """A 16-bit config made fit for ``dtype``: for fp32 operands, ``kpack=1`` (the XF32
-    MFMA reads one K-pack per lane) and ``BLOCK_K`` halved until LDS fits the occupancy."""
-    cfg = dict(config)
-    if torch.empty((), dtype=getattr(torch, dtype)).element_size() == 4:
-        cfg["kpack"] = 1
-        while lds_bytes(cfg, 4) > lds_budget(cfg) and cfg["BLOCK_K"] > 16:
-            cfg["BLOCK_K"] //= 2
-    return cfg
-
-
-def kernel_signature(dtype: str, config: dict, *, activation: str | None = "gelu", bias: bool = True,
-                     transposed_a: bool = False, transposed_b: bool = False, out_dtype: str | None = None,
-                     even_k: bool = True):
-    """(signature, constexprs, divisible_by_16) for compiling ``gemm_kernel`` as a
-    launch with these operands would specialize it: the unit strides become constants
-    (that is what makes the loads wide), pointers are 16-byte aligned, and N, K and
-    the leading strides are multiples of 16."""
-    t = _TRITON_DTYPES[dtype]
-    out = _TRITON_DTYPES[out_dtype or dtype] if config.get("SPLIT_K", 1) == 1 else "fp32"
-    unit = {"stride_ak": not transposed_a, "stride_am": transposed_a,
-            "stride_bn": not transposed_b, "stride_bk": transposed_b, "stride_cn": True}
-    signature = {"a_ptr": f"*{t}", "b_ptr": f"*{t}", "bias_ptr": f"*{t}", "c_ptr": f"*{out}"}
-    for name in ("M", "N", "K", "K_PER_SPLIT", "stride_ab", "stride_am", "stride_ak", "stride_bb",
-                 "stride_bk", "stride_bn", "stride_cs", "stride_cb", "stride_cm", "stride_cn"):
-        signature[name] = "constexpr" if unit.get(name) else "i32"
-    constexprs = {name: 1 for name, is_unit in unit.items() if is_unit}
-    constexprs.update(
-        BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"], BLOCK_K=config["BLOCK_K"],
-        GROUP_M=config["GROUP_M"], SPLIT_K=config.get("SPLIT_K", 1), NUM_XCDS=8,
-        EVEN_K=even_k, HAS_BIAS=bias, ACTIVATION=ACTIVATION_CODES[activation],
-        INPUT_PRECISION=fp32_precision(TARGET_ARCH) if dtype == "float32" else "ieee",
-        LARGE_OFFSETS=False,
-    )
-    for name in constexprs:
-        signature[name] = "constexpr"
-    aligned = tuple(n for n, ty in signature.items() if ty.startswith("*") or (ty == "i32" and n != "M"))
-    return signature, constexprs, aligned
-
-
-def compile_specs(dtype: str = "bfloat16") -> list:
-    """A ``kernels.isa.CompileSpec`` per shipped config class of the default device (row-major operands,
-    bias + gelu epilogue, the heaviest on registers), plus the split-K partial-product
-    variant and the split-K reduction."""
-    from kernels.isa import CompileSpec
-
-    entry = device_entry(_table()["default_device"])
-    specs = []
-    for name, config in entry["configs"].items():
-        cfg = fit_to_dtype(config, dtype)
-        signature, constexprs, aligned = kernel_signature(dtype, cfg)
-        options = {key: cfg[key] for key in COMPILE_KEYS}
-        specs.append(CompileSpec(f"amd_gemm_{name}_{dtype}", gemm_kernel, signature, constexprs, options,
-                                 config={"class": name, **cfg}, divisible_by_16=aligned))
-    # Split-K: the partial-product variant of the skinniest class (fp32 workspace out).
-    cfg = {**fit_to_dtype(entry["configs"]["skinny_m16"], dtype), "SPLIT_K": 4}
-    signature, constexprs, aligned = kernel_signature(dtype, cfg)
-    specs.append(CompileSpec(f"amd_gemm_skinny_m16_splitk4_{dtype}", gemm_kernel, signature, constexprs,
-                             {key: cfg[key] for key in COMPILE_KEYS}, config={"class": "skinny_m16", **cfg},
-                             divisible_by_16=aligned))
-    t = _TRITON_DTYPES[dtype]
-    signature = {"ws_ptr": "*fp32", "bias_ptr": f"*{t}", "c_ptr": f"*{t}", "M": "i32", "N": "i32",
-                 "stride_ws": "i32", "stride_wb": "i32", "stride_wm": "i32", "stride_cb": "i32", "stride_cm": "i32",
-                 "stride_cn": "constexpr"}
-    constexprs = {"stride_cn": 1, "SPLIT_K": 4, "BLOCK_M": 64, "BLOCK_N": 64, "HAS_BIAS": True, "ACTIVATION": 2}
-    for name in constexprs:
-        signature[name] = "constexpr"
-    aligned = tuple(n for n in signature if signature[n] != "constexpr" and n != "M")
-    specs.append(CompileSpec(f"amd_gemm_splitk_reduce_{dtype}", splitk_reduce_kernel, signature, constexprs,
-                             {"num_warps": 4}, config={"class": "splitk_reduce", "SPLIT_K": 4},
-                             divisible_by_16=aligned))
-    return specs
-
-
-def compile_spec(config: dict, dtype: str = "bfloat16"):
-    """The ``kernels.isa.CompileSpec`` of one config (any point of a search space), row-major
-    operands with the bias + gelu epilogue like the shipped specs."""
-    from kernels.isa import CompileSpec
-
-    cfg = {"SPLIT_K": 1, **config}
-    signature, constexprs, aligned = kernel_signature(dtype, cfg)
-    name = "amd_gemm_{}x{}x{}_g{}_s{}_w{}_wpe{}_mi{}_kp{}_sk{}_{}".format(
-        cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["GROUP_M"], cfg["num_stages"], cfg["num_warps"],
-        cfg["waves_per_eu"], cfg["matrix_instr_nonkdim"], cfg["kpack"], cfg["SPLIT_K"], dtype)
-    return CompileSpec(name, gemm_kernel, signature, constexprs, {key: cfg[key] for key in COMPILE_KEYS},
-                       config=dict(cfg), divisible_by_16=aligned)
+    return (out,)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernels.attention.spec import AttentionProblem, check, default_backend
+from ceiling.attention.spec import AttentionProblem, check, default_backend
 
-__all__ = ["attention", "AttentionProblem"]
+__all__ = ["attention", "AttentionProblem", "implementation_for"]
 
 
 def attention(
@@ -46,28 +46,31 @@ def attention(
             constraints are the backend's space (``kernels/spaces/attention.json``), checked
             before anything launches. On "nvidia", ``"implementation": "gluon"`` asks for the
             warp-specialized Gluon kernels (Hopper, Triton 3.6/3.9; problems they do not take
-            run the Triton kernels, and ``kernels.nvidia.attention.implementation_for`` says
-            which runs and why), their tiles under ``"gluon"`` (checked against
+            run the Triton kernels, and :func:`implementation_for` says which runs and why), their tiles under ``"gluon"`` (checked against
             ``kernels/spaces/attention_gluon.json``), with ``"deterministic": True`` for a
-            bitwise-reproducible backward; see ``kernels.nvidia.gluon.attention``.
+            bitwise-reproducible backward; see ``ceiling.nvidia.gluon.attention``.
 
     Queries that see no key get output 0 and lse -inf, and zero gradients.
-    Returns ``out`` like q, or ``(out, lse)``. Raises ``kernels.errors.InputError`` naming
+    Returns ``out`` like q, or ``(out, lse)``. Raises ``ceiling.errors.InputError`` naming
     the argument for bad input.
     """
-    from kernels.backends import BACKENDS
-    from kernels.errors import InputError
+    from ceiling.attention.op import ATTENTION
 
-    if backend is not None and backend not in BACKENDS:
-        raise InputError("backend", f"one of {BACKENDS} or None", repr(backend))
+    ATTENTION.check_backend(backend)
     problem = check(q, k, v, causal=causal, scale=scale, bias=bias, mask=mask, backend=backend)
     chosen = backend or default_backend(problem)
-    if problem.framework == "torch":
-        from kernels.attention import torch_op
-
-        out, lse = torch_op.attention(q, k, v, bias, mask, problem.causal, problem.scale, chosen, config)
-    else:
-        from kernels.attention import jax_op
-
-        out, lse = jax_op.attention(q, k, v, bias, mask, problem.causal, problem.scale, chosen, config)
+    static = {"causal": problem.causal, "scale": problem.scale, "backend": backend}
+    out, lse = ATTENTION.run(problem, chosen, config, (q, k, v, bias, mask), static)
     return (out, lse) if return_lse else out
+
+
+def implementation_for(problem: AttentionProblem, config: dict | None = None, direction: str = "fwd",
+                       backend: str = "nvidia") -> tuple[str, str]:
+    """(name, why): the implementation ``backend`` runs ``problem`` with in ``direction`` ("fwd" or
+    "bwd") under ``config``, as :meth:`ceiling.op.Op.select` chooses it ("gluon" or "triton" on
+    "nvidia"), and why; ``config`` is checked as a call checks it."""
+    from ceiling.attention.op import ATTENTION
+
+    call = ATTENTION.select(problem, backend, config)
+    run = {"fwd": call.forward, "bwd": call.backward}[direction]
+    return run.implementation.name, run.why

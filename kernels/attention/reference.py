@@ -1,10 +1,7 @@
-"""The attention oracle: plain framework math in float32 (float64 for float64 input or on request).
-
-The same entry points as a kernel backend: ``attention_fwd`` returns (out, lse) and
-``attention_bwd`` returns (dq, dk, dv, dbias) from the closed-form softmax backward, so the
-reference also serves as a backend behind the torch and JAX front ends. It materializes the
-(batch, heads, q_len, k_len) scores, so it is for checking and small problems.
-"""
+"""The attention oracle, plain framework math in float32 (float64 for float64 input or on request),
+and the op's ``reference`` implementation: ``attention_fwd`` gives (out, lse) and ``attention_bwd``
+(dq, dk, dv, dbias) from the closed-form softmax backward, in PyTorch and JAX. It materializes the
+(batch, heads, q_len, k_len) scores, so it is for checking and small problems."""
 
 from __future__ import annotations
 
@@ -52,7 +49,9 @@ def _probs(q, k, bias, mask, causal, scale, ct):
     if keep is not None:
         s = s.masked_fill(~keep, float("-inf"))
     lse = torch.logsumexp(s, dim=-1)
-    p = torch.exp(s - torch.where(torch.isinf(lse), 0.0, lse).unsqueeze(-1))
+    # A row that sees no key has lse -inf and gets p = 0; a +inf score (an Inf in q or k) keeps
+    # lse +inf, so its row is NaN, as the softmax's float math makes it.
+    p = torch.exp(s - torch.where(lse == float("-inf"), 0.0, lse).unsqueeze(-1))
     return p, lse, qf, kf
 
 
@@ -124,7 +123,7 @@ def _probs_jax(q, k, bias, mask, causal, scale, ct):
     if keep is not None:
         s = jnp.where(keep, s, -jnp.inf)
     m = jnp.max(s, axis=-1, keepdims=True)
-    m = jnp.where(jnp.isinf(m), 0.0, m)
+    m = jnp.where(m == -jnp.inf, 0.0, m)  # a row that sees nothing; +inf (an Inf input) stays and gives NaN
     e = jnp.exp(s - m)
     total = e.sum(-1, keepdims=True)
     lse = jnp.where(total[..., 0] == 0, -jnp.inf, jnp.log(jnp.where(total == 0, 1.0, total))[..., 0] + m[..., 0])
@@ -177,3 +176,29 @@ def attention_bwd_jax(do, q, k, v, o, lse, bias, mask, causal, scale, bias_grad)
         dims = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(bias.shape) if s == 1 and ds.shape[lead + i] != 1)
         dbias = ds.sum(axis=dims, keepdims=True).reshape(bias.shape).astype(bias.dtype)
     return (jnp.swapaxes(dq, 1, 2).astype(q.dtype), per_kv_head(dk).astype(k.dtype), per_kv_head(dv).astype(v.dtype), dbias)
+
+
+# ----------------------------------------------------------------------------------------------
+# The reference implementation's entry points (ceiling.op.Implementation)
+# ----------------------------------------------------------------------------------------------
+
+
+def forward(problem, config, q, k, v, bias, mask):
+    out, lse = attention_fwd(q, k, v, bias, mask, problem.causal, problem.scale)
+    return out, lse.float()
+
+
+def backward(problem, config, saved, grads, needs):
+    s = saved
+    return attention_bwd(grads["out"], s["q"], s["k"], s["v"], s["out"], s["lse"], s["bias"], s["mask"],
+                         problem.causal, problem.scale, needs["bias"])
+
+
+def forward_jax(problem, config, q, k, v, bias, mask):
+    return attention_fwd_jax(q, k, v, bias, mask, problem.causal, problem.scale)
+
+
+def backward_jax(problem, config, saved, grads, needs):
+    s = saved
+    return attention_bwd_jax(grads["out"], s["q"], s["k"], s["v"], s["out"], s["lse"], s["bias"], s["mask"],
+                             problem.causal, problem.scale, needs["bias"])

@@ -1,25 +1,11 @@
-"""A drop-in for ``torch.nn.functional.scaled_dot_product_attention`` on our kernels.
-
-Same arguments and layout, (batch, heads, seq, head_dim) (or (heads, seq, head_dim) without
-a batch), same semantics:
-
-* ``attn_mask``: boolean (True = take part in attention) or a float mask added to the
-  scores; broadcastable to (batch, heads, q_len, k_len). A float mask gets a gradient.
-* ``is_causal``: the lower-triangular mask aligned to the top left, as PyTorch does it
-  (``kernels.attention`` aligns it to the bottom right; the two agree when q_len == k_len,
-  and otherwise the top-left mask is passed as a boolean mask).
-* ``enable_gqa``: lets key/value have fewer heads than query (dividing it).
-* ``dropout_p`` must be 0: the kernels have no dropout.
-
-One difference: a query row with nothing to attend to gives 0 here, where PyTorch gives NaN.
-The transposed views go to the kernels without a copy (they take strides).
-"""
+"""A drop-in for ``torch.nn.functional.scaled_dot_product_attention`` on ``ceiling.attention``:
+the same arguments, layout and semantics (its differences: :func:`scaled_dot_product_attention`)."""
 
 from __future__ import annotations
 
 import torch
 
-from kernels.errors import InputError
+from ceiling.errors import InputError
 
 
 def scaled_dot_product_attention(
@@ -35,7 +21,21 @@ def scaled_dot_product_attention(
     backend: str | None = None,
     config: dict | None = None,
 ) -> torch.Tensor:
-    from kernels.attention import attention
+    """PyTorch's SDPA on the attention kernels. Same arguments and layout, (batch, heads, seq,
+    head_dim) (or (heads, seq, head_dim) without a batch), same semantics:
+
+    * ``attn_mask``: boolean (True = take part in attention) or a float mask added to the
+      scores; broadcastable to (batch, heads, q_len, k_len). A float mask gets a gradient.
+    * ``is_causal``: the lower-triangular mask aligned to the top left, as PyTorch does it
+      (``ceiling.attention`` aligns it to the bottom right; the two agree when q_len == k_len,
+      and otherwise the top-left mask is passed as a boolean mask).
+    * ``enable_gqa``: lets key/value have fewer heads than query (dividing it).
+    * ``dropout_p`` must be 0: the kernels have no dropout.
+
+    One difference: a query row with nothing to attend to gives 0 here, where PyTorch gives NaN.
+    The transposed views go to the kernels without a copy (they take strides).
+    """
+    from ceiling.attention import attention
 
     if dropout_p != 0.0:
         raise InputError("dropout_p", "0.0 (the attention kernels have no dropout)", repr(dropout_p))

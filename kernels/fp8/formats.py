@@ -1,21 +1,8 @@
-"""The FP8 formats the ops take, and what differs between them.
-
-Two families exist in hardware today:
-
-* **OCP FP8** (``float8_e4m3fn``, ``float8_e5m2``): what Hopper's wgmma (and Blackwell,
-  and CDNA4) multiplies. e4m3fn has exponent bias 7, no infinities, one NaN per sign
-  (``S.1111.111``) and a largest finite value of 448; e5m2 is IEEE-like (bias 15,
-  infinities, largest finite 57344).
-* **FNUZ FP8** (``float8_e4m3fnuz``, ``float8_e5m2fnuz``): what CDNA3 (MI300X, gfx942)
-  multiplies. The exponent bias is one higher (8 and 16), there is no negative zero
-  and no infinity, and the one NaN is the bit pattern ``0x80`` (the negative-zero
-  slot). e4m3fnuz tops out at 240, e5m2fnuz at 57344.
-
-Because only the bias differs, the same bits read as FNUZ are worth exactly half
-their OCP value, for every finite code but the specials: :func:`ocp_to_fnuz` turns
-an OCP tensor into the FNUZ tensor of half its value without any rounding (negative
-zero becomes zero, NaN becomes the FNUZ NaN, e5m2's infinities become NaN), and the
-caller doubles the scale. That is what the AMD backend does with OCP inputs.
+"""The FP8 formats the ops take: OCP ``float8_e4m3fn``/``float8_e5m2`` (what Hopper, Blackwell
+and CDNA4 multiply) and FNUZ ``float8_e4m3fnuz``/``float8_e5m2fnuz`` (CDNA3: exponent bias one
+higher, no negative zero or infinity, NaN at ``0x80``). Only the bias differs, so an OCP code
+read as FNUZ is worth exactly half: :func:`ocp_to_fnuz` maps one to the other without rounding
+(the specials to the FNUZ NaN) and the caller doubles the scale, as the AMD backend does.
 """
 
 from __future__ import annotations

@@ -1,22 +1,16 @@
-"""The quantization oracle: scales and FP8 codes computed in float32 with plain PyTorch.
-
-Same rules as the Triton quantizers (:mod:`kernels.triton.fp8_quantize`), written the obvious way:
-
-* a group's scale is ``amax / fmt.max`` over the group's finite elements (NaN and
-  infinities do not count, so one bad element does not flatten its whole group), floored
-  at ``AMAX_FLOOR / fmt.max`` so an all-zero group gets a finite, nonzero scale;
-  with ``pow2=True`` it is rounded up to a power of two (DeepGEMM's UE8M0 scales:
-  dequantization is then exact in any precision);
-* a finite element becomes ``round_to_nearest_even(clamp(x * (1 / scale), -max, max))``;
-  NaN stays NaN; an infinity stays infinite where the format has one (e5m2) and becomes
-  NaN where it has none (e4m3fn and the FNUZ formats), never a finite number.
+"""The quantization oracle in float32 with plain PyTorch (and jnp): a group's scale is the amax of
+its finite elements over the format's largest value, floored so an all-zero group gets a finite
+nonzero scale, optionally rounded up to a power of two (DeepGEMM's UE8M0); a finite element
+becomes ``round_to_nearest_even(clamp(x / scale))``; NaN stays NaN, an infinity stays infinite
+where the format has one (e5m2) and becomes NaN where it has none. Also the ``fp8_quantize``
+op's reference implementation.
 """
 
 from __future__ import annotations
 
 import torch
 
-from kernels.fp8.formats import Format, format_of
+from ceiling.fp8.formats import Format, format_of
 
 GRANULARITIES = ("tensor", "row", "1x128", "128x128")
 GROUP = 128  # elements along K (and rows, for 128x128) that share one scale
@@ -160,3 +154,13 @@ def dequantize_jax(q, scale, granularity: str):
     import jax.numpy as jnp
 
     return q.astype(jnp.float32) * expand_jax(scale, granularity, *q.shape)
+
+
+# --------------------------------------------------------------------------- the reference implementation
+
+
+def forward(problem, config, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``ceiling.fp8.quantize`` on the oracle: codes and the scales as stored (1x128 K-block-major)."""
+    codes, scale = quantize(x, problem.granularity, format_of(problem.fp8).dtype, transpose=problem.transpose,
+                            pow2=problem.pow2)
+    return codes, scale.T if problem.granularity == "1x128" else scale

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernels.gemm.spec import ACTIVATIONS, DTYPES, GemmProblem, check, default_backend
+from ceiling.errors import InputError
+from ceiling.gemm.spec import ACTIVATIONS, DTYPES, GemmProblem, check, default_backend
 
 __all__ = ["gemm", "ACTIVATIONS", "DTYPES", "GemmProblem"]
 
@@ -31,38 +32,32 @@ def gemm(
         backend: "reference", "nvidia", "amd", "tpu" or "trainium". None picks
             the device's vendor, and the reference for CPU arrays. A Triton
             backend named for CPU tensors runs its kernel under the Triton
-            interpreter; see ``kernels.backends``.
+            interpreter; see ``ceiling.backends``.
         config: a kernel config for the chosen backend (block sizes, stages...),
             overriding the tuned table and the heuristic; its keys, their domains and the
             constraints between them are the backend's space (``kernels/spaces/gemm.json``),
             checked before anything launches. On the Triton and Trainium backends a partial
             config overrides the keys it names; TPU configs give bm, bn and bk together.
+            ``"autotune"`` (nvidia, PyTorch tensors on the GPU): the fastest of the candidate
+            configs for this problem on this GPU, timed the first time and remembered on disk
+            (``ceiling.autotune``).
 
     float32 inputs run on the tensor cores as TF32 on the GPU backends
     (10-bit mantissa products, float32 accumulation); use the reference backend
     for full float32 products.
 
     Returns the same kind of array as ``a``, of shape (M, N) or (batch, M, N).
-    Raises ``kernels.errors.InputError`` naming the argument for bad input.
+    Raises ``ceiling.errors.InputError`` naming the argument for bad input.
     """
+    from ceiling.gemm.op import GEMM
+
     problem = check(a, b, bias, activation, out_dtype)
-    from kernels.backends import BACKENDS
-
-    if backend is not None and backend not in BACKENDS:
-        from kernels.errors import InputError
-
-        raise InputError("backend", f"one of {BACKENDS} or None", repr(backend))
+    GEMM.check_backend(backend)
     chosen = backend or default_backend(problem)
-    autotune = isinstance(config, str) and config == "autotune" and chosen == "nvidia" and problem.framework == "torch"
+    autotune = config == "autotune" and chosen == "nvidia" and problem.framework == "torch"
     if config is not None and not isinstance(config, dict) and not autotune:
-        from kernels.errors import InputError
-
         raise InputError("config", 'a dict of the backend\'s config keys, None, or "autotune" (nvidia, PyTorch)',
                          repr(config))
-    if problem.framework == "torch":
-        from kernels.gemm import torch_op
-
-        return torch_op.gemm(a, b, bias, activation, problem.out_dtype, chosen, config)
-    from kernels.gemm import jax_op
-
-    return jax_op.gemm(a, b, bias, activation, problem.out_dtype, chosen, config)
+    static = {"activation": activation, "out_dtype": problem.out_dtype, "backend": backend}
+    (out,) = GEMM.run(problem, chosen, config, (a, b, bias), static)
+    return out

@@ -1,4 +1,5 @@
-"""The GEMM oracle: plain framework math, computed in float32 (or float64 on request)."""
+"""The GEMM oracle: plain framework math, computed in float32 (or float64 on request); also the
+``reference`` implementation of the op (:func:`forward`, :func:`forward_jax`)."""
 
 from __future__ import annotations
 
@@ -37,7 +38,26 @@ def activation_grad_torch(z, activation: str | None):
     raise ValueError(activation)
 
 
-def gemm(a, b, bias=None, activation=None, out_dtype=None, compute_dtype=None, config=None):
+def activation_grad_jax(z, activation: str | None):
+    """d activation / dz at z, on a JAX array."""
+    import jax
+    import jax.numpy as jnp
+
+    if activation is None:
+        return jnp.ones_like(z)
+    if activation == "relu":
+        return (z > 0).astype(z.dtype)
+    if activation == "gelu":
+        cdf = 0.5 * (1.0 + jax.lax.erf(z / jnp.sqrt(2.0)))
+        pdf = jnp.exp(-0.5 * z * z) / jnp.sqrt(2.0 * jnp.pi)
+        return cdf + z * pdf
+    if activation == "silu":
+        s = jax.nn.sigmoid(z)
+        return s * (1.0 + z * (1.0 - s))
+    raise ValueError(activation)
+
+
+def gemm(a, b, bias=None, activation=None, out_dtype=None, compute_dtype=None):
     """activation(a @ b + bias) on torch tensors, computed in ``compute_dtype`` (float32)."""
     import torch
 
@@ -72,3 +92,13 @@ def gemm_jax(a, b, bias=None, activation=None, out_dtype=None):
     z = jnp.matmul(a.astype(jnp.float32), b.astype(jnp.float32), precision=jax.lax.Precision.HIGHEST)
     z = epilogue_jax(z, bias, activation)
     return z.astype(out_dtype or a.dtype)
+
+
+def forward(problem, config, a, b, bias):
+    import torch
+
+    return (gemm(a, b, bias, problem.activation, getattr(torch, problem.out_dtype)),)
+
+
+def forward_jax(problem, config, a, b, bias):
+    return (gemm_jax(a, b, bias, problem.activation, problem.out_dtype),)

@@ -1,20 +1,6 @@
-"""The GEMM spec: what ``kernels.gemm`` accepts, and the error each violation gets.
-
-``out = activation(a @ b + bias)`` with
-
-* ``a``: (M, K) or (batch, M, K); ``b``: (K, N) or (batch, K, N). A 3-D ``a`` may
-  take a 2-D ``b`` (one weight for the whole batch); a 2-D ``a`` with a 3-D ``b``
-  is refused.
-* Any strides whose last or second-to-last dimension is unit-stride: row-major
-  tensors and transposed views (``x.mT``) run without a copy.
-* dtypes float16, bfloat16 or float32, the same for ``a`` and ``b``; accumulation
-  is always float32. float32 inputs go through the tensor cores as TF32 on the
-  GPU backends (about 10 mantissa bits per product).
-* ``bias``: shape (N,), any of those dtypes, added in float32.
-* ``activation``: None, "relu", "gelu" (exact, erf form) or "silu".
-* ``out_dtype``: defaults to the input dtype.
-
-All checks run on shapes and dtypes alone, before any kernel launches.
+"""The GEMM spec: the frozen ``GemmProblem`` a call computes, and :func:`check`, which builds it
+from the arrays and gives each violation its ``InputError`` naming the argument, on shapes, dtypes
+and devices alone, before any kernel launches (what a call may be: ``docs/gemm.md``).
 """
 
 from __future__ import annotations
@@ -22,16 +8,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kernels.arrays import require
-from kernels.errors import InputError
+from ceiling.arrays import gpu_facts, require
+from ceiling.errors import InputError
+from ceiling.op import Problem
 
 DTYPES = ("float16", "bfloat16", "float32")
 ACTIVATIONS = (None, "relu", "gelu", "silu")
+BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 
 
 @dataclass(frozen=True)
-class GemmProblem:
-    framework: str
+class GemmProblem(Problem):
     batch: int | None  # None for a 2-D product
     m: int
     n: int
@@ -40,8 +27,10 @@ class GemmProblem:
     out_dtype: str
     bias_dtype: str | None
     activation: str | None
-    device: str
     b_shared: bool  # a 3-D ``a`` against a 2-D ``b``
+    # a transposed view (unit stride along its rows' dimension: ``x.mT`` of a row-major array)
+    a_trans: bool = False
+    b_trans: bool = False
 
     @property
     def flops(self) -> int:
@@ -50,6 +39,17 @@ class GemmProblem:
     @property
     def out_shape(self) -> tuple[int, ...]:
         return (self.m, self.n) if self.batch is None else (self.batch, self.m, self.n)
+
+    @property
+    def rows(self) -> int:
+        """M of the product the kernels run: a shared weight folds the batch into it."""
+        return self.m * self.batch if self.b_shared else self.m
+
+    def features(self) -> dict:
+        """``M``, ``N``, ``K`` (M with a shared weight's batch folded in), the operand and output
+        widths in bytes and whether a bias is added: what the tables and spaces read."""
+        return {**super().features(), "M": self.rows, "N": self.n, "K": self.k, "dtype_bytes": BYTES[self.dtype],
+                "out_dtype_bytes": BYTES[self.out_dtype], "has_bias": int(self.bias_dtype is not None)}
 
 
 
@@ -118,8 +118,12 @@ def check(a: Any, b: Any, bias: Any = None, activation: str | None = None, out_d
     out = _dtype_name(out_dtype) or ai.dtype
     if out not in DTYPES:
         raise InputError("out_dtype", f"one of {DTYPES}", out)
+    gpu, arch = gpu_facts(ai.framework, ai.device)
     return GemmProblem(
         framework=ai.framework,
+        device=ai.device,
+        gpu=gpu,
+        arch=arch,
         batch=batch,
         m=m,
         n=n,
@@ -128,13 +132,34 @@ def check(a: Any, b: Any, bias: Any = None, activation: str | None = None, out_d
         out_dtype=out,
         bias_dtype=bias_dtype,
         activation=activation,
-        device=ai.device,
         b_shared=batch is not None and len(bi.shape) == 2,
+        a_trans=_transposed(ai),
+        b_trans=_transposed(bi),
     )
+
+
+def _transposed(info) -> bool:
+    return info.strides is not None and info.strides[-1] != 1
+
+
+def check_arrays(a: Any, b: Any, bias: Any, **static: Any) -> GemmProblem:
+    """:func:`check` with the arrays in the op's signature order (``ceiling.op.Op.check``)."""
+    return check(a, b, bias, static.get("activation"), static.get("out_dtype"))
 
 
 def default_backend(problem: GemmProblem) -> str:
     """Where GEMM runs when no backend is named: the device's vendor, else the reference."""
-    from kernels.backends import default_for_device
+    from ceiling.backends import default_for_device
 
     return default_for_device(problem.device)
+
+
+def shipped_problem(m: int, n: int, k: int, dtype: str = "bfloat16", *, out_dtype: str | None = None,
+                    bias: bool = False, batch: int | None = None, b_shared: bool = False, gpu: str | None = None,
+                    arch: str | None = None, framework: str = "torch") -> GemmProblem:
+    """A problem on the named GPU (or the CPU), as the tables and compile specs are written for:
+    no arrays needed, so a CPU can ask what a device would run."""
+    device = ("cuda:0" if framework == "torch" else "gpu:0") if gpu else "cpu"
+    return GemmProblem(framework=framework, device=device, gpu=gpu, arch=arch, batch=batch, m=m,
+                       n=n, k=k, dtype=dtype, out_dtype=out_dtype or dtype, bias_dtype=dtype if bias else None,
+                       activation=None, b_shared=b_shared)

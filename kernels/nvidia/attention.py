@@ -1,110 +1,65 @@
-"""Flash attention on Hopper (sm_90a): the config table, the TMA decision and the entry points
-over the shared Triton source (:mod:`kernels.triton.attention`).
-
-Q, K and V tiles come in through TMA (2-D tensor descriptors over (batch * seq, heads *
-head_dim)) and ``tl.dot`` lowers to wgmma. The source's pointer-load path keeps K/V tiles and
-their 64-bit addresses in registers on Hopper and spills, so here other head dims (80, 96, ...)
-and strided inputs are copied once, zero-padded, into the TMA layout instead; the interpreter
-runs the pointer path unless a config asks for TMA.
-
-Tiles per device key (``sm90``) and padded head dim are in ``configs/attention.json``, with
-``"causal"``, ``"narrow"`` (a bias or mask tile live, or pointer loads) and ``"pointer_bias"``
-overrides; :func:`heuristic` covers the rest.
-
-The Gluon warp-specialized kernels (:mod:`kernels.nvidia.gluon.attention`) are this backend's
-second implementation: :func:`implementation_for` says which of the two runs a problem and why
-(the Gluon kernels only when ``config={"implementation": "gluon"}`` asks for them or a device
-run proved them faster for the problem, and only on problems they take).
-"""
+"""Flash attention on Hopper (sm_90a), the nvidia backend's Triton implementation: its heuristic
+and table features, the TMA decision, and the launches of the shared Triton kernels
+(:mod:`ceiling.triton.attention`; tuned tiles in ``tables/sm_90a/attention.json``). Through TMA,
+head dims that are not a power of two and strided inputs are first copied, zero-padded, into the
+TMA layout; the interpreter and jax-triton run the pointer path."""
 
 from __future__ import annotations
 
-import functools
-import json
-from pathlib import Path
+from collections.abc import Mapping
 
 import torch
 
-from kernels import spaces
-from kernels.triton import attention as flash
+from ceiling.triton import attention as flash
 
-CONFIG_FILE = Path(__file__).parent / "configs" / "attention.json"
-TARGET = "sm_90a"
+JAX = "gpu"  # forward_jax/backward_jax run on a JAX GPU (jax-triton); elsewhere the host callback
 
 
-@functools.cache
-def _tuned() -> dict:
-    return json.loads(CONFIG_FILE.read_text())
+def target(problem) -> str:
+    return "sm_90a"
 
 
-def device_key(device: torch.device | str) -> str:
-    """The key of the tuned table for ``device``: 'sm90' on Hopper, 'interpreter' on the CPU;
-    a string is already a key (JAX callers, see ``kernels.jax_bridge.device_key``)."""
-    if isinstance(device, str):
-        return device
-    if device.type != "cuda":
-        return "interpreter"
-    major, minor = torch.cuda.get_device_capability(device)
-    return f"sm{major}{minor}"
+def table_target(problem) -> str | None:
+    """The tuned tiles are for Hopper; on the CPU (interpreted) and other GPUs the heuristic runs."""
+    return "sm_90a" if problem.arch == "sm_90" else None
 
 
-def heuristic(head_dim_padded: int) -> dict:
-    """Tiles for a device or head dim nobody tuned: 128-row query tiles while the accumulators
-    fit in registers, narrower key tiles and fewer stages as the head dim grows."""
-    big = head_dim_padded > 128
-    return {
-        "fwd": {"block_m": 64 if big else 128, "block_n": 64 if head_dim_padded >= 128 else 128,
-                "num_warps": 8 if head_dim_padded >= 64 else 4, "num_stages": 2 if big else 3},
-        "dkdv": {"block_m": 32 if big else 64, "block_n": 64 if big else 128, "num_warps": 8, "num_stages": 2},
-        "dq": {"block_m": 64 if big else 128, "block_n": 32 if big else 64, "num_warps": 8, "num_stages": 2},
-    }
-
-
-def heuristic_narrow(head_dim_padded: int) -> dict:
-    """Narrower tiles when a bias/mask tile is live next to the scores, or loads use pointers."""
-    return {"fwd": {"block_n": 32}, "dkdv": {"block_m": 16}, "dq": {"block_n": 32}}
-
-
-def select_config(head_dim: int, device: torch.device | str, config: dict | None = None, narrow: bool = False,
-                  pointer_bias: bool = False, causal: bool = False) -> dict:
-    """The tuned entry for (device, padded head dim) over the heuristic, then its ``"causal"``
-    overrides for causal attention (the tuning sweep measures both), then its ``"narrow"``
-    overrides when more registers are live per tile (a bias or mask tile next to the scores, or
-    pointer loads instead of TMA), then its ``"pointer_bias"`` overrides when both hold, then
-    ``config``, checked against the sm_90a space (``kernels/spaces/attention.json``): its keys
-    and values, then the merged config's constraints at this head dim (16-bit inputs)."""
-    if config is not None:
-        spaces.check("attention", TARGET, config, partial=True)
-    pad = flash.head_dim_pad(head_dim)
-    base = heuristic(pad)
-    tuned = dict(_tuned().get(device_key(device), {}).get(str(pad), {}))
-    narrower = tuned.pop("narrow", None)
-    narrowest = tuned.pop("pointer_bias", None)
-    causal_only = tuned.pop("causal", None)
-    if narrow:
-        base = flash.merge_config(base, heuristic_narrow(pad))
-    cfg = flash.merge_config(base, tuned, causal_only if causal else None, narrower if narrow else None,
-                             narrowest if pointer_bias else None, config)
-    spaces.check("attention", TARGET, cfg, {"head_dim": head_dim, "dtype_bytes": 2})
-    return cfg
-
-
-# ----------------------------------------------------------------------------------------------
-# The backend entry points (torch tensors in and out; validated by kernels.attention.spec)
-# ----------------------------------------------------------------------------------------------
-
-
-def _wants_tma(cfg: dict, q: torch.Tensor) -> bool:
-    wanted = cfg.get("use_tma")
-    if wanted is None:  # TMA on Hopper; the interpreter runs the pointer path unless asked
-        wanted = flash.on_vendor_gpu(q, "nvidia") and torch.cuda.get_device_capability(q.device)[0] >= 9
+def uses_tma(problem, user=None) -> bool:
+    """TMA on an sm_90+ GPU from PyTorch, pointer loads elsewhere (the interpreter; jax-triton,
+    which builds no descriptors), unless ``config`` says ``use_tma``."""
+    wanted = user.get("use_tma") if isinstance(user, Mapping) else None  # anything else: refused by the resolution
+    if wanted is None:
+        wanted = problem.framework == "torch" and (problem.arch or "").startswith("sm_") and int(problem.arch[3:]) >= 90
     return bool(wanted)
 
 
+def features(problem, user=None) -> dict:
+    """``narrow``: more registers live per tile (a bias or mask tile next to the scores, or pointer
+    loads), so narrower tiles; ``pointer_bias``: both at once (the JAX path)."""
+    tma = uses_tma(problem, user)
+    return {"head_dim_pad": flash.head_dim_pad(problem.head_dim), "narrow": problem.biased or not tma,
+            "pointer_bias": problem.biased and not tma}
+
+
+def heuristic(problem, user=None) -> dict:
+    """Tiles for a device or head dim nobody tuned: 128-row query tiles while the accumulators fit
+    in registers, narrower key tiles and fewer stages as the head dim grows; narrower still where
+    a bias or mask tile is live or loads go through pointers."""
+    pad = flash.head_dim_pad(problem.head_dim)
+    big = pad > 128
+    base = {
+        "fwd": {"block_m": 64 if big else 128, "block_n": 64 if pad >= 128 else 128,
+                "num_warps": 8 if pad >= 64 else 4, "num_stages": 2 if big else 3},
+        "dkdv": {"block_m": 32 if big else 64, "block_n": 64 if big else 128, "num_warps": 8, "num_stages": 2},
+        "dq": {"block_m": 64 if big else 128, "block_n": 32 if big else 64, "num_warps": 8, "num_stages": 2},
+    }
+    if features(problem, user)["narrow"]:
+        base = flash.merge_config(base, {"fwd": {"block_n": 32}, "dkdv": {"block_m": 16}, "dq": {"block_n": 32}})
+    return base
+
+
 def _for_tma(t: torch.Tensor, pad: int) -> torch.Tensor:
-    """``t`` as a 16-byte-aligned contiguous (batch, seq, heads, pad) tensor. On Hopper the
-    pointer path keeps K/V tiles (and their addresses) in registers and spills, so padded
-    head dims and strided inputs are copied once into the TMA layout instead."""
+    """``t`` as a 16-byte-aligned contiguous (batch, seq, heads, pad) tensor."""
     if t.shape[-1] != pad:
         t = torch.nn.functional.pad(t, (0, pad - t.shape[-1]))
     if not t.is_contiguous():
@@ -114,83 +69,37 @@ def _for_tma(t: torch.Tensor, pad: int) -> torch.Tensor:
     return t
 
 
-def implementation_for(problem, config: dict | None = None, direction: str = "fwd") -> tuple[str, str]:
-    """("triton" or "gluon", why): which of the two Hopper implementations runs ``problem`` (a
-    :class:`kernels.attention.AttentionProblem`) in ``direction`` ("fwd" or "bwd"); see
-    :mod:`kernels.nvidia.gluon.attention`."""
-    from kernels.nvidia.gluon import attention as gluon
-
-    return gluon.implementation_for(problem, config, direction)
-
-
-def _runs_gluon(q, k, bias, mask, causal, scale, config, direction: str) -> bool:
-    from kernels.nvidia.gluon import attention as gluon
-
-    return gluon.implementation_for(gluon.problem_of(q, k, bias, mask, causal, scale), config, direction)[0] == "gluon"
+def forward(problem, config, q, k, v, bias, mask):
+    if not uses_tma(problem, config):
+        return flash.forward(q, k, v, bias, mask, problem.causal, problem.scale, config, False)
+    pad = flash.head_dim_pad(problem.head_dim)
+    o, lse = flash.forward(_for_tma(q, pad), _for_tma(k, pad), _for_tma(v, pad), bias, mask, problem.causal,
+                           problem.scale, config, True)
+    return o[..., :problem.head_dim], lse
 
 
-def attention_fwd(q, k, v, bias, mask, causal, scale, config=None):
-    if _runs_gluon(q, k, bias, mask, causal, scale, config, "fwd"):
-        from kernels.nvidia.gluon import attention as gluon
-
-        return gluon.forward(q, k, v, causal, scale, config)
-    head_dim = q.shape[-1]
-    biased = bias is not None or mask is not None
-    use_tma = _wants_tma(select_config(head_dim, q.device, config), q)
-    cfg = select_config(head_dim, q.device, config, narrow=biased or not use_tma, pointer_bias=biased and not use_tma,
-                        causal=causal)
-    if not use_tma:
-        return flash.forward(q, k, v, bias, mask, causal, scale, cfg, False)
-    pad = flash.head_dim_pad(head_dim)
-    o, lse = flash.forward(_for_tma(q, pad), _for_tma(k, pad), _for_tma(v, pad), bias, mask, causal, scale, cfg,
-                           True)
-    return o[..., :head_dim], lse
+def backward(problem, config, saved, grads, needs):
+    s = saved
+    args = (problem.causal, problem.scale, needs["bias"], config)
+    if not uses_tma(problem, config):
+        return flash.backward(grads["out"], s["q"], s["k"], s["v"], s["out"], s["lse"], s["bias"], s["mask"],
+                              *args, False)
+    d, pad = problem.head_dim, flash.head_dim_pad(problem.head_dim)
+    padded = [_for_tma(t, pad) for t in (grads["out"], s["q"], s["k"], s["v"], s["out"])]
+    dq, dk, dv, dbias = flash.backward(*padded, s["lse"], s["bias"], s["mask"], *args, True)
+    return dq[..., :d], dk[..., :d], dv[..., :d], dbias
 
 
-def attention_bwd(do, q, k, v, o, lse, bias, mask, causal, scale, bias_grad, config=None):
-    if _runs_gluon(q, k, bias, mask, causal, scale, config, "bwd"):
-        from kernels.nvidia.gluon import attention as gluon
+def forward_jax(problem, config, q, k, v, bias, mask):
+    from ceiling.triton import attention_jax
 
-        return (*gluon.backward(do, q, k, v, o, lse, causal, scale, config), None)
-    head_dim = q.shape[-1]
-    biased = bias is not None or mask is not None
-    use_tma = _wants_tma(select_config(head_dim, q.device, config), q)
-    cfg = select_config(head_dim, q.device, config, narrow=biased or not use_tma, pointer_bias=biased and not use_tma,
-                        causal=causal)
-    if not use_tma:
-        return flash.backward(do, q, k, v, o, lse, bias, mask, causal, scale, bias_grad, cfg, False)
-    pad = flash.head_dim_pad(head_dim)
-    padded = [_for_tma(t, pad) for t in (do, q, k, v, o)]
-    dq, dk, dv, dbias = flash.backward(*padded, lse, bias, mask, causal, scale, bias_grad, cfg, True)
-    return dq[..., :head_dim], dk[..., :head_dim], dv[..., :head_dim], dbias
+    return attention_jax.attention_fwd(q, k, v, bias, mask, problem.causal, problem.scale, config, vendor="nvidia")
 
 
-def jax_config(head_dim: int, config: dict | None, biased: bool) -> dict:
-    """The config of the jax-triton launchers (:mod:`kernels.triton.attention_jax`) on JAX's GPU:
-    pointer loads, so the narrow tiles, and the narrowest when a bias or mask tile is live too."""
-    from kernels import jax_bridge
+def backward_jax(problem, config, saved, grads, needs):
+    from ceiling.triton import attention_jax
 
-    return select_config(head_dim, jax_bridge.device_key("nvidia"), config, narrow=True, pointer_bias=biased)
-
-
-# ----------------------------------------------------------------------------------------------
-# Cross-compilation specs (static checks: tensor-core instructions, spills, shared memory)
-# ----------------------------------------------------------------------------------------------
-
-
-def compile_specs(dtype: str = "bfloat16") -> list:
-    """The shipped Hopper configs: every tuned head dim, causal, TMA; the same with a bias and
-    a mask (their ``"narrow"`` tiles). Other head dims run zero-padded to these on Hopper."""
-    table = _tuned()["sm90"]
-    specs = []
-    for pad in table:
-        entry = {k: v for k, v in table[pad].items() if k not in ("narrow", "pointer_bias", "causal")}
-        cfg = flash.merge_config(heuristic(int(pad)), entry, table[pad].get("causal"))
-        specs += flash.kernel_specs(int(pad), cfg, dtype=dtype)
-    for pad in table:
-        entry = {k: v for k, v in table[pad].items() if k != "pointer_bias"}
-        narrower = entry.pop("narrow", None)
-        entry.pop("causal", None)
-        cfg = flash.merge_config(heuristic(int(pad)), heuristic_narrow(int(pad)), entry, narrower)
-        specs += flash.kernel_specs(int(pad), cfg, dtype=dtype, causal=False, bias=True, mask=True)
-    return specs
+    s = saved
+    return attention_jax.attention_bwd(grads["out"], s["q"], s["k"], s["v"], s["out"], s["lse"], s["bias"],
+                                       s["mask"], problem.causal, problem.scale, needs["bias"], config,
+                                       vendor="nvidia")

@@ -3,9 +3,9 @@ GEMM and epilogue, in float32 (or float64 for the tests' ground truth)."""
 
 from __future__ import annotations
 
-from kernels.fp8 import reference as fp8_reference
-from kernels.gemm.reference import activate_torch, epilogue_jax
-from kernels.scaled_gemm.spec import kinds
+from ceiling.fp8 import reference as fp8_reference
+from ceiling.gemm.reference import activate_torch, epilogue_jax
+from ceiling.scaled_gemm.spec import kinds
 
 
 def dequantize_a(a, a_scale, kind: str, dtype=None):
@@ -24,7 +24,7 @@ def dequantize_b(b, b_scale, kind: str, dtype=None):
     return dequantize_a(b.mT, scale, kind, dtype).mT
 
 
-def scaled_gemm(a, b, a_scale, b_scale, bias=None, activation=None, out_dtype=None, config=None, compute_dtype=None):
+def scaled_gemm(a, b, a_scale, b_scale, bias=None, activation=None, out_dtype=None, compute_dtype=None):
     """activation(deq(a) @ deq(b) + bias) on torch tensors, computed in ``compute_dtype`` (float32)."""
     import torch
 
@@ -36,7 +36,7 @@ def scaled_gemm(a, b, a_scale, b_scale, bias=None, activation=None, out_dtype=No
     return activate_torch(z, activation).to(out_dtype or torch.bfloat16)
 
 
-def scaled_gemm_jax(a, b, a_scale, b_scale, bias=None, activation=None, out_dtype=None, config=None):
+def scaled_gemm_jax(a, b, a_scale, b_scale, bias=None, activation=None, out_dtype=None):
     """The same on JAX arrays, in float32 at full precision."""
     import jax
     import jax.numpy as jnp
@@ -48,3 +48,32 @@ def scaled_gemm_jax(a, b, a_scale, b_scale, bias=None, activation=None, out_dtyp
     z = jnp.matmul(da, db, precision=jax.lax.Precision.HIGHEST)
     z = epilogue_jax(z, bias, activation)
     return z.astype(out_dtype or jnp.bfloat16)
+
+
+# --------------------------------------------------------------------------- the reference implementation
+
+JAX = "native"  # forward_jax and backward_jax are jnp: XLA runs them on any device
+
+
+def forward(problem, config, a, b, a_scale, b_scale, bias):
+    import torch
+
+    return (scaled_gemm(a, b, a_scale, b_scale, bias, problem.activation, getattr(torch, problem.out_dtype)),)
+
+
+def backward(problem, config, saved, grads, needs):
+    from ceiling.scaled_gemm.backward import bias_grad
+
+    return bias_grad("reference", problem, saved, grads, needs)
+
+
+def forward_jax(problem, config, a, b, a_scale, b_scale, bias):
+    import jax.numpy as jnp
+
+    return (scaled_gemm_jax(a, b, a_scale, b_scale, bias, problem.activation, jnp.dtype(problem.out_dtype)),)
+
+
+def backward_jax(problem, config, saved, grads, needs):
+    from ceiling.scaled_gemm.backward import bias_grad_jax
+
+    return bias_grad_jax(forward_jax, problem, config, saved, grads, needs)

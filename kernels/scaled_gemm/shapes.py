@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from kernels.scaled_gemm.spec import RECIPES
+from ceiling.scaled_gemm.spec import RECIPES
 
 SUITES: dict[str, list[tuple[int, int, int]]] = {
-    # Squares and the LLM projections of kernels.gemm.shapes' gemm-llm, at FP8.
+    # Squares and the LLM projections of ceiling.gemm.shapes' gemm-llm, at FP8.
     "fp8-llm": [
         (8192, 8192, 8192),
         (4096, 4096, 4096),
@@ -21,7 +21,7 @@ SUITES: dict[str, list[tuple[int, int, int]]] = {
     "fp8-device": [(8192, 8192, 8192), (8192, 14336, 4096), (16, 4096, 4096), (64, 14336, 4096)],
 }
 SUITES["fp8-all"] = SUITES["fp8-llm"] + SUITES["fp8-skinny"]
-SCALINGS = RECIPES  # the scalings benchmarked and tuned: kernels.fp8_gemm's recipes
+SCALINGS = RECIPES  # the scalings benchmarked and tuned: ceiling.fp8_gemm's recipes
 
 
 def suite(name: str) -> list[tuple[int, int, int]]:

@@ -1,36 +1,12 @@
-"""The scaled (FP8) GEMM spec: what ``kernels.scaled_gemm`` accepts, and the error each violation gets.
-
-``out = activation((a * a_scale) @ (b * b_scale) + bias)``, with the scales broadcast over
-the blocks they cover, float32 accumulation, and
-
-* ``a``: (M, K) and ``b``: (K, N), FP8: ``float8_e4m3fn`` / ``float8_e5m2`` (OCP; e5m2
-  is meant for gradients), or their FNUZ twins ``float8_e4m3fnuz`` / ``float8_e5m2fnuz``
-  (AMD CDNA3); any mix of e4m3 and e5m2 within one family. Row-major ``a`` and a
-  column-major ``b`` (``w.mT`` for a weight ``w`` stored (N, K), as ``torch._scaled_mm``
-  wants) are read in place; other layouts are copied by the Hopper kernel, whose FP8
-  wgmma reads both operands K-major.
-* ``a_scale`` and ``b_scale``: float32, one of these shapes each (``Kb = ceil(K/128)``,
-  ``Mb = ceil(M/128)``, ``Nb = ceil(N/128)``), any strides:
-
-  ==========  =================  ==================  ====================================
-  kind        a_scale            b_scale             covers
-  ==========  =================  ==================  ====================================
-  tensor      () or (1,), (1,1)  () or (1,), (1,1)   the whole operand
-  row         (M, 1)             (1, N)              a row of a / a column of b (all of K)
-  1x128       (M, Kb)            (Kb, N)             one row (column) x 128 of K
-  128x128     (Mb, Kb)           (Kb, Nb)            a 128 x 128 block
-  ==========  =================  ==================  ====================================
-
-  These are ``torch._scaled_mm``'s shapes (tensorwise, rowwise, and the DeepSeek-V3 /
-  DeepGEMM blockwise 1x128 activations with 128x128 weights), and any pairing of kinds
-  is accepted. Where two kinds give the same shape (M = 1, K <= 128, ...) they mean the
-  same scaling.
-* ``bias``: optional (N,), float16/bfloat16/float32, added in float32 after the scales.
-* ``activation``: None, "relu", "gelu" (erf) or "silu"; ``out_dtype``: bfloat16 (default),
-  float16 or float32.
-
-All checks run on shapes and dtypes alone, before any kernel launches. FP8 operands carry no
-gradient (``kernels.fp8_gemm`` is the trainable form); one that requires grad is refused.
+"""The scaled (FP8) GEMM spec: what ``ceiling.scaled_gemm`` and ``ceiling.fp8_gemm`` accept, the error
+each violation gets (on shapes and dtypes alone, before any launch), and the frozen problems they
+become. ``scaled_gemm``: a (M, K) and b (K, N) FP8 of one family (OCP e4m3fn/e5m2, or FNUZ for
+CDNA3; row-major a and ``w.mT`` b read in place), float32 scales of a kind each (README, "FP8
+GEMM": ``tensor``, ``row``, ``1x128``, ``128x128``, in ``torch._scaled_mm``'s and DeepGEMM's shapes;
+where two kinds give the same shape they mean the same scaling), an optional (N,) bias, an
+activation, a bfloat16/float16/float32 output; FP8 operands and scales carry no gradient and one
+that requires grad is refused. ``fp8_gemm``: the GEMM's contract on 2-D high-precision operands, a
+recipe and a backward precision.
 """
 
 from __future__ import annotations
@@ -38,31 +14,39 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kernels.arrays import require
-from kernels.errors import InputError
-from kernels.fp8.formats import FNUZ, OCP
-from kernels.gemm.spec import DTYPES, _dtype_name, check_epilogue
+from ceiling.arrays import gpu_facts, require
+from ceiling.errors import InputError
+from ceiling.fp8.formats import FNUZ, OCP
+from ceiling.gemm.spec import DTYPES, _dtype_name, check_epilogue
+from ceiling.op import Problem
 
 FP8_DTYPES = OCP + FNUZ
 OUT_DTYPES = DTYPES
 SCALE_KINDS = ("tensor", "row", "1x128", "128x128")
+K_VARYING = ("1x128", "128x128")  # scale kinds that change along K
 GROUP = 128
-# kernels.fp8_gemm's recipes: name -> (scale kind of a, scale kind of b); b's kind is over b.T,
+# ceiling.fp8_gemm's recipes: name -> (scale kind of a, scale kind of b); b's kind is over b.T,
 # the (N, K) weight.
 RECIPES = {
     "tensor": ("tensor", "tensor"),  # one scale per operand (torchao's tensorwise)
     "row": ("row", "row"),  # per token of a, per output channel of b (torchao's rowwise)
     "block": ("1x128", "128x128"),  # DeepSeek-V3: 1x128 activation tiles, 128x128 weight blocks
 }
+GRAD_PRECISIONS = ("bf16", "fp8")
+_OUT_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def scales_key(a_kind: str, b_kind: str) -> str:
+    """The scaling of a problem as the tables and the search space name it: ``"1x128/128x128"``."""
+    return f"{a_kind}/{b_kind}"
+
+
 @dataclass(frozen=True)
-class ScaledGemmProblem:
-    framework: str
+class ScaledGemmProblem(Problem):
     m: int
     n: int
     k: int
@@ -71,9 +55,8 @@ class ScaledGemmProblem:
     a_scale: str  # kind, one of SCALE_KINDS
     b_scale: str
     out_dtype: str
-    bias_dtype: str | None
-    activation: str | None
-    device: str
+    bias_dtype: str | None = None
+    activation: str | None = None
 
     @property
     def fnuz(self) -> bool:
@@ -82,6 +65,58 @@ class ScaledGemmProblem:
     @property
     def flops(self) -> int:
         return 2 * self.m * self.n * self.k
+
+    @property
+    def scales(self) -> str:
+        return scales_key(self.a_scale, self.b_scale)
+
+    @property
+    def block_scaled(self) -> bool:
+        """A scale that changes along K (1x128, 128x128): the kernels apply it per K block."""
+        return self.a_scale in K_VARYING or self.b_scale in K_VARYING
+
+    def features(self) -> dict[str, Any]:
+        """The names the tables' conditions and the space's constraints read: the space's ``M``,
+        ``N``, ``K``, ``SCALES`` and operand sizes, the operand ``dtype`` (a's) the tuned entries
+        were measured with, and ``block_scaled``."""
+        return {**super().features(), "M": self.m, "N": self.n, "K": self.k, "dtype": self.a_dtype,
+                "SCALES": self.scales, "block_scaled": self.block_scaled, "dtype_bytes": 1,
+                "out_dtype_bytes": _OUT_BYTES[self.out_dtype]}
+
+
+@dataclass(frozen=True)
+class Fp8GemmProblem(Problem):
+    """``ceiling.fp8_gemm``: the high-precision problem, the recipe, and the backend whose
+    quantizers and scaled GEMMs it runs (which fixes the FP8 formats: FNUZ on AMD)."""
+
+    m: int
+    n: int
+    k: int
+    dtype: str
+    out_dtype: str
+    recipe: str
+    grad_precision: str
+    backend: str
+    bias_dtype: str | None = None
+    activation: str | None = None
+
+    @property
+    def kinds(self) -> tuple[str, str]:
+        return RECIPES[self.recipe]
+
+    @property
+    def formats(self) -> tuple[str, str]:
+        """(operand, gradient) FP8 formats: e4m3 / e5m2, their FNUZ twins on AMD CDNA3."""
+        if self.backend == "amd":
+            return "float8_e4m3fnuz", "float8_e5m2fnuz"
+        return "float8_e4m3fn", "float8_e5m2"
+
+    def forward_gemm(self) -> ScaledGemmProblem:
+        """The scaled GEMM of the forward: the quantized operands, the recipe's scale kinds."""
+        fp8 = self.formats[0]
+        return ScaledGemmProblem(self.framework, self.device, gpu=self.gpu, arch=self.arch, m=self.m, n=self.n,
+                                 k=self.k, a_dtype=fp8, b_dtype=fp8, a_scale=self.kinds[0], b_scale=self.kinds[1],
+                                 out_dtype=self.out_dtype, bias_dtype=self.bias_dtype, activation=self.activation)
 
 
 def scale_kind(name: str, shape: tuple[int, ...], outer: int, k: int, outer_first: bool) -> str:
@@ -125,7 +160,7 @@ def check(a: Any, b: Any, a_scale: Any, b_scale: Any, bias: Any = None, activati
             raise InputError(name, "unit stride in one of its dimensions (row- or column-major)", f"strides {info.strides}")
     for name, x in (("a", a), ("b", b)):
         if getattr(x, "requires_grad", False):
-            raise InputError(name, "an FP8 tensor that does not require grad (train through kernels.fp8_gemm, "
+            raise InputError(name, "an FP8 tensor that does not require grad (train through ceiling.fp8_gemm, "
                              "which quantizes inside and differentiates its high-precision inputs)", "requires_grad=True")
     kinds = []
     for name, scale, outer, outer_first in (("a_scale", a_scale, m, True), ("b_scale", b_scale, n, False)):
@@ -143,32 +178,52 @@ def check(a: Any, b: Any, a_scale: Any, b_scale: Any, bias: Any = None, activati
     out = _dtype_name(out_dtype) or "bfloat16"
     if out not in OUT_DTYPES:
         raise InputError("out_dtype", f"one of {OUT_DTYPES}", out)
-    return ScaledGemmProblem(ai.framework, m, n, k, ai.dtype, bi.dtype, kinds[0], kinds[1], out, bias_dtype,
-                             activation, ai.device)
+    gpu, arch = gpu_facts(ai.framework, ai.device)
+    return ScaledGemmProblem(ai.framework, ai.device, gpu=gpu, arch=arch, m=m, n=n, k=k, a_dtype=ai.dtype,
+                             b_dtype=bi.dtype, a_scale=kinds[0], b_scale=kinds[1], out_dtype=out,
+                             bias_dtype=bias_dtype, activation=activation)
 
 
-def scales_key(a_kind: str, b_kind: str) -> str:
-    """The scaling of a problem as the tables and the search space name it: ``"1x128/128x128"``."""
-    return f"{a_kind}/{b_kind}"
+def check_arrays(a: Any, b: Any, a_scale: Any, b_scale: Any, bias: Any, **static: Any) -> ScaledGemmProblem:
+    """:func:`check` with the arrays in the op's signature order (``ceiling.op.Op.check``)."""
+    return check(a, b, a_scale, b_scale, bias, static.get("activation"), static.get("out_dtype"))
 
 
-_OUT_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+def check_fp8_gemm(a: Any, b: Any, bias: Any = None, *, recipe: str, activation: str | None, out_dtype: Any,
+                   grad_precision: str, backend: str | None) -> Fp8GemmProblem:
+    """``ceiling.fp8_gemm``'s arguments: the GEMM's contract on 2-D high-precision operands, a recipe
+    and a backward precision; the backend (None: the device's vendor, the reference off a GPU)."""
+    from ceiling.backends import default_for_device
+    from ceiling.gemm.spec import check as check_gemm
+
+    problem = check_gemm(a, b, bias, activation, out_dtype)
+    if problem.batch is not None:
+        raise InputError("a", "a 2-D (M, K) array", f"batch {problem.batch}")
+    if recipe not in RECIPES:
+        raise InputError("recipe", f"one of {tuple(RECIPES)}", repr(recipe))
+    if grad_precision not in GRAD_PRECISIONS:
+        raise InputError("grad_precision", f"one of {GRAD_PRECISIONS}", repr(grad_precision))
+    gpu, arch = gpu_facts(problem.framework, problem.device)
+    return Fp8GemmProblem(problem.framework, problem.device, gpu=gpu, arch=arch, m=problem.m, n=problem.n,
+                          k=problem.k, dtype=problem.dtype, out_dtype=problem.out_dtype, recipe=recipe,
+                          grad_precision=grad_precision, backend=backend or default_for_device(problem.device),
+                          bias_dtype=problem.bias_dtype,
+                          activation=activation)
 
 
-def config_context(m: int | None, n: int | None, k: int | None, a_kind: str, b_kind: str, out_dtype: str,
-                   config: Any = None) -> dict[str, Any]:
-    """The problem's names the FP8 GEMM's search space reads (``kernels/spaces/gemm_fp8.json``): the
-    shape where known, the operand and output sizes, the scaling (``SCALES``). A ``config`` that
-    names ``SCALES`` must name the call's: an InputError otherwise."""
-    scales = scales_key(a_kind, b_kind)
-    if isinstance(config, dict) and "SCALES" in config and config["SCALES"] != scales:
-        from kernels.spaces import ConfigError
+def check_fp8_gemm_arrays(a: Any, b: Any, bias: Any, **static: Any) -> Fp8GemmProblem:
+    """:func:`check_fp8_gemm` in the op's signature order (``ceiling.op.Op.check``)."""
+    return check_fp8_gemm(a, b, bias, **static)
 
-        raise ConfigError("SCALES", config["SCALES"], f"the call's scaling {scales!r}",
+
+def check_config_scales(problem: ScaledGemmProblem, config: Any) -> None:
+    """A config serves the scale kinds it is called with: one that names ``SCALES`` must name the
+    problem's, an InputError naming the key otherwise."""
+    if isinstance(config, dict) and "SCALES" in config and config["SCALES"] != problem.scales:
+        from ceiling.spaces import ConfigError
+
+        raise ConfigError("SCALES", config["SCALES"], f"the call's scaling {problem.scales!r}",
                           "a config serves the scale kinds it is called with")
-    context: dict[str, Any] = {"dtype_bytes": 1, "out_dtype_bytes": _OUT_BYTES[out_dtype], "SCALES": scales}
-    context.update({name: v for name, v in (("M", m), ("N", n), ("K", k)) if v is not None})
-    return context
 
 
 def kinds(a_shape, b_shape, a_scale_shape, b_scale_shape) -> tuple[str, str]:

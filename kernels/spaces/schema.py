@@ -4,7 +4,7 @@ A space describes one kernel family on one target (``kernels/spaces/<family>.jso
 ``targets.<target>``): the config's keys as parameters with their domains, grouped in
 sections where the family has several kernels (attention: ``fwd``, ``dkdv``, ``dq``),
 the constraints between them and with the problem and the device as expressions
-(:mod:`kernels.spaces.expressions`), and the device limits those read.
+(:mod:`ceiling.spaces.expressions`), and the device limits those read.
 
 A parameter's *domain* (``values``, or an integer ``range`` with ``multiple_of``) is
 what the kernel accepts; its ``search`` list is the part of it a tuner explores. A
@@ -27,8 +27,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-from kernels.errors import InputError
-from kernels.spaces import expressions
+from ceiling.errors import InputError
+from ceiling.spaces import expressions
 
 Value = bool | int | float | str | None
 _MISSING = object()
@@ -163,7 +163,7 @@ class Space(BaseModel):
     family: str = ""
     target: str = ""
     backend: str
-    device: str  # the published device (roofline.devices key) the template describes
+    device: str  # the published device (ceiling.roofline.devices key) the template describes
     table: str | None = None  # the vendor's config table, relative to the repository
     about: str = ""
     partial: str = ""  # what a partial ``config=`` means on this backend
@@ -176,7 +176,7 @@ class Space(BaseModel):
     launch_options: list[str] = Field(default_factory=list)  # compiler options, not kernel arguments
     tuning: dict[str, Any] = Field(default_factory=dict)  # what the sweep's candidate lists are keyed by
     # the spaces of parameters that hold another family's config (``"space"``), by parameter name:
-    # attached by the loader (kernels.spaces.family)
+    # attached by the loader (ceiling.spaces.family)
     _nested: dict[str, "Space"] = PrivateAttr(default_factory=dict)
 
     # --- the flat view -------------------------------------------------------------------------
@@ -353,7 +353,7 @@ class Family(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     family: str
-    op: str  # the op name in records and kernels.backends
+    op: str  # the op name in records and ceiling.backends
     entry: str  # the function that takes ``config=``
     about: str = ""
     problem: dict[str, Any]  # axes, dtype, workloads, cost (flops, bytes) for the templates

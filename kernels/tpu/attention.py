@@ -1,64 +1,10 @@
-"""Flash attention for TPU v5e, v5p and v6e in JAX Pallas (Mosaic TPU), forward
-and backward, with an additive bias and its gradient.
-
-``out = softmax(scale * q @ k^T + bias, mask) @ v`` per (batch, head), q (batch,
-q_len, heads, head_dim), k and v (batch, k_len, kv_heads, head_dim), kv_heads
-dividing heads (query head h reads kv head h // group). Causal attention is
-aligned to the bottom right: query i sees key j when j <= i + k_len - q_len.
-
-Three or four pallas_calls, each over head-major (batch, heads, seq, head_dim)
-operands that the wrapper transposes and zero-pads (sequences to block
-multiples, head_dim to a multiple of 128 lanes: a 64-deep contraction takes one
-MXU pass either way, so the padding costs HBM bytes, not MXU passes):
-
-* forward, grid (batch, heads, q blocks, kv blocks), the kv axis "arbitrary":
-  the online softmax keeps the running max ``m``, the running sum ``l`` (both
-  (block_q, 128) float32, replicated across lanes so no (x, 1) tile is ever
-  needed) and the (block_q, head_dim) float32 accumulator in VMEM scratch; the
-  last kv step writes the output and the log-sum-exp (lane-replicated, kept as
-  the backward's residual);
-* dq, grid (batch, heads, q blocks, kv blocks): recomputes p from the lse,
-  ``ds = p * (do @ v^T - delta)`` with ``delta = rowsum(do * o)`` computed in
-  the kernel from the o and do tiles (cheaper to read than a lane-replicated
-  delta array), accumulates ``ds @ k``; for a bias of the full (batch, heads,
-  q_len, k_len) shape it also writes ``ds`` as the bias gradient, block by
-  block: each block of dbias is visited exactly once;
-* dk/dv, grid (batch, kv heads, kv blocks, group, q blocks), the last two
-  "arbitrary": accumulates ``p^T @ do`` and ``ds^T @ q`` over the q blocks of
-  every query head of the kv head's group, so GQA needs no reduction outside;
-* dbias for a bias broadcast over some dimensions (say (1, heads, q, k) or
-  (batch, 1, 1, k)): its own kernel whose grid puts the bias's kept dimensions
-  first ("parallel") and the broadcast ones last ("arbitrary"), summing ds
-  within the tile over a broadcast q or k axis and across grid steps in a
-  float32 VMEM scratch of the bias block's shape, written once when the last
-  broadcast step is done. The gradient so never exists in HBM at more than the
-  bias's own size; the price is recomputing s and dp (two block matmuls of the
-  seven the backward does per block). Writing per-(batch, head) ds and summing
-  in XLA would instead materialize the full attention matrix.
-
-Masking: key columns past k_len, query rows past q_len, the causal triangle and
-the boolean mask (passed as a bfloat16 additive 0/-inf tile with its own
-broadcast shape, never merged with the bias) all set the score to -inf; the
-softmax uses a max of 0 where a row has seen only -inf, so exp gives 0, and a
-row whose sum is 0 writes output 0 and lse -inf; the backward's p is then 0 and
-every gradient 0.
-
-Causal block skipping: a kv block wholly above the diagonal is skipped with
-``pl.when``, and the kv, bias and mask index maps clamp the block index to the
-last needed one (to the first needed q block in the dk/dv kernel), so a skipped
-step repeats the previous block index and Pallas issues no DMA for it.
-
-dtypes: bfloat16 runs natively on the MXU (float32 accumulation, p and ds
-rounded to bfloat16 for their matmuls as every flash attention does); float16
-has no MXU path on these generations and float32 is for reference runs: both
-compute in float32 (float16 widened exactly in the wrapper) at
-``Precision.HIGHEST``, the output rounded back.
-
-Entry points: ``attention_jax`` (JAX arrays, ``jax.custom_vjp``), ``attention``
-(torch tensors), ``attention_fwd`` / ``attention_bwd`` (torch tensors, the
-split a backend of ``kernels.attention`` provides), ``select_config``,
-``inspect_tpu_attention`` (export-based static facts of the shipped configs).
-"""
+"""Flash attention for TPU v5e, v5p and v6e in JAX Pallas (Mosaic TPU), forward and backward
+with an additive bias and its gradient, a boolean mask, GQA and bottom-right causal alignment:
+the kernels (forward; dq; dk/dv summed over each GQA group in the grid; a dbias kernel for a bias
+broadcast over some dimensions), the op's ``pallas`` implementation (``resolve``, ``forward``,
+``backward`` and their JAX twins), the block table lookup fitted to short sequences
+(``select_config``) and the Mosaic export of every shipped config (``inspect_tpu_attention``).
+Their design: ``docs/attention.md``."""
 
 from __future__ import annotations
 
@@ -76,13 +22,12 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from kernels.errors import InputError
-from kernels.tpu.attention_rules import RULES, AttentionConfigError, blocks, check_config
-from kernels.tpu.gemm_rules import copied
-from kernels.tpu.vmem import dtype_name, sublane_multiple, vmem_limit_bytes
-from kernels.tpu.generations import DEFAULT_TARGET, LANES, TARGETS, attached_tpu, generation
+from ceiling.errors import InputError
+from ceiling.tpu.attention_rules import RULES, AttentionConfigError, blocks, check_config
+from ceiling.tpu.gemm_rules import copied
+from ceiling.tpu.vmem import dtype_name, sublane_multiple, vmem_limit_bytes
+from ceiling.tpu.generations import DEFAULT_TARGET, LANES, TARGETS, attached_tpu, generation
 
-CONFIGS_PATH = Path(__file__).parent / "configs" / "attention.json"
 
 __all__ = [
     "attention",
@@ -604,11 +549,6 @@ _flash.defvjp(_flash_fwd, _flash_bwd)
 # --------------------------------------------------------------------------- configs
 
 
-@functools.cache
-def load_configs() -> dict:
-    return json.loads(CONFIGS_PATH.read_text())
-
-
 def kernel_dtype(dtype: Any) -> str:
     """float16 and float32 compute in float32, bfloat16 natively."""
     return "bfloat16" if dtype_name(dtype) == "bfloat16" else "float32"
@@ -641,15 +581,13 @@ def select_config(
 ) -> dict[str, int]:
     """Blocks for one problem on ``target``: the table's entry for the padded
     head_dim and kernel dtype (else the heuristic), shrunk to short sequences."""
+    from ceiling import tables
+
     kdtype = kernel_dtype(dtype)
     d_pad = _round_up(head_dim, LANES)
-    table = load_configs()[generation(target).target].get(kdtype, {})
-    entry = table.get(str(d_pad))
-    base = (
-        {key: entry[key] for key in ("block_q", "block_k", "block_q_bwd", "block_k_bwd") if key in entry}
-        if entry
-        else _heuristic(target, kdtype, d_pad, bias_dtype, has_mask)
-    )
+    found = tables.lookup("tpu", "attention", None, generation(target).target,
+                          {"kernel_dtype": kdtype, "head_dim_pad": d_pad}).config
+    base = found or _heuristic(target, kdtype, d_pad, bias_dtype, has_mask)
     bq, bk, bqb, bkb = blocks(base)
     rows = sublane_multiple(kdtype) if bias_dtype is None else max(sublane_multiple(kdtype), sublane_multiple(bias_dtype))
     bq, bqb = _fit_pair(bq, bqb, q_len, rows)
@@ -657,6 +595,51 @@ def select_config(
     config = {"block_q": bq, "block_k": bk, "block_q_bwd": bqb, "block_k_bwd": bkb}
     check_config(config, kdtype, d_pad, target, bias_dtype, has_mask)
     return config
+
+
+# ceiling.op's hooks: blocks are resolved together (a config= gives them all), then fitted to the
+# problem's lengths, so this implementation resolves its own configs.
+
+
+def _kernel_bias_dtype(problem):
+    if problem.bias_shape is None:
+        return None
+    return "bfloat16" if problem.bias_dtype == "bfloat16" else "float32"
+
+
+def resolve(problem, impl, user):
+    from ceiling.spaces.config import Config
+
+    target = attached_tpu() or DEFAULT_TARGET
+    bias_dtype = _kernel_bias_dtype(problem)
+    if user is None:
+        config, source = select_config(target, problem.dtype, problem.head_dim, problem.q_len, problem.k_len,
+                                       bias_dtype, problem.has_mask), "table or heuristic, fitted to the lengths"
+    else:
+        config, source = copied(user), "config="
+        check_config(config, kernel_dtype(problem.dtype), _round_up(problem.head_dim, LANES), target, bias_dtype,
+                     problem.has_mask)
+    return Config(config, "attention", target, source)
+
+
+def forward_jax(problem, config, q, k, v, bias, mask):
+    return attention_fwd_jax(q, k, v, bias, mask, problem.causal, problem.scale, config.as_dict(), target=config.target)
+
+
+def backward_jax(problem, config, saved, grads, needs):
+    s = saved
+    return attention_bwd_jax(grads["out"], s["q"], s["k"], s["v"], s["out"], s["lse"], s["bias"], s["mask"],
+                             problem.causal, problem.scale, needs["bias"], config.as_dict(), target=config.target)
+
+
+def forward(problem, config, q, k, v, bias, mask):
+    return attention_fwd(q, k, v, bias, mask, problem.causal, problem.scale, config.as_dict(), target=config.target)
+
+
+def backward(problem, config, saved, grads, needs):
+    s = saved
+    return attention_bwd(grads["out"], s["q"], s["k"], s["v"], s["out"], s["lse"], s["bias"], s["mask"],
+                         problem.causal, problem.scale, needs["bias"], config.as_dict(), target=config.target)
 
 
 # --------------------------------------------------------------------------- wrapper
@@ -849,7 +832,7 @@ def attention_fwd_jax(q, k, v, bias, mask, causal, scale, config=None, *, target
 
 def attention_bwd_jax(do, q, k, v, o, lse, bias, mask, causal, scale, bias_grad, config=None, *, target=None, interpret=None):
     """(dq, dk, dv, dbias or None) from the forward's out and lse (batch,
-    heads, q_len), as the backward of ``kernels.attention`` takes them."""
+    heads, q_len), as the backward of ``ceiling.attention`` takes them."""
     plan, qp, kp, vp, biasp, maskp = _prepare(q, k, v, bias, mask, causal, scale, config, target, interpret)
     op = _to_heads_major(o, plan, plan.q_pad)
     dop = _to_heads_major(do, plan, plan.q_pad)
@@ -913,7 +896,7 @@ def attention(q, k, v, *, causal=False, scale=None, bias=None, mask=None, return
 
 
 def attention_fwd(q, k, v, bias, mask, causal, scale, config=None, *, target=None, interpret=None):
-    """(out, lse) on torch tensors: the forward a ``kernels.attention`` backend provides."""
+    """(out, lse) on torch tensors: the forward a ``ceiling.attention`` backend provides."""
     out, lse = attention_fwd_jax(
         *(_torch_to_jax(x) for x in (q, k, v, bias, mask)), causal, scale, config, target=target, interpret=interpret
     )
@@ -1042,16 +1025,24 @@ def inspect_tpu_attention(target: str, dtype: Any = "bfloat16", config: dict | N
     blocks, grids, VMEM against the generation's budgets and whether the Mosaic
     lowering passed."""
     kdtype = kernel_dtype(dtype)
-    table = load_configs()[generation(target).target].get(kdtype, {})
     if config is not None:
-        table = {str(head_dim): {**config, "provenance": "given"}}
+        shipped = [(head_dim, config, "given")]
+    else:
+        shipped = [(int(e["when"].split("head_dim_pad ==")[1]), e["config"], f"{e['source']}: {e.get('why', '')}")
+                   for e in shipped_entries(target) if f"'{kdtype}'" in e["when"]]
     rows = []
-    for d_pad, entry in table.items():
-        config = {key: entry[key] for key in ("block_q", "block_k", "block_q_bwd", "block_k_bwd") if key in entry}
+    for d_pad, config, provenance in shipped:
         bq, bk, bqb, bkb = blocks(config)
         report = export_attention(
             target, dtype, config, q_len=2 * max(bq, bqb), k_len=2 * max(bk, bkb), head_dim=int(d_pad)
         )
-        report["provenance"] = entry.get("provenance", "")
+        report["provenance"] = provenance
         rows.append(report)
     return rows
+
+
+def shipped_entries(target: str) -> list[dict]:
+    """The table entries of ``target``'s generation (each a kernel dtype and padded head dim)."""
+    from ceiling import tables
+
+    return tables.read(tables.path("tpu", generation(target).target, "attention"))["entries"]

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernels.tpu.gemm_rules import ConfigError, check_keys
-from kernels.tpu.generations import LANES, generation
-from kernels.tpu.vmem import VmemEstimate, dtype_name, itemsize, over_budget, sublane_multiple
+from ceiling.tpu.gemm_rules import ConfigError, check_keys
+from ceiling.tpu.generations import LANES, generation
+from ceiling.tpu.vmem import VmemEstimate, dtype_name, itemsize, over_budget, sublane_multiple
 
 RULES = {
     "keys": "the keys block_q, block_k and optionally block_q_bwd, block_k_bwd, each a positive integer",

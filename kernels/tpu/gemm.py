@@ -1,39 +1,14 @@
-"""GEMM for TPU v5e, v5p and v6e in JAX Pallas (Mosaic TPU).
-
-``out = activation(a @ b + bias)``, blocked the usual Pallas TPU way:
-
-* the grid is (batch?, M/bm, N/bn, K/bk); the pipeline DMAs an (bm, bk) block of
-  ``a`` and a (bk, bn) block of ``b`` into VMEM per step, double-buffered;
-* a float32 (bm, bn) VMEM scratch accumulates over the k axis: zeroed at k == 0,
-  and at the last k the epilogue (bias in f32, activation, cast) writes the
-  output block once;
-* the k axis is "arbitrary" (sequential, last, so the output block is revisited
-  only on consecutive steps) and the others "parallel", which lets megacore
-  chips (v5p) split them across their two TensorCores.
-
-Shapes no block divides are zero-padded in the wrapper and the result sliced:
-zeros along K add nothing to the dot, and padded rows/columns are cut off.
-dtypes: bfloat16 and float32 run natively on the MXU (float32 at
-``Precision.HIGHEST``, i.e. full float32 products, not one bf16 pass);
-float16 has no TPU matmul path, so it is widened to float32 in the wrapper
-(exact) and the output rounded back to float16 there.
-
-The exact gelu needs erf. Pallas lowers ``lax.erf`` to ``math.erf``, which
-``jax.export`` accepts but whose legalization by libtpu's Mosaic compiler cannot
-be checked without a TPU; the epilogue therefore evaluates erf itself with
-XLA's float32 rational approximation (multiplies, adds, one divide, a clamp;
-max abs error 3.1e-7 against float64), which every generation supports.
-
-Entry points: ``gemm_jax`` on JAX arrays (what ``kernels.gemm.jax_op`` calls for
-forward and backward), ``gemm`` on torch tensors, ``select_config``,
-``inspect_tpu`` for the export-based static facts of the shipped configs.
+"""GEMM for TPU v5e, v5p and v6e in JAX Pallas (Mosaic TPU): a grid of (batch?, M/bm, N/bn, K/bk)
+blocks with a float32 VMEM accumulator over the K axis (sequential, last; the others parallel, so
+megacore chips split them), the epilogue (bias, activation with its own float32 erf, cast) at the
+last K step; shapes no block divides zero-padded in the wrapper, float16 widened to float32 (no TPU
+matmul path). Its config hooks (the table's size class fitted to the problem) and launchers;
+``docs/gemm.md`` says more, :mod:`ceiling.tpu.gemm_export` lowers the shipped configs.
 """
 
 from __future__ import annotations
 
 import functools
-import json
-from pathlib import Path
 from typing import Any
 
 import jax
@@ -42,15 +17,10 @@ import numpy as np
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from kernels.tpu import gemm_rules
-from kernels.tpu.gemm_rules import ConfigError, check_config, copied
-from kernels.tpu.vmem import dtype_name, sublane_multiple, vmem_limit_bytes
-from kernels.tpu.generations import DEFAULT_TARGET, LANES, TARGETS, attached_tpu, generation
-
-CONFIGS_PATH = Path(__file__).parent / "configs" / "gemm.json"
-
-__all__ = ["gemm", "gemm_jax", "select_config", "inspect_tpu", "load_configs", "ConfigError", "TARGETS"]
-
+from ceiling.constants import SQRT1_2
+from ceiling.tpu.gemm_rules import check_config, copied, vmem_estimate
+from ceiling.tpu.vmem import dtype_name, sublane_multiple, vmem_limit_bytes
+from ceiling.tpu.generations import DEFAULT_TARGET, LANES, attached_tpu, generation
 
 # --------------------------------------------------------------------------- kernel
 
@@ -85,7 +55,7 @@ def _activate(z, activation):
     if activation == "relu":
         return jnp.maximum(z, 0.0)
     if activation == "gelu":
-        return 0.5 * z * (1.0 + _erf(z * 0.7071067811865476))
+        return 0.5 * z * (1.0 + _erf(z * SQRT1_2))
     if activation == "silu":
         # z * sigmoid(z); exp(-z) overflowing to inf for very negative z gives -0.
         return z / (1.0 + jnp.exp(-z))
@@ -180,12 +150,8 @@ def pallas_gemm(
     )(*operands)
 
 
+
 # --------------------------------------------------------------------------- configs
-
-
-@functools.cache
-def load_configs() -> dict:
-    return json.loads(CONFIGS_PATH.read_text())
 
 
 def _round_up(x: int, m: int) -> int:
@@ -206,19 +172,11 @@ def kernel_dtypes(dtype: Any, out_dtype: Any) -> tuple[str, str]:
     return widen.get(name, name), widen.get(out, out)
 
 
-def select_config(target: str, dtype: Any, out_dtype: Any, m: int, n: int, k: int, batch: int = 1) -> dict[str, int]:
-    """Block sizes for an (m, n, k) problem on ``target``: the tuned entry for
-    the problem's size class, fitted to the shape (even splits, lane dims
-    aligned to the MXU where the dim allows), with at least two parallel
-    blocks on megacore chips when the shape allows."""
+def fit(base: dict, target: str, kdtype: str, kout: str, m: int, n: int, k: int, batch: int = 1) -> dict[str, int]:
+    """The table's blocks fitted to an (m, n, k) problem on ``target``: even splits, lane dims
+    aligned to the MXU where the dim allows, and at least two parallel blocks on megacore chips
+    when the shape allows."""
     gen = generation(target)
-    kdtype, kout = kernel_dtypes(dtype, out_dtype)
-    table = load_configs()[target][kdtype]
-    base = table["fallback"]
-    for entry in table["entries"]:
-        if m >= entry["min_m"] and n >= entry["min_n"] and k >= entry["min_k"]:
-            base = entry
-            break
     rows = max(sublane_multiple(kdtype), sublane_multiple(kout))
 
     def fit_lanes(dim: int, block: int) -> int:
@@ -238,12 +196,39 @@ def select_config(target: str, dtype: Any, out_dtype: Any, m: int, n: int, k: in
             bn = _round_up(-(-n // 2), LANES)
         elif m > rows:
             bm = _round_up(-(-m // 2), rows)
-    config = {"bm": bm, "bn": bn, "bk": bk}
-    check_config(config, kdtype, kout, target)
-    return config
+    return {"bm": bm, "bn": bn, "bk": bk}
 
 
-# --------------------------------------------------------------------------- wrapper
+def target(problem) -> str:
+    """The generation whose tables and VMEM budget apply: the attached TPU's, else tpu-v5e."""
+    return attached_tpu() or DEFAULT_TARGET
+
+
+def resolve(problem, impl, user):
+    return resolve_for(problem, user, target(problem))
+
+
+def resolve_for(problem, user, target: str):
+    """The blocks ``problem`` runs with on ``target``: ``config=`` as given (bm, bn and bk
+    together), else the table's size class fitted to the problem; checked once by the kernel's
+    rules (:mod:`ceiling.tpu.gemm_rules`, which name the rule a config breaks)."""
+    from ceiling import tables
+    from ceiling.spaces.config import Config
+
+    kdtype, kout = kernel_dtypes(problem.dtype, problem.out_dtype)
+    if user is not None:
+        config = copied(user)
+        check_config(config, kdtype, kout, target, problem.bias_dtype is not None)
+        return Config(config, "gemm", target, "config=")
+    features = {**problem.features(), "kernel_dtype": kdtype}
+    found = tables.lookup("tpu", "gemm", None, generation(target).target, features)
+    batch = 1 if problem.b_shared else (problem.batch or 1)
+    config = fit(found.config, target, kdtype, kout, problem.rows, problem.n, problem.k, batch)
+    check_config(config, kdtype, kout, target)  # a shipped block must fit with a bias too
+    return Config(config, "gemm", target, found.source + ", fitted to the problem")
+
+
+# --------------------------------------------------------------------------- launch
 
 
 def default_interpret() -> Any:
@@ -262,23 +247,16 @@ _pallas_gemm_jit = jax.jit(
 )
 
 
-def gemm_jax(a, b, bias=None, activation=None, out_dtype=None, config=None, *, target=None, interpret=None):
-    """``activation(a @ b + bias)`` on JAX arrays with the Pallas TPU kernel.
-
-    Args follow ``kernels.gemm``. ``config``: {"bm", "bn", "bk"} overriding the
-    tuned table (checked by ``gemm_rules.check_config``). ``target``: the
-    generation whose configs and VMEM budget apply; defaults to the attached TPU,
-    else tpu-v5e. ``interpret``: as ``pallas_call``'s; defaults to native on a
-    TPU and interpret mode elsewhere.
-    """
-    from kernels.gemm.spec import check
-
-    problem = check(a, b, bias, activation, out_dtype)
-    target = target or attached_tpu() or DEFAULT_TARGET
-    interpret = default_interpret() if interpret is None else interpret
-    kdtype, kout = kernel_dtypes(problem.dtype, problem.out_dtype)
+def _launch(problem, config, a, b, bias, target: str, interpret: Any):
     out_dtype = jnp.dtype(problem.out_dtype)
+    if 0 in problem.out_shape:
+        return jnp.zeros(problem.out_shape, out_dtype)
+    if problem.k == 0:  # an empty sum: the epilogue of a zero accumulator
+        from ceiling.gemm.reference import epilogue_jax
 
+        return epilogue_jax(jnp.zeros(problem.out_shape, jnp.float32), bias, problem.activation).astype(out_dtype)
+    kdtype, kout = kernel_dtypes(problem.dtype, problem.out_dtype)
+    bm, bn, bk = config["bm"], config["bn"], config["bk"]
     a = a.astype(kdtype)
     b = b.astype(kdtype)
     lead = None
@@ -287,11 +265,7 @@ def gemm_jax(a, b, bias=None, activation=None, out_dtype=None, config=None, *, t
         a = a.reshape(-1, a.shape[-1])
     m, k = a.shape[-2:]
     n = b.shape[-1]
-    batch = a.shape[0] if a.ndim == 3 else 1
-
-    config = select_config(target, kdtype, kout, m, n, k, batch) if config is None else copied(config)
-    estimate = check_config(config, kdtype, kout, target, bias is not None)
-    bm, bn, bk = config["bm"], config["bn"], config["bk"]
+    estimate = vmem_estimate(bm, bn, bk, kdtype, kout, bias is not None)
 
     mp, np_, kp = _round_up(m, bm), _round_up(n, bn), _round_up(k, bk)
     lead_pad = [(0, 0)] * (a.ndim - 2)
@@ -310,7 +284,7 @@ def gemm_jax(a, b, bias=None, activation=None, out_dtype=None, config=None, *, t
         bm=bm,
         bn=bn,
         bk=bk,
-        activation=activation,
+        activation=problem.activation,
         out_dtype=jnp.dtype(kout),
         vmem_limit=vmem_limit_bytes(estimate, target),
         interpret=interpret,
@@ -319,6 +293,31 @@ def gemm_jax(a, b, bias=None, activation=None, out_dtype=None, config=None, *, t
     if lead is not None:
         out = out.reshape(lead, -1, n)
     return out.astype(out_dtype)
+
+
+def forward_jax(problem, config, a, b, bias):
+    return (_launch(problem, config, a, b, bias, config.target, default_interpret()),)
+
+
+def forward(problem, config, a, b, bias):
+    """The same on torch tensors: they are copied to JAX arrays, run, and the result copied back
+    to ``a``'s device (PyTorch cannot hand a TPU its memory)."""
+    (out,) = forward_jax(problem, config, _torch_to_jax(a), _torch_to_jax(b),
+                         None if bias is None else _torch_to_jax(bias))
+    return (_jax_to_torch(out, a.device),)
+
+
+def gemm_jax(a, b, bias=None, activation=None, out_dtype=None, config=None, *, target=None, interpret=None):
+    """``activation(a @ b + bias)`` on JAX arrays for a kernel built on this one (the triangle
+    multiplication's contraction): the problem checked, its blocks resolved for ``target``
+    (default: the attached TPU, else tpu-v5e), run in ``interpret`` mode (default: native on a
+    TPU, interpreted elsewhere)."""
+    from ceiling.gemm.spec import check
+
+    problem = check(a, b, bias, activation, out_dtype)
+    target = target or attached_tpu() or DEFAULT_TARGET
+    config = resolve_for(problem, config, target)
+    return _launch(problem, config, a, b, bias, target, default_interpret() if interpret is None else interpret)
 
 
 def _torch_to_jax(t):
@@ -338,123 +337,3 @@ def _jax_to_torch(x, device):
     if host.dtype == jnp.bfloat16:
         return torch.from_numpy(host.view(np.int16).copy()).view(torch.bfloat16).to(device)
     return torch.from_numpy(host.copy()).to(device)
-
-
-def gemm(a, b, bias=None, activation=None, out_dtype=None, config=None, *, target=None, interpret=None):
-    """The same on torch tensors: they are copied to JAX arrays, run, and the
-    result copied back to ``a``'s device (PyTorch cannot hand a TPU its memory)."""
-    from kernels.gemm.spec import check
-
-    problem = check(a, b, bias, activation, out_dtype)
-    out = gemm_jax(
-        _torch_to_jax(a),
-        _torch_to_jax(b),
-        None if bias is None else _torch_to_jax(bias),
-        activation,
-        problem.out_dtype,
-        config,
-        target=target,
-        interpret=interpret,
-    )
-    return _jax_to_torch(out, a.device)
-
-
-# --------------------------------------------------------------------------- inspection
-
-
-def _export(fn, *shapes) -> tuple[bool, str, int]:
-    """Lower ``fn`` for TPU through Pallas's Mosaic lowering (block-shape rules,
-    op lowering rules) and serialize it; needs no TPU. Mosaic's layout passes
-    and the VMEM allocation run only in libtpu and are not covered."""
-    try:
-        exported = jax.export.export(jax.jit(fn), platforms=["tpu"])(*shapes)
-    except Exception as exc:  # noqa: BLE001 - the report carries the lowering error
-        return False, f"{type(exc).__name__}: {exc}".splitlines()[0][:400], 0
-    text = exported.mlir_module()
-    if "tpu_custom_call" not in text:
-        return False, "the exported module has no tpu_custom_call", 0
-    return True, "", len(exported.mlir_module_serialized)
-
-
-def export_for_tpu(
-    target: str,
-    dtype: Any,
-    config: dict,
-    *,
-    m: int,
-    n: int,
-    k: int,
-    batch: int | None = None,
-    activation: str | None = "gelu",
-    has_bias: bool = True,
-    out_dtype: Any = None,
-) -> dict:
-    """Export the kernel for one padded problem on ``target``; the facts of it."""
-    kdtype, kout = kernel_dtypes(dtype, out_dtype or dtype)
-    estimate = check_config(config, kdtype, kout, target, has_bias)
-    bm, bn, bk = config["bm"], config["bn"], config["bk"]
-    lead = () if batch is None else (batch,)
-    shapes = [jax.ShapeDtypeStruct((*lead, m, k), kdtype), jax.ShapeDtypeStruct((*lead, k, n), kdtype)]
-    if has_bias:
-        shapes.append(jax.ShapeDtypeStruct((1, n), jnp.float32))
-    limit = vmem_limit_bytes(estimate, target)
-
-    def fn(a, b, *rest):
-        return pallas_gemm(
-            a,
-            b,
-            rest[0] if rest else None,
-            bm=bm,
-            bn=bn,
-            bk=bk,
-            activation=activation,
-            out_dtype=jnp.dtype(kout),
-            vmem_limit=limit,
-            interpret=False,
-        )
-
-    ok, error, size = _export(fn, *shapes)
-    gen = generation(target)
-    grid = (*lead, m // bm, n // bn, k // bk)
-    return {
-        "target": target,
-        "dtype": kdtype,
-        "out_dtype": kout,
-        "config": dict(config),
-        "problem": {"batch": batch, "m": m, "n": n, "k": k},
-        "blocks": {"a": (bm, bk), "b": (bk, bn), "bias": (1, bn) if has_bias else None, "out": (bm, bn), "accumulator": (bm, bn)},
-        "grid": grid,
-        "dimension_semantics": ("parallel",) * (len(grid) - 1) + ("arbitrary",),
-        "epilogue": {"bias": has_bias, "activation": activation},
-        "vmem_bytes": estimate.as_dict(),
-        "vmem_limit_bytes": limit,
-        "scoped_vmem_default_bytes": gen.scoped_vmem_default_bytes,
-        "fits_scoped_default": estimate.total <= gen.scoped_vmem_default_bytes,
-        "usable_vmem_bytes": gen.usable_vmem_bytes,
-        "mxu_aligned": bn % gen.mxu_size == 0 and bk % gen.mxu_size == 0,
-        "exported": ok,
-        "export_error": error,
-        "serialized_bytes": size,
-    }
-
-
-def inspect_tpu(target: str, dtype: Any = "bfloat16") -> list[dict]:
-    """For each shipped config of ``target`` ("tpu-v5e", "tpu-v5p", "tpu-v6e")
-    and ``dtype``, export the kernel (bias + exact gelu epilogue) for TPU on a
-    problem of two blocks per axis and report block shapes, grid, VMEM use
-    against the generation's budgets, and whether the Mosaic lowering passed."""
-    kdtype, _ = kernel_dtypes(dtype, dtype)
-    table = load_configs()[generation(target).target][kdtype]
-    rows, seen = [], set()
-    for entry in [*table["entries"], {**table["fallback"], "provenance": "fallback"}]:
-        config = {key: entry[key] for key in ("bm", "bn", "bk")}
-        if (key := tuple(config.values())) in seen:
-            continue
-        seen.add(key)
-        report = export_for_tpu(target, dtype, config, m=2 * config["bm"], n=2 * config["bn"], k=2 * config["bk"])
-        report["provenance"] = entry.get("provenance", "")
-        rows.append(report)
-    return rows
-
-
-RULES = gemm_rules.RULES

@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from kernels.errors import InputError
-from kernels.tpu.generations import LANES, SUBLANES, generation
-from kernels.tpu.vmem import VmemEstimate, dtype_name, itemsize, over_budget, sublane_multiple
+from ceiling.errors import InputError
+from ceiling.tpu.generations import LANES, SUBLANES, generation
+from ceiling.tpu.vmem import VmemEstimate, dtype_name, itemsize, over_budget, sublane_multiple
 
 RULES = {
     "keys": "exactly the keys bm, bn, bk, each a positive integer",

@@ -53,7 +53,7 @@ DEFAULT_TARGET = "tpu-v5e"
 
 
 def generation(target: str) -> Generation:
-    from kernels.errors import InputError
+    from ceiling.errors import InputError
 
     if target not in GENERATIONS:
         raise InputError("target", f"one of {TARGETS}", repr(target))

@@ -1,26 +1,29 @@
 """Triangle attention on TPU (v5e, v5p, v6e): the Pallas flash attention of
-:mod:`kernels.tpu.attention` in the triangle's layout.
-
-Triangle attention is, per batch element b, an attention whose batch is the N
-rows i of the pair tensor, whose bias (1, H, N, N) is shared by all rows, and
-whose mask (N, 1, 1, N) is a key mask per row. The flash attention takes exactly
-those broadcast patterns: its forward adds the bias block by block, and its
-backward sums the bias gradient over the broadcast row axis in a float32 VMEM
-accumulator of one bias block (a grid with the rows as its last, "arbitrary"
-axis), so dbias never exists in HBM at more than the bias's own size. This module
-only moves axes: q, k, v (B, N, H, N, D) become per-b (rows, keys, heads, D), and
-the results move back.
-
-The log-sum-exp of a row with no valid key is +inf here (the triangle ops'
-convention; the flash attention writes -inf) and is mapped at the boundary. The
-head dim must be in [32, 256] (the flash attention's spec; AlphaFold 3 uses 32).
+:mod:`ceiling.tpu.attention` in the triangle's layout. Per batch element b it is an attention
+whose batch is the N rows i of the pair tensor, whose bias (1, H, N, N) is shared by all rows and
+whose mask (N, 1, 1, N) is a key mask per row: broadcast patterns the flash attention takes as
+they are (its backward sums the bias gradient over the rows in a float32 VMEM accumulator, so
+dbias never exists in HBM at more than the bias's size). This module resolves the flash
+attention's config once for that per-element problem and moves axes: q, k, v (B, N, H, N, D)
+become per-b (rows, keys, heads, D). A row with no valid key has log-sum-exp +inf here and -inf
+in the flash attention; it is mapped at the boundary. Head dims 32 to 256 (AlphaFold 3 uses 32).
 """
 
 from __future__ import annotations
 
 import jax.numpy as jnp
 
-from kernels.tpu import attention as flash
+from ceiling.tpu import attention as flash
+from ceiling.triangle.spec import rows_attention
+
+
+def resolve(problem, impl, user):
+    """The flash attention's blocks for the per-element problem (its table for the attached
+    generation, fitted to N; or ``config=`` checked by its rules), resolved once per call."""
+    from ceiling.spaces.config import Config
+
+    config = flash.resolve(rows_attention(problem), impl, user)
+    return Config(config.as_dict(), "triangle_attention", config.target, config.source)
 
 
 def _rows_major(t, b):
@@ -28,44 +31,45 @@ def _rows_major(t, b):
     return jnp.swapaxes(t[b], 1, 2)
 
 
-def triangle_attention_fwd_jax(q, k, v, bias, mask, scale, config=None):
+def forward_jax(problem, config, q, k, v, bias, mask):
     """(out (B, N, H, N, D), lse (B, N, H, N) float32) on JAX arrays."""
+    rows = rows_attention(problem)
     outs, lses = [], []
-    for b in range(q.shape[0]):
-        o, lse = flash.attention_fwd_jax(
-            _rows_major(q, b), _rows_major(k, b), _rows_major(v, b), bias[b],
-            None if mask is None else mask[b], False, scale, config)
+    for b in range(problem.batch):
+        o, lse = flash.forward_jax(rows, config, _rows_major(q, b), _rows_major(k, b), _rows_major(v, b), bias[b],
+                                   None if mask is None else mask[b])
         outs.append(jnp.swapaxes(o, 1, 2))
         lses.append(lse)
     lse = jnp.stack(lses)
     return jnp.stack(outs), jnp.where(jnp.isneginf(lse), jnp.inf, lse)
 
 
-def triangle_attention_bwd_jax(q, k, v, bias, mask, scale, out, lse, dout, config=None):
-    """(dq, dk, dv, dbias (B, 1, H, N, N) float32) on JAX arrays."""
-    grads = []
-    for b in range(q.shape[0]):
-        lse_b = jnp.where(jnp.isposinf(lse[b]), -jnp.inf, lse[b])
-        dq, dk, dv, dbias = flash.attention_bwd_jax(
-            _rows_major(dout.astype(q.dtype), b), _rows_major(q, b), _rows_major(k, b), _rows_major(v, b),
-            _rows_major(out, b), lse_b, bias[b], None if mask is None else mask[b], False, scale, True, config)
-        grads.append((jnp.swapaxes(dq, 1, 2), jnp.swapaxes(dk, 1, 2), jnp.swapaxes(dv, 1, 2),
-                      dbias.astype(jnp.float32)))
-    return tuple(jnp.stack(g) for g in zip(*grads))
+def backward_jax(problem, config, saved, grads, needs):
+    """(dq, dk, dv, dbias (B, 1, H, N, N) in bias's dtype) on JAX arrays."""
+    s, rows = saved, rows_attention(problem)
+    dout = grads["out"].astype(s["q"].dtype)
+    out = []
+    for b in range(problem.batch):
+        lse_b = jnp.where(jnp.isposinf(s["lse"][b]), -jnp.inf, s["lse"][b])
+        per_row = {"q": _rows_major(s["q"], b), "k": _rows_major(s["k"], b), "v": _rows_major(s["v"], b),
+                   "out": _rows_major(s["out"], b), "lse": lse_b, "bias": s["bias"][b],
+                   "mask": None if s["mask"] is None else s["mask"][b]}
+        dq, dk, dv, dbias = flash.backward_jax(rows, config, per_row, {"out": _rows_major(dout, b)}, {"bias": True})
+        out.append((jnp.swapaxes(dq, 1, 2), jnp.swapaxes(dk, 1, 2), jnp.swapaxes(dv, 1, 2), dbias))
+    return tuple(jnp.stack(g) for g in zip(*out))
 
 
-def triangle_attention_fwd(q, k, v, bias, mask, scale, config=None):
-    """The same on torch tensors (copied to JAX and back to q's device)."""
-    out, lse = triangle_attention_fwd_jax(*(flash._torch_to_jax(t) for t in (q, k, v, bias, mask)), scale, config)
+def forward(problem, config, q, k, v, bias, mask):
+    """:func:`forward_jax` on torch tensors (copied to JAX and back to q's device)."""
+    out, lse = forward_jax(problem, config, *(flash._torch_to_jax(t) for t in (q, k, v, bias, mask)))
     return flash._jax_to_torch(out, q.device), flash._jax_to_torch(lse, q.device)
 
 
-def triangle_attention_bwd(q, k, v, bias, mask, scale, out, lse, dout, config=None):
-    args = (flash._torch_to_jax(t) for t in (q, k, v, bias, mask))
-    *qkvbm, = args
-    grads = triangle_attention_bwd_jax(*qkvbm, scale, *(flash._torch_to_jax(t) for t in (out, lse, dout)), config)
-    dq, dk, dv, dbias = (flash._jax_to_torch(g, q.device) for g in grads)
-    return dq, dk, dv, dbias.to(bias.dtype)
+def backward(problem, config, saved, grads, needs):
+    j = flash._torch_to_jax
+    grads = backward_jax(problem, config, {n: j(t) for n, t in saved.items()}, {"out": j(grads["out"])}, needs)
+    dq, dk, dv, dbias = (flash._jax_to_torch(g, saved["q"].device) for g in grads)
+    return dq, dk, dv, dbias.to(saved["bias"].dtype)
 
 
 def export_triangle_attention(target: str = "tpu-v5e", dtype: str = "bfloat16", n: int = 384, heads: int = 4,

@@ -1,67 +1,16 @@
-"""The triangle multiplicative update on TPU (v5e, v5p, v6e): fused per-pair Pallas
-kernels around the Pallas GEMM of the contraction, forward and backward.
-
-The pair tensor x (B, N, N, c_z) is read as B lists of N*N pair rows. Six pallas_calls:
-
-* ``fwd_in``, grid (B, row blocks), all "parallel": one (rows, c_z) block of x ->
-  input LayerNorm -> one MXU matmul against the stacked [p_in; g_in] weight (4c, c_z),
-  computed transposed so its result is channel-first (4c, rows) -> sigmoid gate, bias
-  and mask -> a and b written channel-first as (B, c, N*N), the layout the contraction
-  GEMM reads; and, from the same normalized block, the output gate
-  sigmoid(xn @ g_out^T + b) written row-major (B, N*N, c_z). x is read once; LN(x),
-  the projections and the gates never leave VMEM.
-* the contraction, y (B*c, N, N) float32: the Pallas TPU GEMM of
-  :mod:`kernels.tpu.gemm`, batched over (batch, channel), ``a b^T`` outgoing and
-  ``a^T b`` incoming (the op's N^3 part).
-* ``fwd_out``, grid (B, row blocks), "parallel": a channel-first (c, rows) block of y
-  -> output LayerNorm over the channel (sublane) axis -> the output projection as a
-  transposed-lhs matmul, so the result comes out row-major (rows, c_z) -> times the
-  gate -> out. y is never transposed in HBM.
-* backward, ``bwd_out``, grid (B, splits, row blocks / splits), the last axis
-  "arbitrary": recomputes LN(y) and the projection from y, writes dy (channel-first,
-  the LayerNorm backward done over sublanes) and the gradient of the output gate's
-  logits (row-major), and accumulates the p_out, its bias and the output LayerNorm
-  parameter gradients in float32 output blocks that stay in VMEM across the row axis
-  (the pattern of ``kernels/tpu/attention.py``'s dbias accumulator).
-* backward of the contraction: two more batched GEMMs (da = dy b, db = dy^T a
-  outgoing; da = b dy^T, db = a dy incoming).
-* ``bwd_in``, same grid: recomputes LN(x) and [u; v] = [p_in; g_in] LN(x) from x,
-  takes da, db and the gate-logit gradient, and in VMEM forms [du; dv], dLN(x) (three
-  matmuls), the input LayerNorm backward -> dx, and accumulates dW_in (4c, c_z),
-  d g_out (c_z, c_z), every bias and the input LayerNorm parameters in float32.
-
-The weight gradients are sums over all B*N*N pairs. Each backward kernel keeps one
-float32 accumulator per (batch, split) in its output block (the row axis is
-"arbitrary", so the block stays resident and is written back once); ``splits`` is 2
-on megacore chips (v5p) so both TensorCores get rows, 1 elsewhere; the B * splits
-partial sums (a few KiB each) are added by XLA.
-
-Only the inputs (x, mask, weights) are kept between forward and backward: the
-backward reruns ``fwd_in`` and the contraction for a, b, the gate and y (what
-``kernels.triangle.jax_op``'s custom VJP hands a backend is the inputs).
-
-Pair rows are zero-padded to a multiple of the row block only when no multiple of 128
-near the configured block divides N*N (at AlphaFold 3's N = 384 or 768 none is
-needed); a padded row has mask 0, so its a and b are 0, and its output gradient is 0,
-so it adds nothing to any weight gradient.
-
-dtypes: bfloat16 runs natively on the MXU (float32 accumulation, LayerNorm, sigmoid
-and every elementwise step in float32, a/b/gate/dy stored in bfloat16); float16 is
-widened to float32 in the wrapper and float32 runs at ``Precision.HIGHEST``.
-
-Entry points: ``trimul_fwd_jax`` / ``trimul_bwd_jax`` on JAX arrays (what the
-``jax.custom_vjp`` front end calls), ``trimul_fwd`` / ``trimul_bwd`` on torch tensors
-(the torch custom op's backend interface), ``select_config``, and
-``export_trimul`` / ``inspect_tpu_trimul`` (the Mosaic lowering of all six kernels for a
-TPU generation, with grids and VMEM estimates).
+"""The triangle multiplicative update on TPU (v5e, v5p, v6e): fused per-pair Pallas kernels
+(``fwd_in``: input LayerNorm, the stacked input projections and gates, mask, a and b channel-first,
+the output gate; ``fwd_out``: output LayerNorm, projection and gate; ``bwd_out`` and ``bwd_in``, their
+weight gradients accumulated in float32 VMEM blocks) around the contraction and its gradient on the
+Pallas GEMM of :mod:`ceiling.tpu.gemm`; only the inputs are kept between the passes, and the row
+blocks come from ``kernels/tpu/tables/<generation>/triangle_multiplication.json`` fitted to N*N.
+The kernels' layouts, grids and dtypes: ``kernels/tpu/README.md``.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import jax
@@ -70,16 +19,14 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from kernels.tpu import gemm as tpu_gemm
-from kernels.tpu.generations import DEFAULT_TARGET, LANES, attached_tpu, generation
-from kernels.tpu.trimul_rules import RULES, TrimulConfigError, blocks, check_config
-from kernels.tpu.gemm_rules import copied
-from kernels.tpu.vmem import dtype_name, vmem_limit_bytes
-
-CONFIGS_PATH = Path(__file__).parent / "configs" / "trimul.json"
+from ceiling.tpu import gemm as tpu_gemm
+from ceiling.tpu.generations import DEFAULT_TARGET, LANES, attached_tpu, generation
+from ceiling.tpu.trimul_rules import RULES, TrimulConfigError, blocks, check_config
+from ceiling.tpu.gemm_rules import copied
+from ceiling.tpu.vmem import dtype_name, vmem_limit_bytes
 
 __all__ = [
-    "trimul_fwd_jax", "trimul_bwd_jax", "trimul_fwd", "trimul_bwd", "select_config", "export_trimul",
+    "resolve", "forward_jax", "backward_jax", "forward", "backward", "select_config", "export_trimul",
     "inspect_tpu_trimul", "TrimulConfigError", "RULES",
 ]
 
@@ -478,11 +425,6 @@ def _backward(plan: Plan, direction, x, mask, weights, dout):
 # --------------------------------------------------------------------------- configs
 
 
-@functools.cache
-def load_configs() -> dict:
-    return json.loads(CONFIGS_PATH.read_text())
-
-
 def kernel_dtype(dtype: Any) -> str:
     """bfloat16 runs natively; float16 and float32 compute in float32."""
     return "bfloat16" if dtype_name(dtype) == "bfloat16" else "float32"
@@ -502,9 +444,13 @@ def _fit_rows(block: int, rows: int) -> int:
 
 def select_config(target: str, dtype: Any, n: int, c_z: int, c: int) -> dict[str, int]:
     """Row blocks for an N x N pair tensor on ``target``: the table's entry for the
-    kernel dtype, fitted to N*N so that the two blocks nest."""
+    kernel dtype (``tables/<generation>/triangle_multiplication.json``), fitted to N*N so that
+    the two blocks nest."""
+    from ceiling import tables
+
     kd = kernel_dtype(dtype)
-    entry = load_configs()[generation(target).target][kd]
+    entry = tables.lookup("tpu", "triangle_multiplication", None, generation(target).target,
+                          {"kernel_dtype": kd}).config
     rows = n * n
     bm = _fit_rows(int(entry["block_rows"]), rows)
     bmb = _fit_rows(int(entry["block_rows_bwd"]), rows)
@@ -560,38 +506,63 @@ def _bwd_jit(x, mask, weights, dout, plan, direction):
     return dx.astype(x.dtype), tuple(g.astype(w.dtype) for g, w in zip(grads, weights))
 
 
-def _plan_for(x, mask, weights, eps, config=None):
-    return make_plan(x.shape, x.dtype, weights[2].shape[0] // 2, mask is not None, eps, config)
+# ceiling.op's hooks: the two row blocks are resolved together (a config= gives them all), then
+# fitted to the problem's N*N pair rows, so this implementation resolves its own configs.
 
 
-def trimul_fwd_jax(x, direction, mask, weights, eps, config=None):
-    """out like x; weights in ``kernels.triangle.TRIMUL_WEIGHTS`` order (no None)."""
-    weights = tuple(weights)
-    return _fwd_jit(x, mask, weights, plan=_plan_for(x, mask, weights, eps, config), direction=direction)
+def resolve(problem, impl, user):
+    from ceiling.spaces.config import Config
+
+    target = attached_tpu() or DEFAULT_TARGET
+    if user is None:
+        config, source = select_config(target, problem.dtype, problem.n, problem.c_z, problem.c), \
+            "table, fitted to N*N"
+    else:
+        config, source = copied(user), "config="
+        check_config(config, kernel_dtype(problem.dtype), problem.c_z, problem.c, target)
+    return Config(config, "triangle_multiplication", target, source)
 
 
-def trimul_bwd_jax(x, direction, mask, weights, eps, dout, config=None):
-    """(dx, (d weight for each of TRIMUL_WEIGHTS)) from the inputs and the output gradient."""
-    weights = tuple(weights)
-    return _bwd_jit(x, mask, weights, dout, plan=_plan_for(x, mask, weights, eps, config), direction=direction)
+def _plan(problem, config) -> Plan:
+    p = problem
+    return make_plan((p.batch, p.n, p.n, p.c_z), jnp.dtype(p.dtype), p.c, p.has_mask, p.eps, config.as_dict(),
+                     config.target)
+
+
+def forward_jax(problem, config, x, mask, *weights):
+    """(out like x, empty ab, empty y): the backward reruns ``fwd_in`` and the contraction."""
+    out = _fwd_jit(x, mask, tuple(weights), plan=_plan(problem, config), direction=problem.direction)
+    return out, jnp.zeros((0,), x.dtype), jnp.zeros((0,), x.dtype)
+
+
+def backward_jax(problem, config, saved, grads, needs):
+    """(dx, d weight for each of ``TRIMUL_WEIGHTS``) from the inputs and the output gradient."""
+    from ceiling.triangle.spec import TRIMUL_WEIGHTS
+
+    x, weights = saved["x"], tuple(saved[n] for n in TRIMUL_WEIGHTS)
+    dx, dw = _bwd_jit(x, saved["mask"], weights, grads["out"].astype(x.dtype), plan=_plan(problem, config),
+                      direction=problem.direction)
+    return (dx, *dw)
 
 
 def _to_jax(t):
     return None if t is None else tpu_gemm._torch_to_jax(t)
 
 
-def trimul_fwd(x, direction, mask, weights, eps, config=None):
-    """On torch tensors (copied to JAX and back): (out, residuals), no residuals kept."""
-    j = _to_jax
-    out = trimul_fwd_jax(j(x), direction, j(mask), [j(w) for w in weights], eps, config)
-    return tpu_gemm._jax_to_torch(out, x.device), ()
+def forward(problem, config, x, mask, *weights):
+    """:func:`forward_jax` on torch tensors (copied to JAX and back to x's device)."""
+    out, _, _ = forward_jax(problem, config, _to_jax(x), _to_jax(mask), *(_to_jax(w) for w in weights))
+    return tpu_gemm._jax_to_torch(out, x.device), x.new_empty(0), x.new_empty(0)
 
 
-def trimul_bwd(x, direction, mask, weights, eps, saved, dout, config=None):
-    j = _to_jax
-    dx, dw = trimul_bwd_jax(j(x), direction, j(mask), [j(w) for w in weights], eps, j(dout), config)
+def backward(problem, config, saved, grads, needs):
+    from ceiling.triangle.spec import TRIMUL_WEIGHTS
+
+    grads = backward_jax(problem, config, {n: _to_jax(t) for n, t in saved.items()}, {"out": _to_jax(grads["out"])},
+                         needs)
+    x = saved["x"]
     back = tpu_gemm._jax_to_torch
-    return (back(dx, x.device), *(back(g, x.device).to(w.dtype) for g, w in zip(dw, weights)))
+    return (back(grads[0], x.device), *(back(g, x.device).to(saved[n].dtype) for g, n in zip(grads[1:], TRIMUL_WEIGHTS)))
 
 
 # --------------------------------------------------------------------------- inspection

@@ -29,9 +29,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernels.tpu.gemm_rules import ConfigError, check_keys
-from kernels.tpu.generations import LANES, SUBLANES, generation
-from kernels.tpu.vmem import VmemEstimate, itemsize, over_budget
+from ceiling.tpu.gemm_rules import ConfigError, check_keys
+from ceiling.tpu.generations import LANES, SUBLANES, generation
+from ceiling.tpu.vmem import VmemEstimate, itemsize, over_budget
 
 RULES = {
     "keys": "the key block_rows and optionally block_rows_bwd, each a positive integer",

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from kernels.tpu.generations import SUBLANES, MiB, generation
+from ceiling.tpu.generations import SUBLANES, MiB, generation
 
 _ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4}
 

@@ -1,66 +1,19 @@
-"""Flash attention forward and backward on Trainium in NKI.
-
-The kernels follow the shape of the public NKI flash attention (``flash_fwd`` /
-``flash_attn_bwd`` of aws-neuron/nki-samples, now ``attention_cte`` / ``attention_bwd`` in
-aws-neuron/nki-library):
-
-* **Forward**, per (batch, head) and 128-row query tile (queries on the partition axis): stream
-  key tiles of ``fwd_block_k`` (<= 512, the moving free size) through TensorE,
-  ``S = qT.T @ kT`` accumulated over 128-deep head-dim chunks in one PSUM bank; scale, add the
-  bias tile and the boolean mask (as 0 / -BIG), and on tiles that cross the causal diagonal
-  ``affine_select`` the upper triangle away (GpSimd); the running max comes from
-  ``tensor_reduce`` (VectorE), ``exp(S - m)`` with its row sum from one ``activation`` with a
-  fused reduction (ScalarE); P is transposed in 128 x 128 pieces on TensorE
-  (``nc_transpose``) so ``P @ V`` contracts keys on the partition axis; the accumulator is
-  rescaled by ``exp(m_old - m_new)`` and normalized once at the end.
-* **Backward**, per (batch, head) and key tile of ``bwd_block_k``: dK and dV accumulate in PSUM
-  across every query tile (the matmul's own accumulation); each query tile recomputes
-  ``P = exp(S - lse)``, then ``dP = dO @ V^T``, ``dS = P * (dP - delta)`` with
-  ``delta = rowsum(dO * O)`` computed once per head, ``dV += P^T dO`` and ``dK += dS^T Q``
-  (P and dS serve directly as stationary operands: queries are their partition axis), and
-  ``dQ += dS K`` through a TensorE transpose of dS, accumulated in SBUF across key tiles.
-  ``scale`` is applied to dQ and dK once, at the end.
-
-Scheduling. Each engine runs its instruction stream in order, so the kernels are written in
-the order the engines should see the work: the forward advances ``q_in_flight`` query tiles
-through the key tiles together, each stage issued for all of them before the next stage, and
-the transposes and P @ V of a key step are issued after the next step's S (software
-pipelining); the backward issues S and dP of query tile i+1 before dV/dK/dQ of tile i. On plain
-tiles (no bias, mask or diagonal) the scores are read from PSUM with ``scale`` folded into the
-exponent. Under causal, a tile works only on the keys its last query sees.
-
-Conventions of ``kernels/trainium/gemm.py``: NKI 0.6 (explicit ``dst=`` on every instruction),
-the target (trn1/trn2) chosen explicitly, q/k passed head_dim-major (``qT``, ``kT``) by the host
-as the samples take them, and ``dry=True`` for cost estimates of large shapes.
-
-Masking uses a finite ``-BIG`` (as the samples' ``fp32.min`` / ``-9984``), so no NaN arises from
-``-inf - -inf``. A query whose every key is masked keeps a running max near ``-BIG``; the
-epilogue turns that into output 0 and ``lse = -inf`` (``log`` of the 0/1 "row sees a key"
-flag), and the backward gives those rows ``P = 0`` (so zero gradients).
-
-GQA: query head ``h`` reads key/value head ``h // group``; dK and dV of a key/value head are
-summed over its group in fp32 outputs. A bias is handed over as (Bb, Hb, q_len, k_len) with Bb
-and Hb 1 or full; its gradient is reduced over broadcast batch/head inside the kernel (the
-first head that maps to a slot stores, the others add) and over broadcast q/k rows on the host.
-
-Checked only on the emulator: two behaviours the kernels rely on are assumptions about the
-hardware, not measured: ScalarE's ``log(0)`` giving ``-inf`` (the lse of rows that see nothing),
-and a DMA read of an HBM output ordered after the kernel's own earlier write to it (the
-read-modify-write of dK/dV across a GQA group and of a broadcast dbias).
-"""
+"""Flash attention forward and backward on Trainium in NKI, after the public NKI flash attention
+(aws-neuron/nki-samples, nki-library): the kernels (queries on the partition axis, key tiles of
+``fwd_block_k``/``bwd_block_k`` through TensorE, dK/dV accumulated in PSUM), the op's ``nki``
+implementation (its config hooks, ``forward``, ``backward``), the wrappers the triangle layout
+calls (``attention_fwd``, ``attention_bwd``) and the cost model's dry-run ``estimate``; run on the
+project's emulator of NKI 0.6 unless the real ``nki`` is installed. Their design:
+``docs/attention.md``."""
 
 from __future__ import annotations
 
-import functools
-import json
 import math
-from pathlib import Path
 
 import numpy as np
 
-from kernels.trainium.nki_compat import EMULATED, nisa, nki, nl
+from ceiling.trainium.nki_compat import EMULATED, nisa, nki, nl
 
-CONFIGS_PATH = Path(__file__).parent / "configs" / "attention.json"
 
 BIG = 1.0e30  # finite "minus infinity" for masked scores
 TILE_Q = 128  # queries per tile: the partition axis
@@ -552,57 +505,81 @@ def flash_bwd_kernel(qT, kT, vT, q, k, do, doT, o, lse, bias, mask, scale, causa
 # ----------------------------------------------------------------------------- configs
 
 
-@functools.cache
-def _table() -> dict:
-    return json.loads(CONFIGS_PATH.read_text())
+def _table(target: str) -> dict:
+    from ceiling import tables
+
+    if target not in TARGETS:
+        raise ValueError(f"target: expected one of {list(TARGETS)}, got {target!r}")
+    return tables.read(tables.path("trainium", target, "attention"))
+
+
+TARGETS = ("trn2", "trn1")
 
 
 def representative_shape() -> dict:
-    return dict(_table()["representative_shape"])
+    return dict(_table("trn2")["representative_shape"])
 
 
 def configs(target: str) -> list[dict]:
-    """The shipped configs of ``target`` ("trn1"/"trn2"), one per head-dim bucket, with the bucket."""
-    table = _table()["targets"]
-    if target not in table:
-        raise ValueError(f"target: expected one of {sorted(table)}, got {target!r}")
-    return [{"head_dim": int(d), **c} for d, c in table[target].items()]
+    """The shipped configs of ``target`` ("trn1"/"trn2"), one per head-dim bucket, with the bucket's
+    largest head dim (the op's largest for the entry that serves head dims above every bucket)."""
+    from ceiling.attention.spec import HEAD_DIM_RANGE
+
+    return [{"head_dim": int(e["when"].split("<=")[1]) if "when" in e else HEAD_DIM_RANGE[1], **e["config"]}
+            for e in _table(target)["entries"]]
 
 
 CONFIG_KEYS = ("target", "name", "fwd_block_k", "bwd_block_k", "q_in_flight")
-
-
-def _validate_config(config: dict | None) -> None:
-    """Keys and values of a (partial) config, checked against the Trainium space
-    (``kernels/spaces/attention.json``) of the target it names, else of the default target."""
-    if not config:
-        return
-    from kernels import spaces
-
-    named = config.get("target") if isinstance(config, dict) else None
-    spaces.check("attention", named if named in spaces.targets("attention") else default_target(), config, partial=True)
+TILE_KEYS = ("fwd_block_k", "bwd_block_k", "q_in_flight")
 
 
 def default_target(config: dict | None = None) -> str:
-    from kernels.trainium.gemm import default_target as gemm_default_target
+    from ceiling.trainium.gemm import default_target as gemm_default_target
 
     return gemm_default_target(config)
 
 
+# ceiling.op's hooks: the target a config names, a shipped config by name, the table's entry by
+# head-dim bucket.
+
+
+def target(problem, user=None) -> str:
+    return default_target(user)
+
+
+def heuristic(problem, user=None) -> dict:
+    return {}  # the table's first entry holds for every head dim
+
+
+def own(user) -> dict | None:
+    """``config["name"]`` expanded to that shipped config; tile keys over it make a ``custom`` one.
+    The keys and values are checked first, against the space of the target the config names (the
+    default target's when it names none or one that is not a Trainium target)."""
+    if not user or not isinstance(user, dict):
+        return user
+    from ceiling import spaces
+
+    spaces.check("attention", user["target"] if user.get("target") in TARGETS else default_target(), user,
+                 partial=True)
+    out = dict(user)
+    named = [c for c in configs(default_target(user)) if c["name"] == user.get("name")]
+    if named:
+        out = {k: v for k, v in named[0].items() if k != "head_dim"} | out
+    elif any(key in user for key in TILE_KEYS):
+        out.setdefault("name", "custom")
+    return out
+
+
 def resolve_config(head_dim: int, target: str, config: dict | None = None) -> dict:
-    """The config a problem runs with: the shipped config ``config["name"]`` names, else the
-    target's entry for the smallest head-dim bucket >= head_dim (the heuristic), overridden by
-    ``config``'s tile keys."""
-    _validate_config(config)
-    table = configs(target)
-    named = [c for c in table if config and c["name"] == config.get("name")]
-    base = named[0] if named else next((c for c in table if c["head_dim"] >= head_dim), table[-1])
-    cfg = {key: base[key] for key in ("name", "fwd_block_k", "bwd_block_k", "q_in_flight")}
-    if config:
-        cfg.update({key: v for key, v in config.items() if key != "target"})
-        if any(key in config for key in ("fwd_block_k", "bwd_block_k", "q_in_flight")) and "name" not in config:
-            cfg["name"] = "custom"
-    return cfg
+    """The config a problem of ``head_dim`` runs with on ``target`` (outside the op: inspection,
+    the cost model, the triangle layout): the op's resolution for a problem of that head dim."""
+    from ceiling.attention.op import ATTENTION
+    from ceiling.attention.spec import shipped_problem
+    from ceiling.op import resolve_tabled
+
+    problem = shipped_problem(head_dim, "bfloat16", causal=False)
+    cfg = resolve_tabled(problem, ATTENTION.implementation("trainium"), own({**(config or {}), "target": target}))
+    return {k: v for k, v in cfg.items() if k != "target"}
 
 
 # ----------------------------------------------------------------------------- host side
@@ -620,7 +597,7 @@ def _as4(x: np.ndarray) -> np.ndarray:
 
 def _pair_operand(x, sq: int, sk: int, dtype, dry: bool):
     """A bias or mask as (Bb, Hb, Sq, Sk): batch/head keep their broadcast 1s, rows are expanded."""
-    from kernels.trainium.emulator import ShapeDtype
+    from ceiling.trainium.emulator import ShapeDtype
 
     if dry:
         shape = _as4_shape(x.shape)
@@ -634,14 +611,14 @@ def _as4_shape(shape) -> tuple[int, ...]:
 
 
 def _placeholder(dry: bool):
-    from kernels.trainium.emulator import ShapeDtype
+    from ceiling.trainium.emulator import ShapeDtype
 
     return ShapeDtype((1, 1, 1, 1), np.float32) if dry else np.zeros((1, 1, 1, 1), np.float32)
 
 
 def _arranged(x, axes, dry: bool):
     """``x`` with its axes permuted, contiguous (a shape/dtype stand-in when ``dry``)."""
-    from kernels.trainium.emulator import ShapeDtype
+    from ceiling.trainium.emulator import ShapeDtype
 
     if dry:
         return ShapeDtype(tuple(x.shape[a] for a in axes), x.dtype)
@@ -654,7 +631,7 @@ AS_IS = (0, 1, 2, 3)
 
 def _run(kernel, target: str, dry: bool, *args, **consts):
     """Run ``kernel`` on the emulator for ``target`` (or on the real toolchain); (result, ctx)."""
-    from kernels.trainium.emulator import emulate
+    from ceiling.trainium.emulator import emulate
 
     if not EMULATED:
         return kernel(*args, **consts), None
@@ -664,10 +641,9 @@ def _run(kernel, target: str, dry: bool, *args, **consts):
     return result, ctx
 
 
-def forward_np(q, k, v, bias, mask, causal, scale, target, config=None, dry=False):
-    """(out, lse, ctx) on numpy arrays (or shape/dtype stand-ins when ``dry``)."""
+def forward_np(q, k, v, bias, mask, causal, scale, target, cfg, dry=False):
+    """(out, lse, ctx) on numpy arrays (or shape/dtype stand-ins when ``dry``) with the resolved ``cfg``."""
     sq, sk, d = q.shape[1], k.shape[1], q.shape[3]
-    cfg = resolve_config(d, target, config)
     args = (
         _arranged(q, HEADS_MAJOR, dry),
         _arranged(k, HEADS_MAJOR, dry),
@@ -683,10 +659,9 @@ def forward_np(q, k, v, bias, mask, causal, scale, target, config=None, dry=Fals
     return out, lse, ctx
 
 
-def backward_np(do, q, k, v, o, lse, bias, mask, causal, scale, bias_grad, target, config=None, dry=False):
+def backward_np(do, q, k, v, o, lse, bias, mask, causal, scale, bias_grad, target, cfg, dry=False):
     """(dq, dk, dv, dbias or None, ctx); dk/dv in k's dtype, dbias reduced to bias's shape (fp32)."""
     sq, sk, d = q.shape[1], k.shape[1], q.shape[3]
-    cfg = resolve_config(d, target, config)
     bias_grad = bool(bias_grad and bias is not None)
     args = (
         _arranged(q, HEADS_MAJOR, dry),
@@ -731,47 +706,69 @@ class _Shape:
 
 
 def _to_numpy(x):
-    from kernels.trainium.gemm import _torch_to_numpy
+    from ceiling.trainium.gemm import _torch_to_numpy
 
     return None if x is None else _torch_to_numpy(x)
 
 
 def _to_torch(x, device):
-    from kernels.trainium.gemm import _numpy_to_torch
+    from ceiling.trainium.gemm import _numpy_to_torch
 
     return _numpy_to_torch(x, device)
 
 
-def _check_config(config):
-    _validate_config(config)
-    return default_target(config)
-
-
-def attention_fwd(q, k, v, bias, mask, causal, scale, config=None):
-    """(out like q, lse (B, H, Sq) float32) through the NKI forward kernel (emulated here).
-
-    ``config`` may set ``target`` ("trn1"/"trn2"), ``fwd_block_k`` and ``bwd_block_k``."""
-    target = _check_config(config)
+def forward(problem, config, q, k, v, bias, mask):
+    """(out like q, lse (B, H, Sq) float32) through the NKI forward kernel (emulated here)."""
+    target = config.target
     out, lse, _ = forward_np(
         _to_numpy(q), _to_numpy(k), _to_numpy(v),
         None if bias is None else _to_numpy(bias.float()), None if mask is None else _to_numpy(mask),
-        causal, scale, target, config,
+        problem.causal, problem.scale, target, config,
     )  # fmt: skip
     return _to_torch(out, q.device), _to_torch(lse, q.device)
 
 
-def attention_bwd(do, q, k, v, out, lse, bias, mask, causal, scale, bias_grad, config=None):
+def backward(problem, config, saved, grads, needs):
     """(dq, dk, dv, dbias or None) through the NKI backward kernel (emulated here)."""
-    target = _check_config(config)
+    s = saved
+    q, k, v, bias = s["q"], s["k"], s["v"], s["bias"]
     dq, dk, dv, dbias, _ = backward_np(
-        _to_numpy(do.to(q.dtype)), _to_numpy(q), _to_numpy(k), _to_numpy(v), _to_numpy(out.to(q.dtype)),
-        _to_numpy(lse.float()),
-        None if bias is None else _to_numpy(bias.float()), None if mask is None else _to_numpy(mask),
-        causal, scale, bias_grad, target, config,
+        _to_numpy(grads["out"].to(q.dtype)), _to_numpy(q), _to_numpy(k), _to_numpy(v), _to_numpy(s["out"].to(q.dtype)),
+        _to_numpy(s["lse"].float()),
+        None if bias is None else _to_numpy(bias.float()), None if s["mask"] is None else _to_numpy(s["mask"]),
+        problem.causal, problem.scale, needs["bias"], config.target, config,
     )  # fmt: skip
-    grads = [_to_torch(dq, q.device), _to_torch(dk, k.device), _to_torch(dv, v.device)]
-    grads.append(None if dbias is None else _to_torch(np.ascontiguousarray(dbias), q.device).to(bias.dtype))
-    return tuple(grads)
+    out = [_to_torch(dq, q.device), _to_torch(dk, k.device), _to_torch(dv, v.device)]
+    out.append(None if dbias is None else _to_torch(np.ascontiguousarray(dbias), q.device).to(bias.dtype))
+    return tuple(out)
+
+
+def attention_fwd(q, k, v, bias, mask, causal, scale, config=None):
+    """:func:`forward` from torch tensors and a caller's ``config`` (the triangle layout's entry)."""
+    problem = _problem_of(q, k, v, bias, mask, causal, scale)
+    return forward(problem, _resolved(problem, config), q, k, v, bias, mask)
+
+
+def attention_bwd(do, q, k, v, out, lse, bias, mask, causal, scale, bias_grad, config=None):
+    """:func:`backward` from torch tensors and a caller's ``config`` (the triangle layout's entry)."""
+    problem = _problem_of(q, k, v, bias, mask, causal, scale)
+    saved = {"q": q, "k": k, "v": v, "bias": bias, "mask": mask, "out": out, "lse": lse}
+    return backward(problem, _resolved(problem, config), saved, {"out": do}, {"bias": bool(bias_grad)})
+
+
+def _problem_of(q, k, v, bias, mask, causal, scale):
+    """The problem of a triangle-layout call, whose op checked its inputs (float32 among them: the
+    emulator computes it), so with the attention spec's shape rules but not its kernel dtypes."""
+    from ceiling.attention.spec import check
+
+    return check(q, k, v, causal=causal, scale=scale, bias=bias, mask=mask)
+
+
+def _resolved(problem, config):
+    from ceiling.attention.op import ATTENTION
+    from ceiling.op import resolve_config
+
+    return resolve_config(problem, ATTENTION.implementation("trainium"), config)
 
 
 # ----------------------------------------------------------------------------- cost model
@@ -783,7 +780,7 @@ def estimate(batch=1, heads=8, kv_heads=None, seq=2048, head_dim=128, causal=Fal
 
     Returns (CostReport, resolved config, context). FLOPs follow the FlashAttention convention:
     4 B H Sq Sk D forward (halved when causal), 2.5x that backward (5 matmuls of the same size)."""
-    from kernels.trainium.emulator import cost
+    from ceiling.trainium.emulator import cost
 
     kv_heads = kv_heads or heads
     k_len = k_len or seq
@@ -793,10 +790,10 @@ def estimate(batch=1, heads=8, kv_heads=None, seq=2048, head_dim=128, causal=Fal
     k = _Shape((batch, k_len, kv_heads, head_dim), dt)
     scale = 1.0 / math.sqrt(head_dim)
     if direction == "fwd":
-        *_, ctx = forward_np(q, k, k, None, None, causal, scale, target, config, dry=True)
+        *_, ctx = forward_np(q, k, k, None, None, causal, scale, target, cfg, dry=True)
     elif direction == "bwd":
         lse = _Shape((batch, heads, seq), np.float32)
-        *_, ctx = backward_np(q, q, k, k, q, lse, None, None, causal, scale, False, target, config, dry=True)
+        *_, ctx = backward_np(q, q, k, k, q, lse, None, None, causal, scale, False, target, cfg, dry=True)
     else:
         raise ValueError(f"direction: expected 'fwd' or 'bwd', got {direction!r}")
     flops = 4.0 * batch * heads * seq * k_len * head_dim * (0.5 if causal else 1.0) * (2.5 if direction == "bwd" else 1.0)

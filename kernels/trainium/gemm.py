@@ -1,38 +1,18 @@
-"""GEMM on Trainium in NKI: ``activation(a @ b + bias)``.
-
-The kernel has the shape of the public fully optimized NKI matmul tutorial
-(``nki_matmul_fully_optimized_`` in aws-neuron/nki-samples,
-``tutorials/matrix_multiplication``): the output is cut into blocks of
-TILES_IN_BLOCK_M x TILES_IN_BLOCK_N TensorE tiles (128 x 512 each), the contraction into
-blocks of TILES_IN_BLOCK_K tiles of 128. For each N block, every K block loads its
-``rhs`` tiles once and reuses them across all M blocks; each stationary ``lhsT`` tile is
-used for TILES_IN_BLOCK_N moving tiles; partial products accumulate in a PSUM bank over a
-K block and then in SBUF across K blocks. It differs from the sample in four places:
-
-* the SBUF accumulators are fp32 (the sample keeps them in the input dtype);
-* the first K block initializes them from PSUM (plus the bias), so there is no memset pass;
-* the bias row is broadcast across partitions by a K=1 matmul against a ones column, and
-  the epilogue is one ``nisa.activation`` per tile on ScalarE (relu, gelu, silu or copy)
-  that also casts to the output dtype, replacing the sample's ``tensor_copy``;
-* edge tiles are sliced to the problem, so any M, N, K runs without padding.
-
-``a`` is passed transposed (``lhsT``, K on partitions) as in the sample; the host wrapper
-transposes it. Written for NKI 0.6.0 (``import nki``, explicit ``dst``); on machines
-without the Neuron toolchain it runs on ``kernels.trainium.emulator``.
+"""GEMM on Trainium in NKI, ``activation(a @ b + bias)``: the blocked kernel of the public fully
+optimized NKI matmul tutorial with fp32 SBUF accumulators, the bias broadcast by a K=1 matmul and
+a fused ScalarE epilogue, edge tiles sliced to the problem; its config resolution (the target's
+block shrunk to the problem and to SBUF) and launchers. Written for NKI 0.6.0; without the Neuron
+toolchain it runs on ``ceiling.trainium.emulator``. ``kernels/trainium/README.md`` ("The GEMM")
+says more; block shapes per target are ``tables/<target>/gemm.json``.
 """
 
 from __future__ import annotations
 
-import functools
-import json
 import os
-from pathlib import Path
 
 import numpy as np
 
-from kernels.trainium.nki_compat import EMULATED, nisa, nki, nl
-
-CONFIGS_PATH = Path(__file__).parent / "configs" / "gemm.json"
+from ceiling.trainium.nki_compat import EMULATED, nisa, nki, nl
 
 # ScalarE activation per spec name; "gelu" is the exact (erf) form, as in kernels/gemm/spec.py.
 ACTIVATION_OPS = {None: "copy", "relu": "relu", "gelu": "gelu", "silu": "silu"}
@@ -182,21 +162,22 @@ def gemm_kernel(
 # ----------------------------------------------------------------------------- configs
 
 
-@functools.cache
-def _table() -> dict:
-    return json.loads(CONFIGS_PATH.read_text())
+def _table(target: str) -> dict:
+    from ceiling import tables
+
+    return tables.read(tables.path("trainium", target, "gemm"))
 
 
 def configs(target: str) -> list[dict]:
-    """The shipped configs for ``target`` ("trn1" or "trn2"), first one the default."""
-    table = _table()["targets"]
-    if target not in table:
-        raise ValueError(f"target: expected one of {sorted(table)}, got {target!r}")
-    return [dict(c) for c in table[target]]
+    """The shipped configs for ``target`` ("trn1" or "trn2"): the default first, then the named
+    alternatives."""
+    if target not in ("trn1", "trn2"):
+        raise ValueError(f"target: expected one of ['trn1', 'trn2'], got {target!r}")
+    return [dict(e["config"]) for e in _table(target)["entries"]]
 
 
 def representative_shape() -> tuple[int, int, int]:
-    s = _table()["representative_shape"]
+    s = _table("trn2")["representative_shape"]
     return s["m"], s["n"], s["k"]
 
 
@@ -222,38 +203,38 @@ def _sbuf_bytes(cfg: dict, resident: int, in_itemsize: int, out_itemsize: int, h
     return acc + lhs + rhs + bias + 2 * block_n * out_itemsize
 
 
-CONFIG_KEYS = ("target", "name", "TILES_IN_BLOCK_M", "TILES_IN_BLOCK_N", "TILES_IN_BLOCK_K", "resident_m_blocks")
+def resolve(problem, impl, user):
+    """The target's default config (or the one ``config["name"]`` names) with config= over it,
+    checked once against the space of the target config= names (else the default target's); then
+    fitted to the problem: blocks shrunk to it and to SBUF, and the M blocks that stay resident."""
+    from ceiling import spaces, tables
+    from ceiling.spaces.config import Config, resolve as resolve_config
+
+    named = user.get("target") if isinstance(user, dict) else None
+    target = named if named in spaces.targets("gemm") and spaces.get("gemm", named).backend == "trainium" else default_target()
+    features = {**problem.features(), "name": user.get("name") if isinstance(user, dict) else None}
+    found = tables.lookup("trainium", "gemm", None, target, features)
+    config = resolve_config("gemm", target, {}, found.config, user, features, found.source)
+    return Config(fitted(problem, config, target), "gemm", target, config.source)
 
 
-def _validate_config(config: dict | None) -> None:
-    """Keys and values of a (partial) config, checked against the Trainium space
-    (``kernels/spaces/gemm.json``) of the target it names, else of the default target."""
-    if not config:
-        return
-    from kernels import spaces
+def fitted(problem, config, target: str) -> dict:
+    """``config`` for ``problem`` on ``target``: blocks shrunk to the problem, then halved (K
+    first, then N, then M) until one M block's working set fits in SBUF, and the number of M
+    blocks that stay resident (at most ``resident_m_blocks``)."""
+    from ceiling.trainium.emulator import targets
 
-    named = config.get("target") if isinstance(config, dict) else None
-    spaces.check("gemm", named if named in spaces.targets("gemm") else default_target(), config, partial=True)
-
-
-def resolve_config(m: int, n: int, k: int, target: str, dtype: str, out_dtype: str, has_bias: bool, config: dict | None) -> dict:
-    """The config a problem runs with: the given one or the target's default, blocks shrunk to
-    the problem, and the number of resident M blocks that fits in SBUF."""
-    from kernels.trainium.emulator import targets
-
-    _validate_config(config)
-    base = dict(configs(target)[0])
-    if config:
-        base.update({key: v for key, v in config.items() if key != "target"})
+    m, n, k = problem.m, problem.n, problem.k
     cfg = {
-        "name": base.get("name", "custom"),
-        "TILES_IN_BLOCK_M": max(1, min(int(base["TILES_IN_BLOCK_M"]), _cdiv(m, 128))),
-        "TILES_IN_BLOCK_N": max(1, min(int(base["TILES_IN_BLOCK_N"]), _cdiv(n, 512))),
-        "TILES_IN_BLOCK_K": max(1, min(int(base["TILES_IN_BLOCK_K"]), _cdiv(k, 128))),
+        "name": config.get("name", "custom"),
+        "TILES_IN_BLOCK_M": max(1, min(int(config["TILES_IN_BLOCK_M"]), _cdiv(m, 128))),
+        "TILES_IN_BLOCK_N": max(1, min(int(config["TILES_IN_BLOCK_N"]), _cdiv(n, 512))),
+        "TILES_IN_BLOCK_K": max(1, min(int(config["TILES_IN_BLOCK_K"]), _cdiv(k, 128))),
     }
-    in_size, out_size = np.dtype(_np_dtype(dtype)).itemsize, np.dtype(_np_dtype(out_dtype)).itemsize
+    in_size = np.dtype(_np_dtype(problem.dtype)).itemsize
+    out_size = np.dtype(_np_dtype(problem.out_dtype)).itemsize
+    has_bias = problem.bias_dtype is not None
     budget = targets.get(target).sbuf_bytes_per_partition
-    # Shrink the block (K first, then N, then M) until one M block's working set fits.
     while _sbuf_bytes(cfg, 1, in_size, out_size, has_bias) > budget:
         key = next((k_ for k_ in ("TILES_IN_BLOCK_K", "TILES_IN_BLOCK_N", "TILES_IN_BLOCK_M") if cfg[k_] > 1), None)
         if key is None:
@@ -263,8 +244,8 @@ def resolve_config(m: int, n: int, k: int, target: str, dtype: str, out_dtype: s
     fits = 1
     while fits < blocks_m and _sbuf_bytes(cfg, fits + 1, in_size, out_size, has_bias) <= budget:
         fits += 1
-    wanted = base.get("resident_m_blocks")
-    cfg["RESIDENT_M_BLOCKS"] = min(fits, int(wanted)) if wanted else fits
+    wanted = config.get("resident_m_blocks")
+    cfg["resident_m_blocks"] = min(fits, int(wanted)) if wanted else fits
     return cfg
 
 
@@ -277,14 +258,14 @@ def _np_dtype(name: str):
     return ml_dtypes.bfloat16 if name == "bfloat16" else np.dtype(name)
 
 
-def _run_2d(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, activation, out_dtype: str, target: str, config: dict | None, dry=False):
-    """One 2-D GEMM through the kernel; returns (result, emulator context or None)."""
-    from kernels.trainium.emulator import ShapeDtype, emulate
+def _run_2d(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, activation, out_dtype: str, target: str, cfg,
+            dry=False):
+    """One 2-D GEMM through the kernel with the resolved ``cfg``; returns (result, emulator
+    context or None)."""
+    from ceiling.trainium.emulator import ShapeDtype, emulate
 
     m, k = a.shape
     n = b.shape[1]
-    dtype = np.dtype(a.dtype).name
-    cfg = resolve_config(m, n, k, target, dtype, out_dtype, bias is not None, config)
     lhsT = ShapeDtype((k, m), a.dtype) if dry else np.ascontiguousarray(a.T)
     rhs = ShapeDtype(b.shape, b.dtype) if dry else np.ascontiguousarray(b)
     if bias is not None:
@@ -298,7 +279,7 @@ def _run_2d(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, activation, o
         TILES_IN_BLOCK_M=cfg["TILES_IN_BLOCK_M"],
         TILES_IN_BLOCK_N=cfg["TILES_IN_BLOCK_N"],
         TILES_IN_BLOCK_K=cfg["TILES_IN_BLOCK_K"],
-        RESIDENT_M_BLOCKS=cfg["RESIDENT_M_BLOCKS"],
+        RESIDENT_M_BLOCKS=cfg["resident_m_blocks"],
     )
     if not EMULATED:  # the real Neuron toolchain: the target comes from the Neuron environment
         return gemm_kernel(lhsT, rhs, bias_row, **consts), None
@@ -307,17 +288,29 @@ def _run_2d(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, activation, o
     return out, ctx
 
 
-def _run(a, b, bias, activation, out_dtype: str, config):
+def _run(problem, config, a, b, bias):
     """numpy in, numpy out; 3-D inputs loop over the batch."""
-    target = default_target(config)
+    if problem.k == 0 or 0 in problem.out_shape:
+        return _empty_sum(problem, bias)
+
+    def one(x, y):
+        return _run_2d(x, y, bias, problem.activation, problem.out_dtype, config.target, config)[0]
+
     if a.ndim == 2:
-        return _run_2d(a, b, bias, activation, out_dtype, target, config)[0]
-    outs = [_run_2d(a[i], b if b.ndim == 2 else b[i], bias, activation, out_dtype, target, config)[0] for i in range(a.shape[0])]
-    return np.stack(outs)
+        return one(a, b)
+    return np.stack([one(a[i], b if b.ndim == 2 else b[i]) for i in range(a.shape[0])])
 
 
-def _dtype_name(dtype) -> str:
-    return str(dtype).removeprefix("torch.").removeprefix("dtype(").strip("')")
+def _empty_sum(problem, bias) -> np.ndarray:
+    """The output of an empty contraction (K = 0): the epilogue of a zero accumulator."""
+    import torch
+
+    from ceiling.gemm.reference import activate_torch
+
+    z = torch.zeros(problem.out_shape, dtype=torch.float32)
+    if bias is not None:
+        z = z + torch.from_numpy(np.asarray(bias, np.float32))
+    return _torch_to_numpy(activate_torch(z, problem.activation).to(getattr(torch, problem.out_dtype)))
 
 
 def _torch_to_numpy(x):
@@ -338,43 +331,52 @@ def _numpy_to_torch(x: np.ndarray, device):
     return torch.from_numpy(np.ascontiguousarray(x)).to(device)
 
 
-def gemm(a, b, bias, activation, out_dtype, config=None):
-    """``activation(a @ b + bias)`` on torch tensors through the NKI kernel (emulated here).
-
-    ``config`` may set ``target`` ("trn1"/"trn2") and the block shape keys of configs/gemm.json.
-    """
-    out_name = _dtype_name(out_dtype)
-    a_np, b_np = _torch_to_numpy(a), _torch_to_numpy(b)
+def forward(problem, config, a, b, bias):
+    """``activation(a @ b + bias)`` on torch tensors through the NKI kernel (emulated here)."""
     bias_np = None if bias is None else _torch_to_numpy(bias).astype(np.float32)
-    out = _run(a_np, b_np, bias_np, activation, out_name, config)
-    return _numpy_to_torch(out, a.device)
+    out = _run(problem, config, _torch_to_numpy(a), _torch_to_numpy(b), bias_np)
+    return (_numpy_to_torch(out, a.device),)
 
 
-def gemm_jax(a, b, bias, activation, out_dtype, config=None):
-    """The same on JAX arrays; a ``jax.pure_callback`` so it also runs under ``jax.jit``."""
+def forward_jax(problem, config, a, b, bias):
+    """The same on JAX arrays: a ``jax.pure_callback`` on numpy, so it also runs under ``jax.jit``."""
     import jax
     import jax.numpy as jnp
 
-    out_dtype = jnp.dtype(out_dtype)
-    shape = (*a.shape[:-1], b.shape[-1])
+    out_dtype = jnp.dtype(problem.out_dtype)
 
     def host(a_, b_, *rest):
         bias_ = np.asarray(rest[0], dtype=np.float32) if rest else None
-        return np.asarray(_run(np.asarray(a_), np.asarray(b_), bias_, activation, out_dtype.name, config)).astype(out_dtype)
+        return np.asarray(_run(problem, config, np.asarray(a_), np.asarray(b_), bias_)).astype(out_dtype)
 
     args = (a, b) if bias is None else (a, b, bias)
-    return jax.pure_callback(host, jax.ShapeDtypeStruct(shape, out_dtype), *args)
+    return (jax.pure_callback(host, jax.ShapeDtypeStruct(problem.out_shape, out_dtype), *args),)
 
 
-def estimate(m: int, n: int, k: int, dtype: str = "bfloat16", target: str = "trn2", config: dict | None = None, out_dtype: str | None = None, bias: bool = False, activation=None):
-    """Cost-model estimate of one (m, n, k) GEMM from a dry run of the real instruction stream.
+def gemm(a, b, bias, activation, out_dtype, config=None):
+    """``activation(a @ b + bias)`` on torch tensors for a kernel built on this one (the triangle
+    multiplication's contraction): the problem checked, its config resolved as the op resolves it."""
+    from ceiling.gemm.op import GEMM
+    from ceiling.gemm.spec import check
+
+    problem = check(a, b, bias, activation, out_dtype)
+    return forward(problem, resolve(problem, GEMM.implementation("trainium"), config), a, b, bias)[0]
+
+
+def estimate(m: int, n: int, k: int, dtype: str = "bfloat16", target: str = "trn2", config: dict | None = None,
+             out_dtype: str | None = None, bias: bool = False, activation=None):
+    """Cost-model estimate of one (m, n, k) GEMM from a dry run of the real instruction stream,
+    with the config the op resolves for it on ``target`` (``config`` over the table's).
 
     The dry run executes the kernel's control flow, every hardware-rule check and the
     uninitialized-read checks, but no arithmetic. Returns (CostReport, resolved config, context).
     """
-    from kernels.trainium.emulator import cost
+    from ceiling.gemm.op import GEMM
+    from ceiling.gemm.spec import shipped_problem
+    from ceiling.trainium.emulator import cost
 
-    cfg = resolve_config(m, n, k, target, dtype, out_dtype or dtype, bias, config)
+    problem = shipped_problem(m, n, k, dtype, out_dtype=out_dtype, bias=bias)
+    cfg = resolve(problem, GEMM.implementation("trainium"), {**(config or {}), "target": target})
     _, ctx = _run_2d(
         _Shape((m, k), _np_dtype(dtype)),
         _Shape((k, n), _np_dtype(dtype)),
@@ -382,12 +384,12 @@ def estimate(m: int, n: int, k: int, dtype: str = "bfloat16", target: str = "trn
         activation,
         out_dtype or dtype,
         target,
-        config,
+        cfg,
         dry=True,
     )
     report = cost.estimate(ctx.trace, ctx.target, flops=2.0 * m * n * k)
     report.notes.append(f"SBUF peak {ctx.sbuf_peak} B/partition of {ctx.target.sbuf_bytes_per_partition}; PSUM peak {ctx.psum_peak} of {ctx.target.psum_banks} banks")
-    return report, cfg, ctx
+    return report, cfg.as_dict(), ctx
 
 
 class _Shape:

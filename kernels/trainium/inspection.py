@@ -1,6 +1,6 @@
 """Static facts of the shipped Trainium GEMM and attention configs, from the emulator (no device needed).
 
-``inspect_trainium("trn2")`` runs each config of ``configs/gemm.json`` for the target over the
+``inspect_trainium("trn2")`` runs each config of ``tables/<target>/gemm.json`` over the
 representative shape in dry mode (control flow, every hardware-rule check, no arithmetic) and
 reports, per config: whether the rules pass, the cost model's time and fraction of TensorE
 peak, engine instruction counts, and SBUF/PSUM peaks. Not a measurement.
@@ -8,13 +8,13 @@ peak, engine instruction counts, and SBUF/PSUM peaks. Not a measurement.
 
 from __future__ import annotations
 
-from kernels.trainium import gemm
-from kernels.trainium.emulator.errors import EmulatorError
+from ceiling.trainium import gemm
+from ceiling.trainium.emulator.errors import EmulatorError
 
 
 def inspect_trainium(target: str, dtype: str = "bfloat16", config: dict | None = None, shape: tuple[int, int, int] | None = None) -> list[dict]:
     """One row per shipped config of ``target`` ("trn1" or "trn2"), or for ``config`` alone
-    (a shipped config's name, or block-shape keys as in configs/gemm.json)."""
+    (a shipped config's name, or block-shape keys as in tables/<target>/gemm.json)."""
     m, n, k = shape or gemm.representative_shape()
     cfgs = gemm.configs(target)
     if config is not None:
@@ -31,7 +31,7 @@ def inspect_trainium(target: str, dtype: str = "bfloat16", config: dict | None =
             continue
         row.update(
             _estimate_fields(report, ctx),
-            resolved={key: resolved[key] for key in ("TILES_IN_BLOCK_M", "TILES_IN_BLOCK_N", "TILES_IN_BLOCK_K", "RESIDENT_M_BLOCKS")},
+            resolved={key: resolved[key] for key in ("TILES_IN_BLOCK_M", "TILES_IN_BLOCK_N", "TILES_IN_BLOCK_K", "resident_m_blocks")},
             tensor_peak_flops=report.tensor_peak_flops,
             op="gemm",
             target=target,
@@ -43,10 +43,10 @@ def inspect_trainium(target: str, dtype: str = "bfloat16", config: dict | None =
 
 def inspect_trainium_attention(target: str, dtype: str = "bfloat16", config: dict | None = None, shape: dict | None = None) -> list[dict]:
     """Flash attention forward and backward, causal and not, at the representative shape of
-    configs/attention.json (B=1, H=8, S=2048, D=128) on ``target`` ("trn1" or "trn2"), with the
+    the attention table (``tables/<target>/attention.json``: B=1, H=8, S=2048, D=128) on ``target``, with the
     shipped config for that head dim or ``config``: one row per (direction, causal) with rule
     status, engine instruction counts, the cost model's time and fraction of TensorE peak."""
-    from kernels.trainium import attention
+    from ceiling.trainium import attention
 
     s = {**attention.representative_shape(), **(shape or {})}
     rows = []
@@ -97,7 +97,7 @@ def inspect_trainium_trimul(target: str, dtype: str = "bfloat16", config: dict |
     ``in_bwd``: dx and the input side's weight gradients) at AlphaFold 3's shape (N = 384,
     c_z = c = 128, one batch element) on ``target``: one row per kernel with rule status, engine
     instruction counts, SBUF/PSUM peaks and the cost model's time."""
-    from kernels.trainium import triangle_multiplication as trimul
+    from ceiling.trainium import triangle_multiplication as trimul
 
     s = {"batch": 1, "n": 384, "c_z": 128, "c": 128, **(shape or {})}
     rows = []

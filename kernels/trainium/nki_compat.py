@@ -1,7 +1,7 @@
 """The NKI modules a kernel imports: the real ones when the Neuron toolchain is installed,
 the emulator's otherwise, under the same names.
 
-    from kernels.trainium.nki_compat import nki, nl, nisa
+    from ceiling.trainium.nki_compat import nki, nl, nisa
 
 ``EMULATED`` says which. The PyPI ``nki`` distribution is an empty placeholder, so the real
 package counts only when it has ``nki.jit``, ``nki.language`` and ``nki.isa``.
@@ -30,7 +30,7 @@ EMULATED = _found is None
 if _found is not None:
     nki, nl, nisa = _found
 else:
-    from kernels.trainium import emulator as _emulator
+    from ceiling.trainium import emulator as _emulator
 
     nl = _emulator.language
     nisa = _emulator.isa

@@ -1,24 +1,35 @@
-"""Triangle attention on Trainium: the NKI flash attention of
-:mod:`kernels.trainium.attention` in the triangle's layout (runs on the emulator
-where no Neuron toolchain is installed).
-
-Per batch element b, triangle attention is an attention whose batch is the N rows
-i of the pair tensor, whose bias (1, H, N, N) is shared by every row and whose mask
-(N, 1, 1, N) is a key mask per row. The NKI flash attention takes those broadcast
-patterns as they are: its backward sums the bias gradient over the broadcast rows
-in float32 inside the kernel, so dbias is never larger than the bias. This module
-only moves axes: q, k, v (B, N, H, N, D) become per-b (rows, keys, heads, D), and
-the results move back.
-
-The log-sum-exp of a row with no valid key is +inf in the triangle ops'
-convention and -inf in the flash attention's; it is mapped at the boundary.
+"""Triangle attention on Trainium: the NKI flash attention of :mod:`ceiling.trainium.attention` in
+the triangle's layout (on the emulator where no Neuron toolchain is installed). Per batch element
+b it is an attention whose batch is the N rows i of the pair tensor, whose bias (1, H, N, N) is
+shared by every row and whose mask (N, 1, 1, N) is a key mask per row: broadcast patterns the NKI
+flash attention takes as they are (its backward sums the bias gradient over the rows in float32
+inside the kernel). This module resolves the flash attention's config once for that per-element
+problem (the chip from ``config["target"]``, else the default) and moves axes: q, k, v (B, N, H,
+N, D) become per-b (rows, keys, heads, D). A row with no valid key has log-sum-exp +inf here and
+-inf in the flash attention; it is mapped at the boundary.
 """
 
 from __future__ import annotations
 
 import torch
 
-from kernels.trainium import attention as flash
+from ceiling.trainium import attention as flash
+from ceiling.triangle.spec import rows_attention
+
+
+def resolve(problem, impl, user):
+    """The flash attention's config for the per-element problem: its table's entry for the head
+    dim on the chip, a shipped config by ``name``, and ``config=``'s keys over it."""
+    import dataclasses
+
+    from ceiling.attention.op import ATTENTION
+    from ceiling.op import resolve_tabled
+    from ceiling.spaces.config import Config
+
+    # the chip the caller names (the attention implementation's own hook does not see config=)
+    impl = dataclasses.replace(ATTENTION.implementation("trainium"), target=flash.default_target(user))
+    config = resolve_tabled(rows_attention(problem), impl, flash.own(user))
+    return Config(config.as_dict(), "triangle_attention", config.target, config.source)
 
 
 def _rows_major(t: torch.Tensor, b: int) -> torch.Tensor:
@@ -26,26 +37,30 @@ def _rows_major(t: torch.Tensor, b: int) -> torch.Tensor:
     return t[b].transpose(1, 2)
 
 
-def triangle_attention_fwd(q, k, v, bias, mask, scale, config=None):
+def forward(problem, config, q, k, v, bias, mask):
     """(out (B, N, H, N, D), lse (B, N, H, N) float32) through the NKI forward kernel."""
+    rows = rows_attention(problem)
     outs, lses = [], []
-    for b in range(q.shape[0]):
-        out, lse = flash.attention_fwd(_rows_major(q, b), _rows_major(k, b), _rows_major(v, b), bias[b],
-                                       None if mask is None else mask[b], False, scale, config)
+    for b in range(problem.batch):
+        out, lse = flash.forward(rows, config, _rows_major(q, b), _rows_major(k, b), _rows_major(v, b), bias[b],
+                                 None if mask is None else mask[b])
         outs.append(out.transpose(1, 2))
         lses.append(lse)
     lse = torch.stack(lses)
     return torch.stack(outs).contiguous(), torch.where(torch.isneginf(lse), torch.inf, lse)
 
 
-def triangle_attention_bwd(q, k, v, bias, mask, scale, out, lse, dout, config=None):
+def backward(problem, config, saved, grads, needs):
     """(dq, dk, dv, dbias (B, 1, H, N, N)) through the NKI backward kernel."""
-    grads = []
-    for b in range(q.shape[0]):
-        lse_b = torch.where(torch.isposinf(lse[b]), -torch.inf, lse[b])
-        dq, dk, dv, dbias = flash.attention_bwd(
-            _rows_major(dout.to(q.dtype), b), _rows_major(q, b), _rows_major(k, b), _rows_major(v, b),
-            _rows_major(out, b), lse_b, bias[b], None if mask is None else mask[b], False, scale, True, config)
-        grads.append((dq.transpose(1, 2), dk.transpose(1, 2), dv.transpose(1, 2), dbias.float()))
-    dq, dk, dv, dbias = (torch.stack(g).contiguous() for g in zip(*grads))
-    return dq, dk, dv, dbias.to(bias.dtype)
+    s, rows = saved, rows_attention(problem)
+    dout = grads["out"].to(s["q"].dtype)
+    out = []
+    for b in range(problem.batch):
+        per_row = {"q": _rows_major(s["q"], b), "k": _rows_major(s["k"], b), "v": _rows_major(s["v"], b),
+                   "out": _rows_major(s["out"], b), "bias": s["bias"][b],
+                   "lse": torch.where(torch.isposinf(s["lse"][b]), -torch.inf, s["lse"][b]),
+                   "mask": None if s["mask"] is None else s["mask"][b]}
+        dq, dk, dv, dbias = flash.backward(rows, config, per_row, {"out": _rows_major(dout, b)}, {"bias": True})
+        out.append((dq.transpose(1, 2), dk.transpose(1, 2), dv.transpose(1, 2), dbias.float()))
+    dq, dk, dv, dbias = (torch.stack(g).contiguous() for g in zip(*out))
+    return dq, dk, dv, dbias.to(s["bias"].dtype)

@@ -1,76 +1,10 @@
-"""The triangle multiplicative update on Trainium in NKI (on the emulator where no Neuron
-toolchain is installed).
-
-Forward: three kernels, every intermediate of the per-pair work on chip.
-
-* ``trimul_in_kernel``, per group of up to 512 pair rows (the moving free size of a
-  matmul, one fp32 PSUM bank): each 128-row tile of x (rows on partitions) gets its
-  LayerNorm along the free axis (``tensor_reduce`` for the mean on VectorE, the squared
-  deviations summed by ScalarE's fused ``activation`` reduction, ``rsqrt`` on ScalarE), is
-  transposed on TensorE so that c_z is the contraction (partition) axis, and takes the
-  LayerNorm affine as per-partition scalars while PSUM is evacuated. Then on TensorE,
-  per 128-channel chunk, ``p = p_in xn^T`` and ``g = g_in xn^T`` land channel-first in
-  PSUM (accumulated over 128-deep c_z chunks); ScalarE applies ``sigmoid(g + b_g)``
-  reading PSUM, VectorE ``(p + b_p) * mask`` and the product, and a and b leave for HBM
-  channel-first, (B, c, N*N), the layout the contraction GEMM reads. The same
-  normalized tile, as the stationary operand, gives the output gate
-  ``sigmoid(xn g_out^T + b)`` row-major (B, N*N, c_z). The pair mask and the row-wise
-  biases are broadcast across partitions by K=1 matmuls against a ones row.
-* the contraction y (B*c, N, N) float32 on the NKI GEMM of :mod:`kernels.trainium.gemm`
-  (``a b^T`` outgoing, ``a^T b`` incoming).
-* ``trimul_out_kernel``, per group of up to 512 pair rows of channel-first y: the output
-  LayerNorm runs over the partition (channel) axis, so its sums are TensorE matmuls
-  against a ones column (two passes: mean, then the centred squares) and their
-  broadcast back over the channels a K=1 matmul against a ones row; the affine is again
-  per-partition. The normalized tile is then directly the stationary operand of the
-  output projection, whose result comes out row-major (128 rows, c_z) in PSUM, gets its
-  bias and the gate, and is stored.
-
-Backward (the split of ``kernels/tpu/triangle_multiplication.py``): only the inputs are kept
-between forward and backward, so ``trimul_bwd`` first reruns ``trimul_in_kernel`` and the
-contraction for a, b, the gate and y, then
-
-* ``trimul_out_bwd_kernel``, per group of 512 pair rows of channel-first y: recomputes LN(y)
-  (as the forward) and, per 128-row tile, the projection z row-major; dz = dout * gate and the
-  gradient of the output gate's logits dz * z * (1 - gate) (stored, row-major, for the input
-  side); dz is transposed on TensorE into a channel-first SBUF tile for the group, and
-  ``dz^T [y_hat^T, 1]`` (the stationary dz contracting the tile's rows against y_hat^T with a
-  ones column) accumulates in PSUM over the group's tiles. Then dyn = p_out^T dz^T comes out
-  channel-first and the output LayerNorm backward runs over the channels like its forward
-  (ones-column sums and K=1 broadcasts on TensorE): dy, channel-first, for the contraction's
-  backward.
-* the contraction's gradient: two more NKI GEMMs (``da = dy b``, ``db = dy^T a`` outgoing;
-  ``da = b dy^T``, ``db = a dy`` incoming).
-* ``trimul_in_bwd_kernel``, per group: recomputes LN(x) (x_hat kept row-major, fp32 and with a
-  ones column) and the projections [u; v] channel-first from PSUM; forms [du; dv] = [da; db] *
-  mask * (s, u s (1 - s)) (s and 1 - s both by ScalarE's sigmoid reading PSUM); per 128-row
-  tile dx_hat = [du; dv]^T (W_in * lnw) + dgl (g_out * lnw) row-major in PSUM (the channel-
-  first [du; dv] is directly the stationary operand, dgl is transposed on TensorE; the LN
-  weight is folded into the weights' columns once) and the input LayerNorm backward along the
-  free axis -> dx; and ``[du; dv] [x_hat, 1]`` (through a TensorE transpose of [du; dv]) and
-  ``dgl^T [x_hat, 1]`` (the row-major dgl tile as the stationary operand) accumulate in PSUM.
-
-Weight gradients: each kernel folds its PSUM partial sums into fp32 SBUF accumulators once per
-512-row group and reduces over every group and batch element itself, so every gradient leaves
-the kernel complete (no host-side sum). The accumulators hold H = sum over rows of
-d_out^T [t_hat, 1] for each linear layer fed by a LayerNorm ``t_hat * w + b``; the epilogue
-gives dW = H * w + dbias (x) b, the bias gradient (H's last column), and the LayerNorm
-parameters' gradients sum_out W * H and sum_out dbias * W (TensorE ones/vector products), so
-no pass over the rows is spent on them. The output side yields p_out, its bias and the
-output LayerNorm's parameters; the input side [p_in; g_in], their biases, g_out and its bias
-(g_out reads LN(x), so its gradient belongs to the input side), and the input LayerNorm's.
-
-What stays in torch: reshapes and dtype casts between the kernels, and splitting
-d[p_in; g_in] into its two halves; none of the per-pair arithmetic.
-
-dtypes: bfloat16 operands feed TensorE natively (fp32 PSUM accumulation; LayerNorm,
-sigmoid and the elementwise steps in fp32; a, b and the gate stored in bf16; in the
-backward dy, the gate-logit gradient, [du; dv], dz and x_hat / y_hat are bf16 matmul
-operands, the weight gradients fp32); float16 and float32 run as float32 (TensorE at a
-quarter rate). Widths: forward c_z <= 512 (the gate's moving free size), any c. The
-backward holds a group's dz^T [y_hat, 1] in PSUM (c_z/128 chunks of c + 1 fp32 columns):
-c_z = 512 needs c < 512, c_z = 128 runs c up to 1024; the emulator's PSUM and SBUF
-capacity rules stop anything wider.
+"""The triangle multiplicative update on Trainium in NKI (on the emulator where no Neuron toolchain
+is installed): fused kernels for the per-pair work of the forward (``trimul_in_kernel``: input
+LayerNorm, gated projections, mask and output gate; ``trimul_out_kernel``: output LayerNorm,
+projection and gate) and of the backward (``trimul_out_bwd_kernel``, ``trimul_in_bwd_kernel``, every
+weight gradient reduced over all pairs inside them), around the contraction and its gradient on the
+NKI GEMM of :mod:`ceiling.trainium.gemm`; only the inputs are kept between the passes. How each
+kernel maps onto the engines, its layouts and its width limits: ``kernels/trainium/README.md``.
 """
 
 from __future__ import annotations
@@ -78,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from kernels.trainium import gemm as nki_gemm
-from kernels.trainium.nki_compat import EMULATED, nisa, nki, nl
+from ceiling.trainium import gemm as nki_gemm
+from ceiling.trainium.nki_compat import EMULATED, nisa, nki, nl
 
 P = 128  # partitions: rows per tile, channels per chunk, contraction depth per matmul
 GROUP = 512  # pair rows per group: the moving free size of a matmul (one fp32 PSUM bank)
@@ -796,7 +730,7 @@ def _np(name: str):
 
 def _kernel_weights(weights, kd: str, dry: bool = False):
     """The weights in the layout and dtype the kernels read (numpy, or stand-ins when ``dry``)."""
-    from kernels.trainium.emulator import ShapeDtype
+    from ceiling.trainium.emulator import ShapeDtype
 
     lnw, lnb, wp, bp, wg, bg, lnw_o, lnb_o, wpo, bpo, wgo, bgo = weights
     k, f32 = _np(kd), np.dtype(np.float32)
@@ -832,7 +766,7 @@ def _kernel_weights(weights, kd: str, dry: bool = False):
 
 
 def _run(kernel, target: str, dry: bool, *args, **consts):
-    from kernels.trainium.emulator import emulate
+    from ceiling.trainium.emulator import emulate
 
     if not EMULATED:
         return kernel(*args, **consts), None
@@ -843,7 +777,7 @@ def _run(kernel, target: str, dry: bool, *args, **consts):
 
 def forward_in_np(x, mask, kw, eps, target, dry=False):
     """(a, b, gate, ctx): x (B, R, c_z) in the kernel dtype, mask (B, R) fp32 or None."""
-    from kernels.trainium.emulator import ShapeDtype
+    from ceiling.trainium.emulator import ShapeDtype
 
     B, R, _ = x.shape
     placeholder = ShapeDtype((1, 1), np.float32) if dry else np.zeros((1, 1), np.float32)
@@ -870,7 +804,7 @@ def backward_out_np(y, gate, dout, kw, eps, target, dry=False):
 
 def backward_in_np(x, mask, da, db, dgl, kw, eps, target, dry=False):
     """(dx, d[p_in; g_in], their biases, d g_out, its bias, d norm_in weight, d norm_in bias, ctx)."""
-    from kernels.trainium.emulator import ShapeDtype
+    from ceiling.trainium.emulator import ShapeDtype
 
     placeholder = ShapeDtype((1, 1), np.float32) if dry else np.zeros((1, 1), np.float32)
     outs, ctx = _run(trimul_in_bwd_kernel, target, dry, x, placeholder if mask is None else mask, da, db, dgl,
@@ -879,91 +813,93 @@ def backward_in_np(x, mask, da, db, dgl, kw, eps, target, dry=False):
     return (*outs, ctx)
 
 
-def _dtype_name(t: torch.Tensor) -> str:
-    return str(t.dtype).removeprefix("torch.")
+def resolve(problem, impl, user):
+    """The chip: ``config["target"]`` (the whole of this implementation's config; the contraction
+    takes the NKI GEMM's own config for that chip), else the default one."""
+    from collections.abc import Mapping
+
+    from ceiling import spaces
+    from ceiling.spaces.config import resolve as resolve_space
+
+    if isinstance(user, Mapping):  # a bad key or chip is named before a chip is chosen from it
+        spaces.check("triangle_multiplication", "trn2", dict(user), partial=True)
+    target = nki_gemm.default_target(user if isinstance(user, Mapping) else None)
+    return resolve_space("triangle_multiplication", target, {"target": target}, {}, user, problem.features(), "the chip")
 
 
-def _bmm(a: torch.Tensor, b: torch.Tensor, config=None) -> torch.Tensor:
-    """(Z, M, K) @ (Z, K, N) through the NKI GEMM, float32 result."""
-    return nki_gemm.gemm(a, b, None, None, torch.float32, config=_gemm_config(config))
+def _bmm(a: torch.Tensor, b: torch.Tensor, target: str) -> torch.Tensor:
+    """(Z, M, K) @ (Z, K, N) through the NKI GEMM on ``target``, float32 result."""
+    return nki_gemm.gemm(a, b, None, None, torch.float32, config={"target": target})
 
 
-def _gemm_config(config):
-    return {"target": config["target"]} if config and config.get("target") else None
+def _contract_fwd(a, b, direction, target):
+    return _bmm(a, b.mT, target) if direction == "outgoing" else _bmm(a.mT, b, target)
 
 
-def _check_config(config):
-    """The chip a call runs on; the config (only ``target`` here) checked against the Trainium
-    space (``kernels/spaces/triangle_multiplication.json``)."""
-    from kernels import spaces
+def _inputs(problem, x, mask, weights):
+    """x and the mask row-major over the pair rows and the weights in the kernels' layout, as numpy."""
+    from ceiling.trainium.gemm import _torch_to_numpy
 
-    if config:
-        spaces.check("triangle_multiplication", "trn2", config, partial=True)
-    if config is None or "target" not in config:
-        return nki_gemm.default_target(config)
-    return config["target"]
-
-
-def _contract_fwd(a, b, direction, config=None):
-    return _bmm(a, b.mT, config) if direction == "outgoing" else _bmm(a.mT, b, config)
-
-
-def trimul_fwd(x, direction, mask, weights, eps, config=None):
-    """(out, residuals) through the NKI kernels; no residuals are kept (the backward recomputes).
-
-    ``config`` may set ``target`` ("trn1"/"trn2")."""
-    from kernels.trainium.gemm import _numpy_to_torch, _torch_to_numpy
-
-    target = _check_config(config)
-    B, N, _, CZ = x.shape
-    C = weights[2].shape[0] // 2
-    kd = kernel_dtype(_dtype_name(x))
+    B, R = problem.batch, problem.n * problem.n
+    kd = kernel_dtype(problem.dtype)
     kw = _kernel_weights([_torch_to_numpy(w.float()) for w in weights], kd)
-    xr = _torch_to_numpy(x.to(getattr(torch, kd)).reshape(B, N * N, CZ))
-    mr = None if mask is None else np.ascontiguousarray(_torch_to_numpy(mask.float().reshape(B, N * N)))
-    a, b, gate, _ = forward_in_np(xr, mr, kw, eps, target)
+    xr = _torch_to_numpy(x.to(getattr(torch, kd)).reshape(B, R, problem.c_z))
+    mr = None if mask is None else np.ascontiguousarray(_torch_to_numpy(mask.float().reshape(B, R)))
+    return xr, mr, kw, kd
+
+
+def _up_to_contraction(problem, x, xr, mr, kw, target):
+    """a, b (B*c, N, N) and the gate from the input kernel, and y (B, c, N*N) from the contraction."""
+    from ceiling.trainium.gemm import _numpy_to_torch
+
+    B, N, C = problem.batch, problem.n, problem.c
+    a, b, gate, _ = forward_in_np(xr, mr, kw, problem.eps, target)
     a_t = _numpy_to_torch(a, x.device).reshape(B * C, N, N)
     b_t = _numpy_to_torch(b, x.device).reshape(B * C, N, N)
-    y = _contract_fwd(a_t, b_t, direction, config).reshape(B, C, N * N)
-    out, _ = forward_out_np(_torch_to_numpy(y.contiguous()), gate, kw, eps, kd, target)
-    return _numpy_to_torch(out, x.device).reshape(x.shape).to(x.dtype), ()
+    y = _contract_fwd(a_t, b_t, problem.direction, target).reshape(B, C, N * N)
+    return a_t, b_t, gate, y
+
+
+def forward(problem, config, x, mask, *weights):
+    """(out, empty ab, empty y) through the NKI kernels: nothing is kept, the backward recomputes."""
+    from ceiling.trainium.gemm import _numpy_to_torch, _torch_to_numpy
+
+    target = config["target"]
+    xr, mr, kw, kd = _inputs(problem, x, mask, weights)
+    _, _, gate, y = _up_to_contraction(problem, x, xr, mr, kw, target)
+    out, _ = forward_out_np(_torch_to_numpy(y.contiguous()), gate, kw, problem.eps, kd, target)
+    return _numpy_to_torch(out, x.device).reshape(x.shape).to(x.dtype), x.new_empty(0), x.new_empty(0)
 
 
 # ----------------------------------------------------------------------------- backward
 
 
-def _contract_bwd(a, b, dy, direction, config=None):
+def _contract_bwd(a, b, dy, direction, target):
     """(da, db) float32 of the contraction y = a b^T (outgoing) or a^T b (incoming)."""
     if direction == "outgoing":  # da = dy b, db = dy^T a
-        return _bmm(dy, b, config), _bmm(dy.mT, a, config)
-    return _bmm(b, dy.mT, config), _bmm(a, dy, config)  # da = b dy^T, db = a dy
+        return _bmm(dy, b, target), _bmm(dy.mT, a, target)
+    return _bmm(b, dy.mT, target), _bmm(a, dy, target)  # da = b dy^T, db = a dy
 
 
-def trimul_bwd(x, direction, mask, weights, eps, saved, dout, config=None):
-    """(dx, *dweights) in ``kernels.triangle.TRIMUL_WEIGHTS`` order, through the NKI kernels:
+def backward(problem, config, saved, grads, needs):
+    """(dx, *dweights) in ``ceiling.triangle.TRIMUL_WEIGHTS`` order, through the NKI kernels:
     the forward's input kernel and contraction again (only the inputs are kept), then
     ``trimul_out_bwd_kernel``, the contraction's gradient on the NKI GEMM, and
     ``trimul_in_bwd_kernel``. Every weight gradient comes out of the kernels fully reduced."""
-    from kernels.trainium.gemm import _numpy_to_torch, _torch_to_numpy
+    from ceiling.trainium.gemm import _numpy_to_torch, _torch_to_numpy
+    from ceiling.triangle.spec import TRIMUL_WEIGHTS
 
-    target = _check_config(config)
-    B, N, _, CZ = x.shape
-    C = weights[2].shape[0] // 2
+    target = config["target"]
+    x, weights = saved["x"], [saved[n] for n in TRIMUL_WEIGHTS]
+    B, N, CZ, C, eps = problem.batch, problem.n, problem.c_z, problem.c, problem.eps
     R = N * N
-    kd = kernel_dtype(_dtype_name(x))
-    kt = getattr(torch, kd)
-    kw = _kernel_weights([_torch_to_numpy(w.float()) for w in weights], kd)
-    xr = _torch_to_numpy(x.to(kt).reshape(B, R, CZ))
-    mr = None if mask is None else np.ascontiguousarray(_torch_to_numpy(mask.float().reshape(B, R)))
-    a, b, gate, _ = forward_in_np(xr, mr, kw, eps, target)
-    a_t = _numpy_to_torch(a, x.device).reshape(B * C, N, N)
-    b_t = _numpy_to_torch(b, x.device).reshape(B * C, N, N)
-    y = _contract_fwd(a_t, b_t, direction, config).reshape(B, C, R)
+    xr, mr, kw, kd = _inputs(problem, x, saved["mask"], weights)
+    a_t, b_t, gate, y = _up_to_contraction(problem, x, xr, mr, kw, target)
 
-    dr = _torch_to_numpy(dout.to(kt).reshape(B, R, CZ))
+    dr = _torch_to_numpy(grads["out"].to(getattr(torch, kd)).reshape(B, R, CZ))
     dy, dgl, dwpo, dbpo, dlnw_o, dlnb_o, _ = backward_out_np(_torch_to_numpy(y.contiguous()), gate, dr, kw, eps, target)
     dy_t = _numpy_to_torch(dy, x.device).reshape(B * C, N, N)
-    da, db = _contract_bwd(a_t, b_t, dy_t, direction, config)
+    da, db = _contract_bwd(a_t, b_t, dy_t, problem.direction, target)
     dx, dw_in, db_in, dwgo, dbgo, dlnw, dlnb, _ = backward_in_np(
         xr, mr, _torch_to_numpy(da.reshape(B, C, R).contiguous()), _torch_to_numpy(db.reshape(B, C, R).contiguous()),
         dgl, kw, eps, target)
@@ -971,13 +907,13 @@ def trimul_bwd(x, direction, mask, weights, eps, saved, dout, config=None):
     def t(v, shape):
         return _numpy_to_torch(np.asarray(v), x.device).reshape(shape)
 
-    grads = (
+    dweights = (
         t(dlnw, (CZ,)), t(dlnb, (CZ,)), t(dw_in[: 2 * C], (2 * C, CZ)), t(db_in[: 2 * C], (2 * C,)),
         t(dw_in[2 * C :], (2 * C, CZ)), t(db_in[2 * C :], (2 * C,)), t(dlnw_o, (C,)), t(dlnb_o, (C,)),
         t(dwpo, (CZ, C)), t(dbpo, (CZ,)), t(dwgo, (CZ, CZ)), t(dbgo, (CZ,)),
     )
     dx_t = _numpy_to_torch(dx, x.device).reshape(x.shape).to(x.dtype)
-    return (dx_t, *(None if w is None else g.to(w.dtype) for g, w in zip(grads, weights)))
+    return (dx_t, *(g.to(w.dtype) for g, w in zip(dweights, weights)))
 
 
 # ----------------------------------------------------------------------------- cost model
@@ -993,7 +929,7 @@ def estimate(batch=1, n=384, c_z=128, c=128, dtype="bfloat16", target="trn2", ke
     the two 2c-wide projections and the gate; "out", the output projection; "out_bwd", the
     recomputed projection, dy = p_out^T dz^T and dz^T [y_hat, 1]; "in_bwd", the recomputed
     projections, dx = [du; dv]^T W_in + dgl g_out and [du; dv; dgl^T] [x_hat, 1]."""
-    from kernels.trainium.emulator import ShapeDtype, cost
+    from ceiling.trainium.emulator import ShapeDtype, cost
 
     kd = kernel_dtype(dtype)
     k = _np(kd)

@@ -1,14 +1,14 @@
 """AlphaFold 3 pair kernels: triangle attention and the triangle multiplicative update.
 
-    import kernels
-    out = kernels.triangle_attention(q, k, v, bias, mask=mask)
-    z = kernels.triangle_multiplicative_update(x, "outgoing", mask=m, p_in_weight=..., ...)
+    import ceiling
+    out = ceiling.triangle_attention(q, k, v, bias, mask=mask)
+    z = ceiling.triangle_multiplicative_update(x, "outgoing", mask=m, p_in_weight=..., ...)
 
-    kernels.triangle.patch(boltz_or_openfold_model)   # their triangle layers -> ours, same weights
+    ceiling.triangle.patch(boltz_or_openfold_model)   # their triangle layers -> ours, same weights
 
 Both ops accept PyTorch tensors (a ``torch.library`` custom op with autograd) or JAX
 arrays (a ``jax.custom_vjp`` function), in cuEquivariance's argument forms. Modules
-that load Boltz/OpenFold weights strictly are in :mod:`kernels.triangle.modules`;
+that load Boltz/OpenFold weights strictly are in :mod:`ceiling.triangle.modules`;
 :func:`patch` swaps them into a model. The direction conventions, the swap that
 AlphaFold 3's released weights need and what padded positions get are in
 ``CONVENTIONS.md`` next to this file.
@@ -16,16 +16,15 @@ AlphaFold 3's released weights need and what padded positions get are in
 
 from __future__ import annotations
 
-from kernels.triangle.ops import triangle_attention, triangle_multiplicative_update
-from kernels.triangle.reference import TRIMUL_WEIGHTS
-from kernels.triangle.spec import DIRECTIONS
+from ceiling.triangle.ops import triangle_attention, triangle_multiplicative_update
+from ceiling.triangle.spec import DIRECTIONS, TRIMUL_WEIGHTS
 
 __all__ = ["triangle_attention", "triangle_multiplicative_update", "patch", "DIRECTIONS", "TRIMUL_WEIGHTS"]
 
 
 def patch(model, backend: str | None = None):
     """Replace every Boltz/OpenFold triangle layer inside ``model`` with ours, in place; see
-    :func:`kernels.triangle.patching.patch` (returns (qualified name, replaced class, new module))."""
-    from kernels.triangle.patching import patch as _patch
+    :func:`ceiling.triangle.patching.patch` (returns (qualified name, replaced class, new module))."""
+    from ceiling.triangle.patching import patch as _patch
 
     return _patch(model, backend)

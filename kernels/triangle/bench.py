@@ -11,7 +11,7 @@ takes the inputs and returns the thunk to time: the forward, only the backward
 Suites: ``device`` (AlphaFold 3 widths: N = 384 and 768, c_z = 128, 4 heads of 32,
 B = 1, bf16) and ``tiny`` (N = 9, for a CPU smoke run under the interpreter).
 
-``python -m kernels.triangle.bench [suite]`` times every runnable implementation
+``python -m ceiling.triangle.bench [suite]`` times every runnable implementation
 with CUDA events (median of interleaved rounds) and records its peak memory above
 the inputs; on a CPU it runs the tiny suite once each, as a smoke test.
 """
@@ -107,12 +107,29 @@ def _cueq(device: str):
 
 
 def _our_backends(device: str) -> list[str]:
-    from kernels import backends
+    from ceiling import backends
 
     if device.startswith("cuda"):
         vendor = backends.gpu_vendor()
         return [vendor] if vendor else []
     return ["nvidia"]  # the interpreter: a smoke test of the source, never a timing
+
+
+def _on(device: str, problem):
+    """``problem`` on the GPU ``device`` names (its name and architecture, as a call there sees them)."""
+    import dataclasses
+
+    from ceiling.arrays import gpu_facts
+
+    gpu, arch = gpu_facts("torch", device if ":" in device else f"{device}:0")
+    return dataclasses.replace(problem, device=device, gpu=gpu, arch=arch)
+
+
+def _resolved(op: str, backend: str, problem) -> dict:
+    """The config ``backend``'s implementation of ``op`` runs ``problem`` with."""
+    from ceiling.op import get, resolve_config
+
+    return resolve_config(problem, get(op).implementation(backend), None).as_dict()
 
 
 # ----------------------------------------------------------------------------- cases
@@ -145,22 +162,22 @@ def attention_case(n, heads, head_dim, batch, dtype, direction, device) -> Trian
 
     impls = []
     for backend in _our_backends(device):
-        import kernels
+        import ceiling
 
         def ours(i, backend=backend):
-            return kernels.triangle_attention(i["q"], i["k"], i["v"], i["bias"], i["mask"], backend=backend)
+            return ceiling.triangle_attention(i["q"], i["k"], i["v"], i["bias"], i["mask"], backend=backend)
 
         impls.append(Impl(f"ceiling:{backend}", "ours", _timed(ours, direction, leaves)))
         if direction == "fwd" and device.startswith("cuda"):
             # The forward variant that shares bias tiles between rows, for the device to choose.
-            from kernels import backends
+            from ceiling.triangle.spec import shipped_attention_problem
 
-            module = backends.implementation("triangle_attention", backend)
-            config = module.config_for(torch.cuda.get_device_name(), head_dim, dtype, module.CONFIG_FILE)
-            config["fwd"] = config["fwd_rows"]
+            problem = _on(device, shipped_attention_problem(head_dim, dtype, batch=batch, n=n, heads=heads))
+            shipped = _resolved("triangle_attention", backend, problem)
+            config = {**shipped, "fwd": shipped["fwd_rows"]}
 
             def rows(i, backend=backend, config=config):
-                return kernels.triangle_attention(i["q"], i["k"], i["v"], i["bias"], i["mask"], backend=backend,
+                return ceiling.triangle_attention(i["q"], i["k"], i["v"], i["bias"], i["mask"], backend=backend,
                                                   config=config)
 
             impls.append(Impl(f"ceiling:{backend}-rows{config['fwd']['ROWS']}", "ours", _timed(rows, direction, leaves)))
@@ -213,22 +230,18 @@ def trimul_case(n, c_z, batch, dtype, direction, tri_direction, device) -> Trian
 
     impls = []
     for backend in _our_backends(device):
-        import kernels
+        import ceiling
 
         def ours(i, backend=backend):
-            return kernels.triangle_multiplicative_update(i["x"], tri_direction, i["mask"], **i["w"], backend=backend)
+            return ceiling.triangle_multiplicative_update(i["x"], tri_direction, i["mask"], **i["w"], backend=backend)
 
         impls.append(Impl(f"ceiling:{backend}", "ours", _timed(ours, direction, leaves)))
         if direction != "fwd" and device.startswith("cuda"):
             # Keeping [a; b] and y for the backward instead of recomputing them: faster, more memory.
-            from kernels import backends
-
-            module = backends.implementation("triangle_multiplicative_update", backend)
-            config = {**module.config_for(torch.cuda.get_device_name(), dtype, module.CONFIG_FILE),
-                      "save_for_backward": True}
+            config = {"save_for_backward": True}
 
             def saving(i, backend=backend, config=config):
-                return kernels.triangle_multiplicative_update(i["x"], tri_direction, i["mask"], **i["w"],
+                return ceiling.triangle_multiplicative_update(i["x"], tri_direction, i["mask"], **i["w"],
                                                               backend=backend, config=config)
 
             impls.append(Impl(f"ceiling:{backend}-saved", "ours", _timed(saving, direction, leaves)))

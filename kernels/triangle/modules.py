@@ -48,7 +48,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kernels.triangle.ops import triangle_attention, triangle_multiplicative_update
+from ceiling.triangle.ops import triangle_attention, triangle_multiplicative_update
 
 TRIMUL_PROJECTIONS = ("p_in", "g_in", "p_out", "g_out")
 ATTENTION_PROJECTIONS = ("linear", "mha.linear_q", "mha.linear_k", "mha.linear_v", "mha.linear_o", "mha.linear_g")

@@ -1,21 +1,18 @@
-"""The two pair ops' entry points: argument forms, validation, and the dispatch to a
-backend's PyTorch or JAX front end (re-exported by :mod:`kernels.triangle`)."""
+"""The two pair ops' public functions: their argument forms (triangle attention's single-batch
+4-D form and float masks, the multiplicative update's leading batch dimensions and weight
+defaults), the checks, and the op (:mod:`ceiling.triangle.op`) that runs them (re-exported by
+:mod:`ceiling.triangle`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from kernels.arrays import describe, framework_of
-from kernels.errors import InputError
-from kernels.triangle.reference import TRIMUL_WEIGHTS
-from kernels.triangle.spec import DIRECTIONS, check_attention, check_backend, check_trimul, default_backend
+from ceiling.arrays import describe, framework_of
+from ceiling.triangle.spec import TRIMUL_WEIGHTS, check_attention, check_backend, check_trimul, default_backend
 
 
-def _backend(backend: str | None, device: str) -> str:
-    from kernels.backends import BACKENDS
-
-    if backend is not None and backend not in BACKENDS:
-        raise InputError("backend", f"one of {BACKENDS} or None", repr(backend))
+def _backend(op, backend: str | None, device: str) -> str:
+    op.check_backend(backend)
     return backend or default_backend(device)
 
 
@@ -53,32 +50,28 @@ def triangle_attention(q, k, v, bias, mask=None, scale=None, backend: str | None
         config: per-kernel block sizes overriding the tuned table (a partial config overrides
             the keys it names, kernel by kernel, on the Triton backends); checked against the
             backend's space (``kernels/spaces/triangle_attention.json``) before anything launches.
-        return_lse: also return the float32 (B, N, H, N) (or (N, H, N)) log-sum-exp
-            (torch only).
+        return_lse: also return the (B, N, H, N) (or (N, H, N)) log-sum-exp, float32 (float64
+            for float64 inputs), +inf for a row with no valid key.
 
     Every check (shapes, dtypes, devices, the backend's head-dim range in
-    :data:`kernels.triangle.spec.HEAD_DIM_LIMITS`) runs before anything launches.
+    :data:`ceiling.triangle.spec.HEAD_DIM_LIMITS`) runs before anything launches.
     The ending-node orientation is this op on the transposed pair tensor
     (``TriangleAttention(starting=False)`` does it).
     """
+    from ceiling.triangle.op import TRIANGLE_ATTENTION
+
     problem = check_attention(q, k, v, bias, mask, scale)
-    chosen = _backend(backend, problem.device)
+    chosen = _backend(TRIANGLE_ATTENTION, backend, problem.device)
     check_backend(problem, chosen)
     mask = _key_mask(mask)
-    if not problem.batched:  # cuEquivariance's single-batch form: add the batch dimension, and drop it after
+    batched = len(describe(q).shape) == 5
+    if not batched:  # cuEquivariance's single-batch form: add the batch dimension, and drop it after
         q, k, v, bias = q[None], k[None], v[None], bias[None]
         mask = None if mask is None else mask[None]
-    if problem.framework == "torch":
-        from kernels.triangle import torch_op
-
-        out, lse = torch_op.triangle_attention(q, k, v, bias, mask, problem.scale, chosen, config)
-        if not problem.batched:
-            out, lse = out[0], lse[0]
-        return (out, lse) if return_lse else out
-    from kernels.triangle import jax_op
-
-    out = jax_op.triangle_attention(q, k, v, bias, mask, problem.scale, chosen, config)
-    return out if problem.batched else out[0]
+    out, lse = TRIANGLE_ATTENTION.run(problem, chosen, config, (q, k, v, bias, mask), {"scale": problem.scale})
+    if not batched:
+        out, lse = out[0], lse[0]
+    return (out, lse) if return_lse else out
 
 
 def _default_weights(x, weights: dict[str, Any], c: int, cz: int) -> list:
@@ -127,21 +120,16 @@ def triangle_multiplicative_update(
     backends, where a partial config overrides the keys it names; ``block_rows`` on TPU) and is
     checked against its space (``kernels/spaces/triangle_multiplication.json``) first.
     """
+    from ceiling.triangle.op import TRIANGLE_MULTIPLICATIVE_UPDATE as TRIMUL
+
     weights = {name: value for name, value in locals().items() if name in TRIMUL_WEIGHTS}
-    problem = check_trimul(x, direction, mask, weights)
-    chosen = _backend(backend, problem.device)
+    problem = check_trimul(x, direction, mask, weights, eps)
+    chosen = _backend(TRIMUL, backend, problem.device)
     check_backend(problem, chosen)
     weights = {name: _in_dtype_of(w, x) if name in _PROJECTIONS else w for name, w in weights.items()}
     shape = tuple(x.shape)
-    x = x.reshape(problem.batch, problem.n, problem.n, problem.c_z)  # the kernels take one batch dimension
+    x = x.reshape(problem.batch, problem.n, problem.n, problem.c_z)  # the op takes one batch dimension
     mask = None if mask is None else mask.reshape(problem.batch, problem.n, problem.n)
-    ordered = _default_weights(x, weights, problem.c_hidden, problem.c_z)
-    if problem.framework == "torch":
-        from kernels.triangle import torch_op
-
-        out = torch_op.triangle_multiplicative_update(x, direction, mask, ordered, eps, chosen, config)
-    else:
-        from kernels.triangle import jax_op
-
-        out = jax_op.triangle_multiplicative_update(x, direction, mask, ordered, eps, chosen, config)
+    ordered = _default_weights(x, weights, problem.c, problem.c_z)
+    out, _, _ = TRIMUL.run(problem, chosen, config, (x, mask, *ordered), {"direction": direction, "eps": problem.eps})
     return out.reshape(shape)

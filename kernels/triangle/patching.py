@@ -1,4 +1,4 @@
-"""``kernels.triangle.patch(model)``: swap a Boltz or OpenFold model's triangle layers for this library's.
+"""``ceiling.triangle.patch(model)``: swap a Boltz or OpenFold model's triangle layers for this library's.
 
 The layers are recognised by their class (the defining module and name of a class
 in the layer's method resolution order), so subclasses such as
@@ -16,14 +16,14 @@ Each replacement holds the replaced layer's parameter tensors themselves
 updating them; the one exception is OpenFold's unfused multiplicative update, whose
 separate a and b projections are stacked into new ``p_in``/``g_in`` parameters (build
 the optimizer after ``patch`` there). Forward hooks on the replaced layers are not
-carried over. What padded positions get is in :mod:`kernels.triangle.modules`.
+carried over. What padded positions get is in :mod:`ceiling.triangle.modules`.
 """
 
 from __future__ import annotations
 
 from torch import nn
 
-from kernels.triangle.modules import TriangleAttention, TriangleMultiplication
+from ceiling.triangle.modules import TriangleAttention, TriangleMultiplication
 
 # (defining module, class name) -> the kind of layer, and for the multiplicative update the
 # direction the class fixes (None: read from the instance).
@@ -83,7 +83,7 @@ def patch(model: nn.Module, backend: str | None = None) -> list[tuple[str, type,
     """
     if recognise(model) is not None:
         raise ValueError(f"model: a {type(model).__qualname__} is itself a triangle layer and cannot be replaced in "
-                         "place; use kernels.triangle.patching.replacement(model) for a new module")
+                         "place; use ceiling.triangle.patching.replacement(model) for a new module")
     replaced: list[tuple[str, type, nn.Module]] = []
     for name, module in list(model.named_modules()):
         if any(name.startswith(done + ".") for done, _, _ in replaced):

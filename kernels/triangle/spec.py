@@ -17,7 +17,7 @@ Triangle attention (cuEquivariance layout)
   anything launches.
 
 The ending-node orientation is the starting-node op on the transposed pair
-tensor; :class:`kernels.triangle.modules.TriangleAttention` does the transposition.
+tensor; :class:`ceiling.triangle.modules.TriangleAttention` does the transposition.
 
 Triangle multiplicative update (cuEquivariance's argument names)
 -----------------------------------------------------------------
@@ -36,18 +36,25 @@ Triangle multiplicative update (cuEquivariance's argument names)
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
 
-from kernels.arrays import require
-from kernels.errors import InputError
+from ceiling.arrays import gpu_facts, require
+from ceiling.errors import InputError
+from ceiling.op import Problem
 
 DTYPES = ("float16", "bfloat16", "float32")
 REFERENCE_DTYPES = (*DTYPES, "float64")
 # bool, or any real dtype: nonzero = valid key (attention) / multiplies a and b (trimul).
 MASK_DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64", *REFERENCE_DTYPES)
 DIRECTIONS = ("outgoing", "incoming")
+# The multiplicative update's weights, in the order its op carries them.
+TRIMUL_WEIGHTS = (
+    "norm_in_weight", "norm_in_bias", "p_in_weight", "p_in_bias", "g_in_weight", "g_in_bias",
+    "norm_out_weight", "norm_out_bias", "p_out_weight", "p_out_bias", "g_out_weight", "g_out_bias",
+)
 
 # The head dims (inclusive; None: no bound) each backend's triangle attention takes.
 # nvidia/amd: the Triton kernels pad D to a power of two of at least 16 lanes; at 256
@@ -55,7 +62,7 @@ DIRECTIONS = ("outgoing", "incoming")
 # dK/dV kernel spills from D = 128 on) and for gfx942 within its 64 KB of LDS without
 # scratch. tpu: the Pallas flash attention's own range (kernels/tpu/attention.py).
 # trainium: the NKI flash attention contracts over D in 128-partition chunks; bounded
-# at 256 like kernels.attention.
+# at 256 like ceiling.attention.
 HEAD_DIM_LIMITS: dict[str, tuple[int, int | None]] = {
     "reference": (1, None),
     "nvidia": (1, 256),
@@ -66,17 +73,18 @@ HEAD_DIM_LIMITS: dict[str, tuple[int, int | None]] = {
 
 
 @dataclass(frozen=True)
-class AttentionProblem:
-    framework: str
+class TriangleAttentionProblem(Problem):
+    """One call of triangle attention in its batched form (B, N, H, N, D); the single-batch
+    4-D form is batch 1."""
+
     batch: int
     n: int
     heads: int
     head_dim: int
     dtype: str
-    device: str
     has_mask: bool
     scale: float
-    batched: bool = True  # False: the 4-D single-batch form (N, H, N, D)
+    bias_dtype: str
 
     @property
     def flops(self) -> int:
@@ -84,12 +92,48 @@ class AttentionProblem:
         return 4 * self.batch * self.n * self.heads * self.n * self.n * self.head_dim
 
 
+@dataclass(frozen=True)
+class TrimulProblem(Problem):
+    """One call of the triangle multiplicative update on (B, N, N, c_z), the leading batch
+    dimensions flattened into ``batch``."""
+
+    batch: int
+    n: int
+    c_z: int
+    c: int  # the hidden width: p_in and g_in are (2c, c_z)
+    dtype: str
+    direction: str
+    has_mask: bool
+    eps: float
+
+    @property
+    def flops(self) -> int:
+        """Forward FLOPs: six projections (2c_z.2c twice, c.c_z, c_z.c_z per pair) plus the contraction."""
+        pairs = self.batch * self.n * self.n
+        linear = 2 * pairs * (2 * self.c_z * 2 * self.c + self.c * self.c_z + self.c_z * self.c_z)
+        return linear + 2 * self.batch * self.c * self.n**3
+
+
+@functools.lru_cache(maxsize=256)
+def rows_attention(problem: TriangleAttentionProblem):
+    """One batch element of ``problem`` as a ``ceiling.attention`` problem: the N pair rows are its
+    batch, the bias (1, H, N, N) is shared by the rows and the mask (N, 1, 1, N) is a key mask per
+    row. The TPU and Trainium triangle attentions run their flash attention on it."""
+    from ceiling.attention.spec import AttentionProblem
+
+    p = problem
+    return AttentionProblem(framework=p.framework, device=p.device, gpu=p.gpu, arch=p.arch, batch=p.n, q_len=p.n,
+                            k_len=p.n, heads=p.heads, kv_heads=p.heads, head_dim=p.head_dim, dtype=p.dtype,
+                            causal=False, scale=p.scale, bias_shape=(1, p.heads, p.n, p.n), has_mask=p.has_mask,
+                            bias_dtype=p.bias_dtype)
+
+
 def _same_place(name: str, info, like) -> None:
     if info.framework != like.framework or info.device != like.device:
         raise InputError(name, f"a {like.framework} array on {like.device}", f"a {info.framework} array on {info.device}")
 
 
-def check_attention(q, k, v, bias, mask=None, scale=None) -> AttentionProblem:
+def check_attention(q, k, v, bias, mask=None, scale=None) -> TriangleAttentionProblem:
     """The checks on shapes, dtypes and devices that hold for every backend (see :func:`check_backend`)."""
     qi, ki, vi, bi = require("q", q), require("k", k), require("v", v), require("bias", bias)
     if len(qi.shape) not in (4, 5):
@@ -129,46 +173,32 @@ def check_attention(q, k, v, bias, mask=None, scale=None) -> AttentionProblem:
             raise InputError("mask", "dtype bool or a real dtype (nonzero = valid key)", mi.dtype)
     if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale)):
         raise InputError("scale", "a finite Python float or None", repr(scale))
-    return AttentionProblem(
-        framework=qi.framework, batch=b, n=n, heads=h, head_dim=d, dtype=qi.dtype, device=qi.device,
-        has_mask=mask is not None, scale=float(scale) if scale is not None else d**-0.5, batched=batched,
+    gpu, arch = gpu_facts(qi.framework, qi.device)
+    return TriangleAttentionProblem(
+        framework=qi.framework, device=qi.device, gpu=gpu, arch=arch, batch=b, n=n, heads=h, head_dim=d,
+        dtype=qi.dtype, has_mask=mask is not None, scale=float(scale) if scale is not None else d**-0.5,
+        bias_dtype=bi.dtype,
     )
 
 
-def check_backend(problem: AttentionProblem | TrimulProblem, backend: str) -> None:
+def check_attention_arrays(q, k, v, bias, mask, *, scale: float) -> TriangleAttentionProblem:
+    """:func:`check_attention` with the arrays in the op's signature order (``ceiling.op.Op.check``)."""
+    return check_attention(q, k, v, bias, mask, scale)
+
+
+def check_backend(problem: TriangleAttentionProblem | TrimulProblem, backend: str) -> None:
     """What ``backend`` alone limits: float64 (the reference only) and, for attention, the head dim."""
     if problem.dtype == "float64" and backend != "reference":
-        name = "q" if isinstance(problem, AttentionProblem) else "x"
+        name = "q" if isinstance(problem, TriangleAttentionProblem) else "x"
         raise InputError(name, f"dtype in {DTYPES} on backend {backend!r} (float64 runs on 'reference')", "float64")
-    if isinstance(problem, AttentionProblem):
+    if isinstance(problem, TriangleAttentionProblem):
         low, high = HEAD_DIM_LIMITS[backend]
         if problem.head_dim < low or (high is not None and problem.head_dim > high):
             span = f"[{low}, {high}]" if high is not None else f">= {low}"
             raise InputError("q", f"head_dim in {span} on backend {backend!r}", str(problem.head_dim))
 
 
-@dataclass(frozen=True)
-class TrimulProblem:
-    framework: str
-    batch: int  # the product of the leading dimensions
-    n: int
-    c_z: int
-    c_hidden: int
-    dtype: str
-    device: str
-    direction: str
-    has_mask: bool
-    lead: tuple[int, ...] = (1,)  # x's leading (batch) dimensions as given
-
-    @property
-    def flops(self) -> int:
-        """Forward FLOPs: six projections (2c_z.2c twice, c.c_z, c_z.c_z per pair) plus the contraction."""
-        pairs = self.batch * self.n * self.n
-        linear = 2 * pairs * (2 * self.c_z * 2 * self.c_hidden + self.c_hidden * self.c_z + self.c_z * self.c_z)
-        return linear + 2 * self.batch * self.c_hidden * self.n**3
-
-
-def check_trimul(x, direction, mask, weights: dict[str, Any]) -> TrimulProblem:
+def check_trimul(x, direction, mask, weights: dict[str, Any], eps: float = 1e-5) -> TrimulProblem:
     xi = require("x", x)
     if len(xi.shape) < 3:
         raise InputError("x", "a (*, N, N, c_z) array (any number of leading batch dimensions)", f"shape {xi.shape}")
@@ -212,11 +242,42 @@ def check_trimul(x, direction, mask, weights: dict[str, Any]) -> TrimulProblem:
         _same_place(name, wi, xi)
         if wi.dtype not in DTYPES and not (wi.dtype == "float64" and xi.dtype == "float64"):
             raise InputError(name, f"dtype in {DTYPES} (float64 with a float64 x)", wi.dtype)
-    return TrimulProblem(xi.framework, batch, n, cz, c, xi.dtype, xi.device, direction, mask is not None, tuple(lead))
+    gpu, arch = gpu_facts(xi.framework, xi.device)
+    return TrimulProblem(framework=xi.framework, device=xi.device, gpu=gpu, arch=arch, batch=batch, n=n, c_z=cz, c=c,
+                         dtype=xi.dtype, direction=direction, has_mask=mask is not None, eps=float(eps))
+
+
+def check_trimul_arrays(x, mask, *weights, direction: str, eps: float) -> TrimulProblem:
+    """:func:`check_trimul` with the arrays in the op's signature order (``ceiling.op.Op.check``)."""
+    return check_trimul(x, direction, mask, dict(zip(TRIMUL_WEIGHTS, weights)), eps)
 
 
 def default_backend(device: str) -> str:
     """The device's vendor, else the reference (CPU arrays)."""
-    from kernels.backends import default_for_device
+    from ceiling.backends import default_for_device
 
     return default_for_device(device)
+
+
+# The device each Triton target's compile specs and tuning sweeps are written for.
+SHIPPED_GPUS = {"sm_90a": ("NVIDIA H200", "sm_90"), "gfx942": ("AMD Instinct MI300X", "gfx942")}
+
+
+def shipped_attention_problem(head_dim: int = 32, dtype: str = "bfloat16", *, target: str | None = None,
+                              batch: int = 1, n: int = 384, heads: int = 4,
+                              framework: str = "torch") -> TriangleAttentionProblem:
+    """A masked problem at AlphaFold 3's widths on ``target``'s GPU (none: the CPU), as the compile
+    specs and tuning sweeps are written for: no arrays needed, so a CPU can ask what a device runs."""
+    gpu, arch = SHIPPED_GPUS[target] if target else (None, None)
+    return TriangleAttentionProblem(framework=framework, device="cuda:0" if gpu else "cpu", gpu=gpu, arch=arch,
+                                    batch=batch, n=n, heads=heads, head_dim=head_dim, dtype=dtype, has_mask=True,
+                                    scale=head_dim**-0.5, bias_dtype="float32")
+
+
+def shipped_trimul_problem(dtype: str = "bfloat16", c_z: int = 128, c: int = 128, *, target: str | None = None,
+                           batch: int = 1, n: int = 768, direction: str = "outgoing",
+                           framework: str = "torch") -> TrimulProblem:
+    """:func:`shipped_attention_problem` for the multiplicative update (masked, AlphaFold 3's widths)."""
+    gpu, arch = SHIPPED_GPUS[target] if target else (None, None)
+    return TrimulProblem(framework=framework, device="cuda:0" if gpu else "cpu", gpu=gpu, arch=arch, batch=batch,
+                         n=n, c_z=c_z, c=c, dtype=dtype, direction=direction, has_mask=True, eps=1e-5)

@@ -2,6 +2,6 @@
 target (TMA or pointer loads, launch options); no vendor's config table lives here.
 
 ``attention``, ``triangle_attention``, ``triangle_multiplication`` (and their ``*_jax``
-wrappers); ``fp8_quantize`` (the FP8 quantizers behind ``kernels.fp8.quantize``) and
-``fp8_scales`` (the scale kinds of ``kernels.scaled_gemm`` applied inside a GEMM kernel).
+wrappers); ``fp8_quantize`` (the FP8 quantizers behind ``ceiling.fp8.quantize``) and
+``fp8_scales`` (the scale kinds of ``ceiling.scaled_gemm`` applied inside a GEMM kernel).
 """

@@ -1,40 +1,8 @@
-"""Flash attention, forward and backward, in Triton: the kernels and their launches, for Hopper
-(TMA) and CDNA3 (pointer loads) alike.
-
-Layout (batch, seq, heads, head_dim) for q, k, v, o and their gradients; the
-log-sum-exp is (batch, heads, q_len) in float32, natural log.
-
-Forward (one program per BLOCK_M query rows of one (batch, head)): the online
-softmax of FlashAttention-2 in base 2, with the softmax scale folded into
-``log2(e)`` so each score costs one multiply before ``exp2``. The key loop is
-split in two, as in the Triton tutorial: blocks that need no mask at all (left
-of the causal diagonal and inside ``k_len``) run without ``tl.where``; the
-diagonal and the ragged tail run with masks. Causal launches put the heaviest
-query blocks first. Q, K and V tiles come in through TMA (2-D tensor descriptors
-over (batch * seq, heads * head_dim), ``USE_TMA``); the loop is software-
-pipelined (``num_stages``) and ``tl.dot`` lowers to wgmma. The same source has a
-masked pointer-load path (``USE_TMA=False``, head dims padded in registers): the
-interpreter and CDNA3 run it; on Hopper it keeps K/V tiles and their 64-bit
-addresses in registers and spills, so the Hopper entry points copy other head dims
-(80, 96, ...) and strided inputs once, zero-padded, into the TMA layout instead.
-
-Backward (as the Triton tutorial): a preprocess computes
-``delta = rowsum(dO * O)``; one kernel owns a block of keys and loops over
-query blocks to accumulate dK and dV (for GQA, per query head, summed over the
-group on the host; no atomics); a second kernel owns a block of
-queries and loops over key blocks to accumulate dQ. The bias gradient equals
-dS, which the dQ kernel has tile by tile; it is written straight out when the
-bias is full-size and, when the bias broadcasts, first reduced in registers over
-the broadcast query/key dimension and then added with float32 atomics over the
-broadcast batch/head dimensions (see ``_dbias_mode``). Nothing of size
-q_len x k_len is stored except the bias gradient itself.
-
-Every kernel also runs on the CPU under the Triton interpreter
-(``kernels.triton_runtime.launcher``). No config table lives here: :func:`forward` and
-:func:`backward` take a resolved config and ``use_tma``; ``kernels.nvidia.attention`` (Hopper:
-TMA, its tuned tiles) and ``kernels.amd.attention`` (CDNA3: pointer loads, its tiling and
-launch options) choose them, and :func:`kernel_specs` gives either one's compile specs.
-"""
+"""Flash attention, forward and backward, in Triton: the kernels (FlashAttention-2's online
+softmax in base 2, the unmasked/masked split of the key loop, dK/dV and dQ backward kernels, the
+dBias reduction) and their launches, with TMA descriptors (Hopper) or pointer loads (CDNA3, the
+interpreter), at a config the implementation's launcher resolved (``ceiling.nvidia.attention``,
+``ceiling.amd.attention``). Their design: ``docs/attention.md``."""
 
 from __future__ import annotations
 
@@ -42,10 +10,12 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.triton_runtime import launcher
+from ceiling.constants import LN2, LOG2E
+from ceiling.triton_runtime import launcher
 
-LOG2E = 1.4426950408889634
-LN2 = 0.6931471805599453
+# The kernels read these as compile-time constants (a Triton kernel may only read constexpr globals).
+_LOG2E = tl.constexpr(LOG2E)
+_LN2 = tl.constexpr(LN2)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -131,7 +101,7 @@ def _fwd_step(
     if HAS_BIAS:  # the bias joins the scores before the max: scale them first (log2 domain)
         inside = (offs_m[:, None] < seqlen_q) & (cols[None, :] < seqlen_k)
         bias = tl.load(bias_ptrs + offs_m[:, None] * stride_bm + cols[None, :] * stride_bn, mask=inside, other=0.0)
-        qk = qk * qk_scale + bias.to(tl.float32) * 1.4426950408889634
+        qk = qk * qk_scale + bias.to(tl.float32) * _LOG2E
     if HAS_MASK:
         inside = (offs_m[:, None] < seqlen_q) & (cols[None, :] < seqlen_k)
         attend = tl.load(mask_ptrs + offs_m[:, None] * stride_mm + cols[None, :] * stride_mn, mask=inside, other=0)
@@ -195,7 +165,7 @@ def _attn_fwd(
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM_PAD)
     causal_offset = seqlen_k - seqlen_q
-    qk_scale = sm_scale * 1.4426950408889634
+    qk_scale = sm_scale * _LOG2E
 
     b64 = b.to(tl.int64)
     # Q stays in registers for the whole key loop. With TMA, Q/K/V are 2-D descriptors over
@@ -248,7 +218,7 @@ def _attn_fwd(
     empty = l_i == 0.0
     l_div = tl.where(empty, 1.0, l_i)
     out = acc / l_div[:, None]
-    lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(l_div)) * 0.6931471805599453)
+    lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(l_div)) * _LN2)
     o_ptrs = O + b64 * stride_ob + h * stride_oh + offs_m[:, None] * stride_os + offs_d[None, :]
     tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=(offs_m[:, None] < seqlen_q) & (offs_d[None, :] < HEAD_DIM))
     tl.store(LSE + pid_bh.to(tl.int64) * seqlen_q + offs_m, lse, mask=offs_m < seqlen_q)
@@ -298,7 +268,7 @@ def _dkdv_step(
         do = _load_rows(do_ptrs + rows[:, None] * stride_dos + offs_d[None, :], rows, seqlen_q, offs_d, HEAD_DIM, MASKED, HEAD_DIM != HEAD_DIM_PAD)
     # lse = -inf marks a row that attends to nothing; +inf there makes its probabilities 0.
     lse = tl.load(lse_ptrs + rows, mask=rows < seqlen_q, other=float("inf"))
-    lse = tl.where(lse == float("-inf"), float("inf"), lse) * 1.4426950408889634
+    lse = tl.where(lse == float("-inf"), float("inf"), lse) * _LOG2E
     delta = tl.load(delta_ptrs + rows, mask=rows < seqlen_q, other=0.0)
     # Transposed scores [BLOCK_N, BLOCK_M], so dV and dK come out of plain dots.
     sT = tl.dot(k, tl.trans(q)) * qk_scale
@@ -306,7 +276,7 @@ def _dkdv_step(
         insideT = (offs_n[:, None] < seqlen_k) & (rows[None, :] < seqlen_q)
         if HAS_BIAS:
             biasT = tl.load(bias_ptrs + rows[None, :] * stride_bm + offs_n[:, None] * stride_bn, mask=insideT, other=0.0)
-            sT += biasT.to(tl.float32) * 1.4426950408889634
+            sT += biasT.to(tl.float32) * _LOG2E
     pT = tl.math.exp2(sT - lse[None, :])
     if HAS_MASK:
         attendT = tl.load(mask_ptrs + rows[None, :] * stride_mm + offs_n[:, None] * stride_mn, mask=insideT, other=0)
@@ -365,7 +335,7 @@ def _attn_bwd_dkdv(
     offs_m = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM_PAD)
     causal_offset = seqlen_k - seqlen_q
-    qk_scale = sm_scale * 1.4426950408889634
+    qk_scale = sm_scale * _LOG2E
 
     if USE_TMA:
         k = desc_k.load([b * seqlen_k + start_n, hk * HEAD_DIM])
@@ -460,7 +430,7 @@ def _dq_step(
     inside = (offs_m[:, None] < seqlen_q) & (cols[None, :] < seqlen_k)
     if HAS_BIAS:
         bias = tl.load(bias_ptrs + offs_m[:, None] * stride_bm + cols[None, :] * stride_bn, mask=inside, other=0.0)
-        s += bias.to(tl.float32) * 1.4426950408889634
+        s += bias.to(tl.float32) * _LOG2E
     p = tl.math.exp2(s - lse[:, None])
     if HAS_MASK:
         attend = tl.load(mask_ptrs + offs_m[:, None] * stride_mm + cols[None, :] * stride_mn, mask=inside, other=0)
@@ -514,7 +484,7 @@ def _attn_bwd_dq(
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM_PAD)
     causal_offset = seqlen_k - seqlen_q
-    qk_scale = sm_scale * 1.4426950408889634
+    qk_scale = sm_scale * _LOG2E
 
     if USE_TMA:
         q = desc_q.load([b * seqlen_q + start_m, h * HEAD_DIM])
@@ -526,7 +496,7 @@ def _attn_bwd_dq(
                         offs_m, seqlen_q, offs_d, HEAD_DIM, True, HEAD_DIM != HEAD_DIM_PAD)
     row_ok = offs_m < seqlen_q
     lse = tl.load(LSE + pid_bh.to(tl.int64) * seqlen_q + offs_m, mask=row_ok, other=float("inf"))
-    lse = tl.where(lse == float("-inf"), float("inf"), lse) * 1.4426950408889634
+    lse = tl.where(lse == float("-inf"), float("inf"), lse) * _LOG2E
     delta = tl.load(Delta + pid_bh.to(tl.int64) * seqlen_q + offs_m, mask=row_ok, other=0.0)
 
     k_ptrs = K + b64 * stride_kb + hk * stride_kh
@@ -678,7 +648,7 @@ KNOBS = {"block_m": "BLOCK_M", "block_n": "BLOCK_N", "pre_load_v": "PRE_LOAD_V",
          "dq_atomic": "DQ_ATOMIC", "exp2_split": "EXP2_SPLIT"}
 
 
-def _launch_options(section: dict) -> dict:
+def launch_options(section: dict) -> dict:
     """Compiler options of a config section (num_warps, num_stages, ...): everything that is not
     a kernel constant."""
     return {k: v for k, v in section.items() if k not in KNOBS}
@@ -739,7 +709,7 @@ def forward(q, k, v, bias, mask, causal: bool, scale: float, cfg: dict, use_tma:
         HEAD_DIM=head_dim, HEAD_DIM_PAD=pad, BLOCK_M=bm, BLOCK_N=bn,
         CAUSAL=bool(causal), HAS_BIAS=bias is not None, HAS_MASK=mask is not None,
         USE_TMA=bool(use_tma), **fwd_knobs(cfg),
-        **_launch_options(f),
+        **launch_options(f),
     )
     return o, lse
 
@@ -796,7 +766,7 @@ def backward(do, q, k, v, o, lse, bias, mask, causal: bool, scale: float, bias_g
         heads, group, seqlen_q, seqlen_k, float(scale),
         HEAD_DIM=head_dim, HEAD_DIM_PAD=pad, BLOCK_M=bm, BLOCK_N=bn,
         CAUSAL=bool(causal), HAS_BIAS=bias is not None, HAS_MASK=mask is not None, USE_TMA=bool(use_tma),
-        **atomic, **_launch_options(c),
+        **atomic, **launch_options(c),
     )
     if dq_atomic:
         dq.copy_(dq32)
@@ -824,7 +794,7 @@ def backward(do, q, k, v, o, lse, bias, mask, causal: bool, scale: float, bias_g
         HEAD_DIM=head_dim, HEAD_DIM_PAD=pad, BLOCK_M=bm, BLOCK_N=bn,
         CAUSAL=bool(causal), HAS_BIAS=bias is not None, HAS_MASK=mask is not None, DBIAS=mode,
         USE_TMA=bool(use_tma),
-        **_launch_options(c),
+        **launch_options(c),
     )
     if mode:
         dbias = dbias4.reshape(bias.shape).to(bias.dtype)
@@ -832,80 +802,3 @@ def backward(do, q, k, v, o, lse, bias, mask, causal: bool, scale: float, bias_g
         dk = dk.view(batch, seqlen_k, kv_heads, group, head_dim).sum(3).to(k.dtype)
         dv = dv.view(batch, seqlen_k, kv_heads, group, head_dim).sum(3).to(v.dtype)
     return dq, dk, dv, dbias
-
-
-# ----------------------------------------------------------------------------------------------
-# Cross-compilation specs (static checks: tensor-core instructions, spills, shared memory)
-# ----------------------------------------------------------------------------------------------
-
-_TRITON_DTYPE = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
-_FP32_POINTERS = ("LSE", "Delta", "Bias", "DQ32")
-
-
-def signature(kernel, dtype: str, constexprs: dict, dbias_dtype: str = "fp32") -> dict:
-    """Triton signature of one of ``KERNELS`` by its argument names: tensors of the input dtype,
-    float32 statistics and bias, a uint8 mask, 2-D TMA descriptors when ``USE_TMA``."""
-    ty = _TRITON_DTYPE[dtype]
-    sig = {}
-    for name in kernel.arg_names:
-        if name in constexprs:
-            sig[name] = "constexpr"
-        elif name.startswith("desc_"):
-            if constexprs.get("USE_TMA"):
-                rows = constexprs["BLOCK_N"] if name in ("desc_k", "desc_v") else constexprs["BLOCK_M"]
-                sig[name] = f"tensordesc<{ty}[{rows}, {constexprs['HEAD_DIM']}]>"
-            else:
-                sig[name] = f"*{ty}"
-        elif name == "Mask":
-            sig[name] = "*i32"
-        elif name == "DBias":
-            sig[name] = f"*{dbias_dtype}"
-        elif name in _FP32_POINTERS:
-            sig[name] = "*fp32"
-        elif name[0].isupper():
-            sig[name] = f"*{ty}"
-        elif name == "sm_scale":
-            sig[name] = "fp32"
-        else:
-            sig[name] = "i32"
-    return sig
-
-
-# Arguments a real launch sees as multiples of 16 (Triton specializes on that): the q/k/v/o-shaped
-# tensors (freshly allocated or TMA-ready, so 16-byte aligned) and their row/batch strides
-# (multiples of heads * head_dim). Bias and mask strides follow the user's shapes: no promise.
-_ALIGNED = ("Q", "K", "V", "O", "DO", "DQ", "DK", "DV", "LSE", "Delta", "DQ32")
-
-
-def _divisible(kernel, head_dim: int) -> tuple:
-    names = [n for n in kernel.arg_names if n in _ALIGNED]
-    if head_dim % 16 == 0:
-        names += [n for n in kernel.arg_names if n.startswith("stride_") and n[-1] in "bsh"
-                  and not n.startswith(("stride_b", "stride_m", "stride_db"))]
-    return tuple(names)
-
-
-def kernel_specs(head_dim: int, cfg: dict, *, dtype: str = "bfloat16", causal: bool = True, bias: bool = False,
-                 mask: bool = False, use_tma: bool = True, pre_load_v: bool = False, prefix: str = "") -> list:
-    """``kernels.isa.CompileSpec``s of the forward, dK/dV and dQ kernels for one head dim and config."""
-    from kernels.isa import CompileSpec
-
-    pad = head_dim_pad(head_dim)
-    use_tma = use_tma and head_dim == pad
-    common = dict(HEAD_DIM=head_dim, HEAD_DIM_PAD=pad, CAUSAL=causal, HAS_BIAS=bias, HAS_MASK=mask, USE_TMA=use_tma)
-    specs = []
-    for section, kernel, extra in (
-        ("fwd", _attn_fwd, {**fwd_knobs(cfg), **({"PRE_LOAD_V": True} if pre_load_v else {})}),
-        # dQ accumulated by the dK/dV kernel: never with a bias, whose gradient needs the dq kernel
-        ("dkdv", _attn_bwd_dkdv, {"DQ_ATOMIC": bool(cfg["dkdv"].get("dq_atomic")) and not bias}),
-        ("dq", _attn_bwd_dq, {"DBIAS": 2 if bias else 0}),
-    ):
-        c = cfg[section]
-        constexprs = {**common, **extra, "BLOCK_M": c["block_m"], "BLOCK_N": c["block_n"]}
-        tag = (f"{prefix}attn_{section}_d{head_dim}{'_causal' if causal else ''}{'_bias' if bias else ''}"
-               f"{'_tma' if use_tma else ''}{'_dqatomic' if constexprs.get('DQ_ATOMIC') else ''}")
-        specs.append(CompileSpec(tag, kernel, signature(kernel, dtype, constexprs), constexprs, _launch_options(c),
-                                 config={"head_dim": head_dim, "kernel": section, "causal": causal, "bias": bias,
-                                         "mask": mask, "tma": use_tma, **c},
-                                 divisible_by_16=_divisible(kernel, head_dim)))
-    return specs

@@ -1,23 +1,8 @@
-"""Flash attention on JAX arrays on a GPU: the kernels of :mod:`kernels.triton.attention`
-called through jax-triton.
-
-jax-triton hands a kernel plain pointers, inputs first and outputs after, and cannot
-build TMA descriptors, so each kernel gets a thin ``@triton.jit`` wrapper with that
-argument order which calls it with ``USE_TMA=False``: the same online softmax, causal
-block skipping and wgmma, with tiles brought in by masked pointer loads that Triton
-pipelines with cp.async. The launchers take a resolved config: the vendor module picks it
-from its own table (``jax_config`` of ``kernels.nvidia.attention`` / ``kernels.amd.attention``:
-the ``"narrow"`` tiles, as for the torch launcher's pointer path); AMD's extra compiler options
-(``waves_per_eu``, ``matrix_instr_nonkdim``) are not options jax-triton passes on.
-
-JAX arrays are contiguous, so the wrappers derive the q/k/v/o strides from the head
-count and the head dim, a compile-time constant: the compiler then knows every row
-stride is a multiple of the head dim. (jax-triton does not specialize integer arguments
-on divisibility by 16 as Triton's own launcher does; passed as integers, the strides
-would leave the loads unvectorized.) On NVIDIA a head dim that is not a power of two
-is zero-padded to one first, as the torch launcher does for TMA: the pointer path's
-masked columns cost registers on Hopper.
-"""
+"""Flash attention on JAX arrays on a GPU: thin ``@triton.jit`` wrappers of the kernels of
+:mod:`ceiling.triton.attention` in jax-triton's argument order (inputs, then outputs; pointer
+loads, strides from the head count and head dim), and their launchers at a resolved config, which
+the nvidia and amd implementations' ``forward_jax``/``backward_jax`` call. Why they are built so:
+``docs/attention.md``."""
 
 from __future__ import annotations
 
@@ -25,8 +10,8 @@ import numpy as np
 import triton
 import triton.language as tl
 
-from kernels import jax_bridge
-from kernels.triton.attention import (
+from ceiling import jax_bridge
+from ceiling.triton.attention import (
     _attn_bwd_dkdv,
     _attn_bwd_dq,
     _attn_bwd_preprocess,
@@ -34,7 +19,7 @@ from kernels.triton.attention import (
     _dbias_mode,
     head_dim_pad,
 )
-from kernels.triton import attention as flash
+from ceiling.triton import attention as flash
 
 PREPROCESS_BLOCK_M = 64  # as the torch launcher
 LAUNCH_OPTIONS = ("num_warps", "num_stages")  # the compiler options jax-triton takes
@@ -145,11 +130,12 @@ def attn_bwd_dq_kernel_jax(
 
 
 # ----------------------------------------------------------------------------------------------
-# Launchers (JAX arrays in and out; validated by kernels.attention.spec)
+# Launchers (JAX arrays in and out; validated by ceiling.attention.spec)
 # ----------------------------------------------------------------------------------------------
 
 
-def _options(section: dict) -> dict:
+def launch_options(section: dict) -> dict:
+    """The compiler options of a config section that jax-triton passes on."""
     return {k: v for k, v in section.items() if k in LAUNCH_OPTIONS}
 
 
@@ -208,7 +194,7 @@ def attention_fwd(q, k, v, bias, mask, causal: bool, scale: float, cfg: dict, ve
         grid=(triton.cdiv(seqlen_q, f["block_m"]), batch * heads),
         HEAD_DIM=d, HEAD_DIM_PAD=head_dim_pad(d), BLOCK_M=f["block_m"], BLOCK_N=f["block_n"],
         CAUSAL=bool(causal), HAS_BIAS=bias is not None, HAS_MASK=mask is not None,
-        PRE_LOAD_V=flash.fwd_knobs(cfg)["PRE_LOAD_V"], **_options(f),
+        PRE_LOAD_V=flash.fwd_knobs(cfg)["PRE_LOAD_V"], **launch_options(f),
     )
     return out[..., :head_dim], lse
 
@@ -245,7 +231,7 @@ def attention_bwd(do, q, k, v, o, lse, bias, mask, causal: bool, scale: float, b
         qp, kp, vp, dop, lse, delta, bias4, mask4, *strides, *scalars,
         kernel=attn_bwd_dkdv_kernel_jax, out_shape=(dkv, dkv),
         grid=(triton.cdiv(seqlen_k, c["block_n"]), batch * heads),
-        BLOCK_M=c["block_m"], BLOCK_N=c["block_n"], **shape, **flags, **_options(c),
+        BLOCK_M=c["block_m"], BLOCK_N=c["block_n"], **shape, **flags, **launch_options(c),
     )
 
     mode = _dbias_mode(tuple(bias4.shape), full) if bias is not None and bias_grad else 0
@@ -261,44 +247,10 @@ def attention_bwd(do, q, k, v, o, lse, bias, mask, causal: bool, scale: float, b
         kernel=attn_bwd_dq_kernel_jax, out_shape=(jax.ShapeDtypeStruct(qp.shape, q.dtype), dbias_shape),
         grid=(triton.cdiv(seqlen_q, c["block_m"]), batch * heads),
         zeroed_outputs=(1,) if mode >= 2 else (),
-        BLOCK_M=c["block_m"], BLOCK_N=c["block_n"], DBIAS=mode, **shape, **flags, **_options(c),
+        BLOCK_M=c["block_m"], BLOCK_N=c["block_n"], DBIAS=mode, **shape, **flags, **launch_options(c),
     )
     if group > 1:
         dk = dk.reshape(batch, seqlen_k, kv_heads, group, d).sum(3).astype(k.dtype)
         dv = dv.reshape(batch, seqlen_k, kv_heads, group, d).sum(3).astype(v.dtype)
     dbias = dbias4.reshape(bias.shape).astype(bias.dtype) if mode else None
     return dq[..., :head_dim], dk[..., :head_dim], dv[..., :head_dim], dbias
-
-
-# ----------------------------------------------------------------------------------------------
-# Cross-compilation specs: the wrappers as jax-triton specializes them
-# ----------------------------------------------------------------------------------------------
-
-JAX_KERNELS = {"fwd": attn_fwd_kernel_jax, "dkdv": attn_bwd_dkdv_kernel_jax, "dq": attn_bwd_dq_kernel_jax}
-
-
-def kernel_specs(head_dim: int, cfg: dict, *, dtype: str = "bfloat16", causal: bool = True, bias: bool = False,
-                 mask: bool = False, ones: tuple[str, ...] = (), prefix: str = "jax_") -> list:
-    """``kernels.isa.CompileSpec``s of the forward, dK/dV and dQ wrappers as jax-triton compiles
-    them: every array 16-byte aligned, no integer argument known divisible by 16, and each
-    integer argument named in ``ones`` (equal to 1 at launch, e.g. ``kv_heads`` for MQA or a
-    bias's unit key stride) specialized to the constant 1."""
-    from kernels.isa import CompileSpec
-
-    pad = head_dim_pad(head_dim)
-    specs = []
-    for section, kernel, extra in (("fwd", attn_fwd_kernel_jax, {"PRE_LOAD_V": flash.fwd_knobs(cfg)["PRE_LOAD_V"]}),
-                                   ("dkdv", attn_bwd_dkdv_kernel_jax, {}),
-                                   ("dq", attn_bwd_dq_kernel_jax, {"DBIAS": 2 if bias else 0})):
-        c = cfg[section]
-        constexprs = {"HEAD_DIM": head_dim, "HEAD_DIM_PAD": pad, "BLOCK_M": c["block_m"], "BLOCK_N": c["block_n"],
-                      "CAUSAL": causal, "HAS_BIAS": bias, "HAS_MASK": mask, **extra}
-        constexprs.update({name: 1 for name in ones if name in kernel.arg_names})
-        sig = flash.signature(kernel, dtype, constexprs)
-        arrays = tuple(n for n in kernel.arg_names if sig[n].startswith("*"))
-        tag = f"{prefix}attn_{section}_d{head_dim}{'_causal' if causal else ''}{'_bias' if bias else ''}"
-        specs.append(CompileSpec(tag, kernel, sig, constexprs, _options(c),
-                                 config={"head_dim": head_dim, "kernel": section, "causal": causal, "bias": bias,
-                                         "mask": mask, **c},
-                                 divisible_by_16=arrays))
-    return specs

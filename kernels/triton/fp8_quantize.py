@@ -1,34 +1,10 @@
-"""Quantization to FP8 in Triton: amax, scale, cast, in the layouts the scaled GEMM reads.
-
-``quantize(x, granularity, dtype)`` turns a 2-D bfloat16/float16/float32 tensor into
-FP8 codes and float32 scales (``codes * scales`` approximates ``x``), grouping along the
-last dimension, which is the GEMM's K:
-
-=============  ====================================  =======================================
-granularity    one scale per                         scales (shape; storage)
-=============  ====================================  =======================================
-``tensor``     the whole tensor                      ``()``
-``row``        row (a token of A, an output           ``(rows, 1)``
-               channel of a weight stored (N, K))
-``1x128``      row and 128 consecutive K              ``(rows, ceil(K/128))``, rows contiguous
-               (DeepSeek-V3's activation tiles)        (column-major, as cuBLASLt and DeepGEMM
-                                                       read them: one tile's scales are adjacent)
-``128x128``    128 x 128 block (DeepSeek-V3's         ``(ceil(rows/128), ceil(K/128))``
-               weight blocks)
-=============  ====================================  =======================================
-
-``transpose=True`` quantizes ``x.T`` instead and writes it contiguous: the copy a backward
-pass needs (``dW = X^T dY`` wants X grouped along M). The kernel reads the source through
-its strides and writes the transposed tile, so no bf16 transpose is materialized.
-
-The rules (finite amax, floor, power-of-two option, NaN/Inf) are those of the oracle,
-:mod:`kernels.fp8.reference`, which the tests hold these kernels to bit for bit. Every
-code is produced by clamping a finite value into range before the cast and by writing the
-special codes (NaN, e5m2's infinities) as bits, so the result does not depend on how a
-target's float-to-FP8 conversion saturates.
-
-The kernels are one Triton source for NVIDIA and AMD (FNUZ dtypes on CDNA3); on CPU tensors
-they run under the Triton interpreter.
+"""Quantization to FP8 in Triton, one source for NVIDIA and AMD (FNUZ codes on CDNA3): a 2-D
+bfloat16/float16/float32 tensor (or its transpose, read through its strides: the copy ``dW``
+needs costs no extra pass) becomes FP8 codes and float32 scales grouped along its last dimension
+(one scale per tensor, per row, per row and 128 of K with the scales stored column-major as
+cuBLASLt and DeepGEMM read them, or per 128x128 block), by the rules of the oracle
+(:mod:`ceiling.fp8.reference`), bit for bit; codes are clamped before the cast and the special
+codes written as bits, so no target's saturation behaviour shows. The ``fp8_quantize`` op's launcher.
 """
 
 from __future__ import annotations
@@ -37,9 +13,9 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.fp8.formats import Format, format_of
-from kernels.fp8.reference import AMAX_FLOOR, GRANULARITIES, GROUP, scale_shape
-from kernels.triton_runtime import launcher
+from ceiling.fp8.formats import Format, format_of
+from ceiling.fp8.reference import AMAX_FLOOR, GRANULARITIES, GROUP, scale_shape
+from ceiling.triton_runtime import launcher
 
 # One program's tile for the row-grouped kernels: rows x one 128-wide group.
 BLOCK_ROWS = 32
@@ -194,14 +170,14 @@ def format_constants(fmt: Format) -> dict:
     return dict(FP8=_TL_FP8[fmt.name], FP8_MAX=fmt.max, HAS_INF=fmt.has_inf, NAN_CODE=0x80 if fmt.fnuz else 0x7F)
 
 
-def _next_pow2(n: int) -> int:
+def next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
 def quantize(x: torch.Tensor, granularity: str = "1x128", dtype: torch.dtype = torch.float8_e4m3fn, *,
              transpose: bool = False, pow2: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(codes, scales) of ``x`` (or ``x.T``) by the Triton kernels; arguments checked by
-    :func:`kernels.fp8.quantize`."""
+    :func:`ceiling.fp8.quantize`."""
     fmt = format_of(dtype)
     src = x.T if transpose else x  # a view: the kernels read through its strides
     rows, cols = src.shape
@@ -232,7 +208,7 @@ def quantize(x: torch.Tensor, granularity: str = "1x128", dtype: torch.dtype = t
         programs = AMAX_PROGRAMS_GPU if on_gpu else AMAX_PROGRAMS_INTERPRETED
         br, bc = AMAX_BLOCK
         programs = max(1, min(programs, triton.cdiv(rows, br) * triton.cdiv(cols, bc)))
-        width = _next_pow2(programs)
+        width = next_pow2(programs)
         partial = torch.zeros(width, dtype=torch.float32, device=x.device)  # zeros past `programs`: no effect on a max
         launcher(amax_partials_kernel, on_gpu=on_gpu)[(programs,)](
             src, partial, rows, cols, src.stride(0), src.stride(1),
@@ -243,52 +219,11 @@ def quantize(x: torch.Tensor, granularity: str = "1x128", dtype: torch.dtype = t
     return q, scale
 
 
-# --------------------------------------------------------------------------- static inspection
+def forward(problem, config, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``fp8_quantize`` op's launcher: codes and the scales as stored (1x128 K-block-major)."""
+    codes, scale = quantize(x, problem.granularity, format_of(problem.fp8).dtype, transpose=problem.transpose,
+                            pow2=problem.pow2)
+    return codes, scale.T if problem.granularity == "1x128" else scale
 
 
-def compile_specs(dtype: str = "bfloat16", fp8: str = "float8_e4m3fn") -> list:
-    """A ``kernels.isa.CompileSpec`` per quantizer, for a ``dtype`` source (K unit-stride) and ``fp8`` codes,
-    as a launch on 16-byte aligned tensors specializes them; the row quantizer reads the source
-    transposed (what ``transpose=True`` compiles to)."""
-    from kernels.fp8.formats import FORMATS
-    from kernels.isa import CompileSpec
-
-    src = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}[dtype]
-    consts = dict(format_constants(FORMATS[fp8]), POW2=False)
-    base = {"x_ptr": f"*{src}", "q_ptr": "*u8", "s_ptr": "*fp32", "R": "i32", "C": "i32"}
-    aligned = ("x_ptr", "q_ptr", "s_ptr", "partial_ptr", "C", "stride_xr", "stride_xc", "stride_qr", "stride_sc")
-
-    def spec(name, fn, strides, constexprs, warps, **extra_sig):
-        signature = {**base, **extra_sig}
-        values = {**consts, **constexprs} if "FP8" in fn.arg_names else dict(constexprs)
-        for arg, unit in strides.items():
-            signature[arg] = "constexpr" if unit else "i32"
-            if unit:
-                values[arg] = 1
-        signature = {a: signature.get(a, "constexpr") for a in fn.arg_names}
-        return CompileSpec(f"fp8_quantize_{name}_{dtype}_{fp8}", fn, signature, values, {"num_warps": warps},
-                           {"kernel": name}, divisible_by_16=tuple(a for a in aligned if signature.get(a) not in (None, "constexpr")))
-
-    tile_strides = {"stride_xr": False, "stride_xc": True, "stride_qr": False, "stride_qc": True,
-                    "stride_sr": True, "stride_sc": False}
-    return [
-        spec("1x128", quantize_groups_kernel, tile_strides, dict(BLOCK_R=BLOCK_ROWS, ONE_SCALE_PER_TILE=False), 4),
-        spec("128x128", quantize_groups_kernel, dict(tile_strides, stride_sr=False, stride_sc=True),
-             dict(BLOCK_R=GROUP, ONE_SCALE_PER_TILE=True), 8),
-        spec("row_transposed", quantize_rows_kernel, {"stride_xr": True, "stride_xc": False, "stride_qr": False,
-                                                      "stride_qc": True, "stride_sr": True},
-             dict(BLOCK_R=BLOCK_ROWS, BLOCK_C=128), 4),
-        spec("tensor_amax", amax_partials_kernel, {"stride_xr": False, "stride_xc": True},
-             dict(NUM_PROGRAMS=AMAX_PROGRAMS_GPU, BLOCK_R=AMAX_BLOCK[0], BLOCK_C=AMAX_BLOCK[1]), 4, partial_ptr="*fp32"),
-        spec("tensor", quantize_tensor_kernel, {"stride_xr": False, "stride_xc": True, "stride_qr": False, "stride_qc": True},
-             dict(NUM_PARTIALS=_next_pow2(AMAX_PROGRAMS_GPU), BLOCK_R=AMAX_BLOCK[0], BLOCK_C=AMAX_BLOCK[1]), 4,
-             partial_ptr="*fp32"),
-    ]
-
-
-def compile_specs_fnuz(dtype: str = "bfloat16") -> list:
-    """The quantizers as CDNA3 runs them: FNUZ codes."""
-    return compile_specs(dtype, "float8_e4m3fnuz")
-
-
-__all__ = ["quantize", "GRANULARITIES", "format_constants", "compile_specs"]
+__all__ = ["quantize", "forward", "GRANULARITIES", "format_constants"]

@@ -1,11 +1,9 @@
-"""The scale kinds of ``kernels.scaled_gemm`` applied inside a GEMM kernel: Triton helpers shared by
-the Hopper (``kernels.nvidia.gemm_fp8``) and CDNA3 (``kernels.amd.gemm_fp8``) kernels.
-
-A kind that is constant along K (``tensor``, ``row``) factors out of the K sum and multiplies
-the finished accumulator once (:func:`output_scales`); a kind that changes every 128 of K
-(``1x128``, ``128x128``) multiplies each promoted partial sum by its K block's factor
-(:func:`promote`). Scales are read through pointers and strides: a's scales over
-(rows of a, K blocks), b's over (K blocks, columns of b).
+"""The scale kinds of ``ceiling.scaled_gemm`` applied inside a GEMM kernel, shared by the Hopper and
+CDNA3 FP8 kernels: a kind constant along K (``tensor``, ``row``) multiplies the finished
+accumulator once (:func:`output_scales`); one that changes every 128 of K (``1x128``,
+``128x128``) multiplies each promoted partial sum by its K block's factor (:func:`promote`);
+scales are read through pointers and strides (a's over rows and K blocks, b's over K blocks and
+columns).
 """
 
 from __future__ import annotations

@@ -1,64 +1,38 @@
-"""Triangle attention, forward and backward, in Triton (flash-style): the kernels and their launches,
-which Hopper and CDNA3 both run.
-
-The problem is B*N*H independent attentions of length N and head dim D (32 in
-AlphaFold 3), one per (batch, row i, head), that share one (B, 1, H, N, N) bias.
-With D = 32 each logit costs only 64 FLOPs of MMA against one exp, so the kernels
-are exp-bound rather than MMA-bound: they work in the exp2 domain with
-``scale * log2(e)`` folded into one multiply, and keep the tiles square and
-moderate (64x64) so the bias tile (fp32, read once per row) and the softmax
-registers fit without spilling.
-
-Kernels (one program per tile; q, k, v, o contiguous (B, N, H, N, D), so row
-``r = (b*N + i)*H + h`` starts at ``r*N*D``):
-
-* ``fwd_kernel``: online softmax over key blocks; writes O and the natural-log
-  LSE (+inf for a row with no valid key, whose output is written as zeros).
-  With config ``ROWS`` > 1 (the ``fwd_rows`` entry of a table) one program runs
-  several rows i, reading each bias tile once for all of them.
-
-The key mask reaches every kernel as a float32 key bias (0 to keep a key, -inf to
-drop it, built by :func:`key_bias`), padded with -inf past N, so that a masked or
-out-of-range key costs no compare and select per score.
-* ``bwd_preprocess_kernel``: ``delta = rowsum(dO * O)``.
-* ``bwd_dkdv_kernel``: per key block, loops over query blocks (FA2 order).
-* ``bwd_dq_kernel``: per query block, loops over key blocks.
-* ``bwd_dbias_kernel``: ``dbias[b,h,j,k] = sum_i dS[b,i,h,j,k]``.
-
-Why a separate dbias kernel rather than atomics: the bias is shared by all N rows,
-so its gradient is a reduction over i of an (N, N) tile per row. Atomic adds from
-the dq kernel would issue H*N^3 fp32 atomics (226 M at N = 384), all N rows
-colliding on the same (B, H, N, N) addresses, and the sum would change from run to
-run. Instead one program owns a (BLOCK_M, BLOCK_N) tile of dbias, loops over the N
-rows recomputing P and dP for that tile (two small MMAs and one exp per element,
-the same work as a forward pass), accumulates dS in fp32 registers and writes the
-tile once: deterministic, no extra memory beyond the (B, 1, H, N, N) output, and
-the q/k/v/dO tiles it rereads stay in L2. The price is one more exp pass.
-
-Configs per device are data, one table per vendor (``kernels/nvidia/configs/`` and
-``kernels/amd/configs/triangle_attention.json``, chosen by ``kernels.nvidia.triangle_attention``
-and ``kernels.amd.triangle_attention``, which pass it in as ``table``); a table falls back to its
-``default`` entry for devices nobody tuned.
+"""Triangle attention, forward and backward, in Triton (flash-style): the kernels Hopper and CDNA3
+both run and their launcher (:func:`forward`, :func:`backward`), at a config whose target names its
+launch options. The problem is B*N*H independent attentions of length N and head dim D (32 in
+AlphaFold 3), one per (batch, row i, head), sharing one (B, 1, H, N, N) bias; with D = 32 each
+logit costs 64 MMA FLOPs against one exp, so the kernels are exp-bound: they work in base 2 with
+``scale * log2(e)`` folded into one multiply, keep tiles square and moderate so the fp32 bias tile
+and the softmax registers fit, and take the key mask as a float32 key bias (0 or -inf, padded with
+-inf to ``KEY_PAD`` keys) so a masked key costs no compare. q, k, v and o are contiguous (B, N, H,
+N, D): row ``r = (b*N + i)*H + h`` starts at ``r*N*D``. The backward recomputes P from the saved
+log-sum-exp: a preprocess (``delta = rowsum(dO * O)``), dK/dV per key block (FA2 order, with dQ
+added in it under ``DQ_ATOMIC``), dQ per query block, and the bias gradient summed over the rows
+in a kernel of its own (in ``ROW_SPLIT`` runs).
 """
 
 from __future__ import annotations
-
-import json
-import math
-from functools import cache
-from pathlib import Path
 
 import torch
 import triton
 import triton.language as tl
 
-from kernels import spaces
-from kernels.triton.attention import softmax_exp2
-from kernels.triton_runtime import launcher
+from ceiling import spaces
+from ceiling.constants import LN2, LOG2E
+from ceiling.triton.attention import softmax_exp2
+from ceiling.triton_runtime import launcher
 
-LOG2E = 1.4426950408889634
-LN2 = 0.6931471805599453
+_LOG2E = tl.constexpr(LOG2E)
+_LN2 = tl.constexpr(LN2)
+
 KERNELS = ("fwd", "bwd_dkdv", "bwd_dq", "bwd_dbias")
+KEY_PAD = 256  # key-bias rows are padded with -inf to a multiple of this, the largest BLOCK_N
+
+
+def head_dim_block(d: int) -> int:
+    """tl.dot needs K >= 16 and a power of two; padded lanes load zeros."""
+    return max(16, triton.next_power_of_2(d))
 
 
 @triton.jit
@@ -75,7 +49,7 @@ def fwd_kernel(Q, K, V, Bias, KeyBias, O, LSE, N, H, D, kb_row_stride, qk_scale,
     logits with the key mask (0 or -inf per key, -inf past N: ``KeyBias`` rows of
     ``kb_row_stride``, 0 when every row shares one) in the same instruction. ``EXP2_SPLIT``
     computes half of the exponentials on the FMA pipe
-    (:func:`kernels.triton.attention.softmax_exp2`).
+    (:func:`ceiling.triton.attention.softmax_exp2`).
     """
     pid_m = tl.program_id(0)
     pid = tl.program_id(1).to(tl.int64)  # ((b * G) + g) * H + h, G = cdiv(N, ROWS)
@@ -90,7 +64,7 @@ def fwd_kernel(Q, K, V, Bias, KeyBias, O, LSE, N, H, D, kb_row_stride, qk_scale,
     in_m = offs_m < N
     in_d = offs_d < D
     q_mask = in_m[:, None] & in_d[None, :]
-    inv_scale = 1.4426950408889634 / qk_scale
+    inv_scale = _LOG2E / qk_scale
 
     # Per row r: where its q/k/v/o rows start, its key-mask row, which of its queries it stores
     # (the last group may run past N: such a row computes row N - 1 again and stores nothing), its q tile
@@ -136,7 +110,7 @@ def fwd_kernel(Q, K, V, Bias, KeyBias, O, LSE, N, H, D, kb_row_stride, qk_scale,
         has_any = l_i > 0.0
         l_safe = tl.where(has_any, l_i, 1.0)
         out = tl.where(has_any[:, None], accs[r] / l_safe[:, None], 0.0)
-        lse = tl.where(has_any, (ms[r] + tl.log2(l_safe)) * 0.6931471805599453, float("inf"))
+        lse = tl.where(has_any, (ms[r] + tl.log2(l_safe)) * _LN2, float("inf"))
         tl.store(O + rows[r] + offs_m[:, None] * D + offs_d[None, :], out.to(O.dtype.element_ty),
                  mask=real[r][:, None] & in_d[None, :])
         tl.store(LSE + lse_rows[r] + offs_m, lse, mask=real[r])
@@ -212,11 +186,11 @@ def bwd_dkdv_kernel(Q, K, V, Bias, KeyBias, DO, LSE, Delta, DK, DV, N, H, D, kb_
         q_mask = in_m[:, None] & in_d[None, :]
         q = tl.load(Q + row + offs_m[:, None] * D + offs_d[None, :], mask=q_mask, other=0.0)
         do = tl.load(DO + row + offs_m[:, None] * D + offs_d[None, :], mask=q_mask, other=0.0)
-        lse2 = tl.load(LSE + r * N + offs_m, mask=in_m, other=float("inf")) * 1.4426950408889634
+        lse2 = tl.load(LSE + r * N + offs_m, mask=in_m, other=float("inf")) * _LOG2E
         delta = tl.load(Delta + r * N + offs_m, mask=in_m, other=0.0)
         bias = tl.load(Bias + bias_base + offs_m[:, None] * N + offs_n[None, :],
                        mask=in_m[:, None] & in_n[None, :], other=0.0).to(tl.float32)
-        p, ds = probs_and_dscores(q, k, v, do, bias * 1.4426950408889634 + key_bias[None, :], lse2, delta, qk_scale,
+        p, ds = probs_and_dscores(q, k, v, do, bias * _LOG2E + key_bias[None, :], lse2, delta, qk_scale,
                                   PRECISION)
         dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PRECISION)
         ds_lo = ds.to(q.dtype)
@@ -247,7 +221,7 @@ def bwd_dq_kernel(Q, K, V, Bias, KeyBias, DO, LSE, Delta, DQ, N, H, D, kb_row_st
     q_mask = in_m[:, None] & in_d[None, :]
     q = tl.load(Q + row + offs_m[:, None] * D + offs_d[None, :], mask=q_mask, other=0.0)
     do = tl.load(DO + row + offs_m[:, None] * D + offs_d[None, :], mask=q_mask, other=0.0)
-    lse2 = tl.load(LSE + r * N + offs_m, mask=in_m, other=float("inf")) * 1.4426950408889634
+    lse2 = tl.load(LSE + r * N + offs_m, mask=in_m, other=float("inf")) * _LOG2E
     delta = tl.load(Delta + r * N + offs_m, mask=in_m, other=0.0)
 
     dq = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
@@ -260,7 +234,7 @@ def bwd_dq_kernel(Q, K, V, Bias, KeyBias, DO, LSE, Delta, DQ, N, H, D, kb_row_st
         key_bias = tl.load(KeyBias + bi * kb_row_stride + offs_n)
         bias = tl.load(Bias + bias_base + offs_m[:, None] * N + offs_n[None, :],
                        mask=in_m[:, None] & in_n[None, :], other=0.0).to(tl.float32)
-        p, ds = probs_and_dscores(q, k, v, do, bias * 1.4426950408889634 + key_bias[None, :], lse2, delta, qk_scale,
+        p, ds = probs_and_dscores(q, k, v, do, bias * _LOG2E + key_bias[None, :], lse2, delta, qk_scale,
                                   PRECISION)
         dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
     tl.store(DQ + row + offs_m[:, None] * D + offs_d[None, :], (dq * scale).to(DQ.dtype.element_ty), mask=q_mask)
@@ -275,7 +249,14 @@ def bwd_dbias_kernel(Q, K, V, Bias, KeyBias, DO, LSE, Delta, DBias, N, H, D, kb_
     registers. With ``ROW_SPLIT`` > 1 the rows are cut into that many consecutive runs, one
     program each, and each run's sum goes to its own slice of DBias (ROW_SPLIT, B, H, N, N),
     which the caller adds up in a fixed order: more programs where B*H*(N/BLOCK)^2 alone would
-    not fill the GPU (144 at N = 384 for 132 SMs), and still the same sum on every run."""
+    not fill the GPU (144 at N = 384 for 132 SMs), and still the same sum on every run.
+
+    Why a kernel of its own rather than atomics from the dq kernel: the bias is shared by all N
+    rows, so those would be H*N^3 fp32 atomics (226 M at N = 384), all N rows colliding on the
+    same (B, H, N, N) addresses, and the sum would change from run to run. Here one program
+    recomputes P and dP for its tile row by row (two small MMAs and one exp per element, the
+    work of a forward pass) while the q/k/v/dO tiles it rereads stay in L2, and writes the tile
+    once: deterministic, and no memory beyond the (B, 1, H, N, N) output."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_z = tl.program_id(2).to(tl.int64)  # (b*H + h) * ROW_SPLIT + split
@@ -298,7 +279,7 @@ def bwd_dbias_kernel(Q, K, V, Bias, KeyBias, DO, LSE, Delta, DBias, N, H, D, kb_
     kv_mask = in_n[:, None] & in_d[None, :]
     tile = in_m[:, None] & in_n[None, :]
     bias2 = tl.load(Bias + bias_base + offs_m[:, None] * N + offs_n[None, :], mask=tile,
-                    other=0.0).to(tl.float32) * 1.4426950408889634
+                    other=0.0).to(tl.float32) * _LOG2E
 
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     for i in range(row_lo, row_hi):
@@ -309,7 +290,7 @@ def bwd_dbias_kernel(Q, K, V, Bias, KeyBias, DO, LSE, Delta, DBias, N, H, D, kb_
         do = tl.load(DO + row + offs_m[:, None] * D + offs_d[None, :], mask=q_mask, other=0.0)
         k = tl.load(K + row + offs_n[:, None] * D + offs_d[None, :], mask=kv_mask, other=0.0)
         v = tl.load(V + row + offs_n[:, None] * D + offs_d[None, :], mask=kv_mask, other=0.0)
-        lse2 = tl.load(LSE + r * N + offs_m, mask=in_m, other=float("inf")) * 1.4426950408889634
+        lse2 = tl.load(LSE + r * N + offs_m, mask=in_m, other=float("inf")) * _LOG2E
         delta = tl.load(Delta + r * N + offs_m, mask=in_m, other=0.0)
         key_bias = tl.load(KeyBias + bi * kb_row_stride + offs_n)
         p, ds = probs_and_dscores(q, k, v, do, bias2 + key_bias[None, :], lse2, delta, qk_scale, PRECISION)
@@ -319,58 +300,7 @@ def bwd_dbias_kernel(Q, K, V, Bias, KeyBias, DO, LSE, Delta, DBias, N, H, D, kb_
     tl.store(DBias + out_base + offs_m[:, None] * N + offs_n[None, :], acc, mask=tile)
 
 
-# ----------------------------------------------------------------------------- configs
-
-
-@cache
-def _table(path: str) -> dict:
-    return json.loads(Path(path).read_text())
-
-
-def head_dim_block(d: int) -> int:
-    """tl.dot needs K >= 16 and a power of two; padded lanes load zeros."""
-    return max(16, triton.next_power_of_2(d))
-
-
-def resolve_config(target: str, table_path: Path, device_name: str | None, head_dim: int, dtype: str,
-                   config: dict | None) -> dict:
-    """``config`` checked against ``target``'s space (``kernels/spaces/triangle_attention.json``) and
-    merged, kernel by kernel, over the entry of the table at ``table_path``: a partial config
-    overrides the keys it names."""
-    return spaces.resolve("triangle_attention", target, config_for(device_name, head_dim, dtype, table_path), config,
-                          {"head_dim": head_dim})
-
-
-def resolved_for(q, config: dict | None, target: str, table_path: Path) -> dict | None:
-    """:func:`resolve_config` for the device and head dim of ``q``; None (the table's entry, chosen
-    at launch) without a ``config``."""
-    if config is None:
-        return None
-    return resolve_config(target, table_path, _device_name(q), q.shape[-1], str(q.dtype).removeprefix("torch."), config)
-
-
-def config_for(device_name: str | None, head_dim: int, dtype: str, table_path: Path) -> dict:
-    """The config of each kernel in the table at ``table_path``: the device's entry for this head
-    dim, else ``default``.
-
-    Keys are ``"<device substring>"`` -> ``{"d<=32": {...}, "d<=64": ..., "any": ...}``.
-    """
-    table = _table(str(table_path))
-    entry = table["default"]
-    if device_name:
-        for key, value in table.items():
-            if key != "default" and key.lower() in device_name.lower():
-                entry = value
-                break
-    for bucket in ("d<=32", "d<=64", "d<=128"):
-        if bucket in entry and head_dim <= int(bucket[3:]):
-            chosen = entry[bucket]
-            break
-    else:
-        chosen = entry["any"]
-    if dtype == "float32":  # fp32 tiles take twice the registers and shared memory
-        chosen = {name: {**cfg, **cfg.get("float32", {})} for name, cfg in chosen.items()}
-    return {name: {k: v for k, v in cfg.items() if k != "float32"} for name, cfg in chosen.items()}
+# ----------------------------------------------------------------------------- the launcher
 
 
 def _precision(dtype: torch.dtype) -> str:
@@ -379,19 +309,13 @@ def _precision(dtype: torch.dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
-def _launch_options(cfg: dict, extra_keys: tuple[str, ...]) -> dict:
-    opts = {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}
-    for key in extra_keys:
-        if key in cfg:
-            opts[key] = cfg[key]
-    return opts
-
-
-def _device_name(t: torch.Tensor) -> str | None:
-    return torch.cuda.get_device_name(t.device) if t.is_cuda else None
-
-
-# ----------------------------------------------------------------------------- entry points
+def launch_options(config, section: str, on_gpu: bool) -> dict:
+    """The compiler options of one kernel's config: the ones its target's space names
+    (``num_warps``, ``num_stages``; CDNA3's ``waves_per_eu`` and ``matrix_instr_nonkdim``)."""
+    if not on_gpu:
+        return {}
+    cfg = config[section]
+    return {k: cfg[k] for k in spaces.get("triangle_attention", config.target).launch_options if k in cfg}
 
 
 def _run(kernel, only: str | None, name: str):
@@ -404,9 +328,6 @@ def _run(kernel, only: str | None, name: str):
 class _Skipped:
     def __getitem__(self, grid):
         return lambda *args, **kwargs: None
-
-
-KEY_PAD = 256  # key-bias rows are padded with -inf to a multiple of this, the largest BLOCK_N
 
 
 def key_bias(mask, B: int, N: int, device) -> tuple[torch.Tensor, int]:
@@ -424,14 +345,13 @@ def key_bias(mask, B: int, N: int, device) -> tuple[torch.Tensor, int]:
     return kb, n_pad
 
 
-def triangle_attention_fwd(q, k, v, bias, mask, scale, config=None, *, table: Path, extra_keys=()):
-    """(out, lse) for contiguous q, k, v (B, N, H, N, D); lse (B, N, H, N) float32. ``config``, else
-    the device's entry of ``table``; ``extra_keys``: the vendor's launch options beyond warps and stages.
-    A config with ``ROWS`` > 1 runs each program over that many pair rows, sharing the bias tiles."""
-    B, N, H, _, D = q.shape
+def forward(problem, config, q, k, v, bias, mask):
+    """(out, lse (B, N, H, N) float32) for q, k, v (B, N, H, N, D) and a bool key mask. A ``fwd``
+    config with ``ROWS`` > 1 runs each program over that many pair rows, sharing the bias tiles."""
+    B, N, H, D = problem.batch, problem.n, problem.heads, problem.head_dim
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     bias = bias.contiguous()
-    cfg = (config or config_for(_device_name(q), D, str(q.dtype).removeprefix("torch."), table))["fwd"]
+    cfg = config["fwd"]
     if cfg["BLOCK_N"] > KEY_PAD:
         raise ValueError(f"BLOCK_N: at most {KEY_PAD}, got {cfg['BLOCK_N']}")
     kb, kb_stride = key_bias(mask, B, N, q.device)
@@ -441,39 +361,39 @@ def triangle_attention_fwd(q, k, v, bias, mask, scale, config=None, *, table: Pa
     rows = cfg.get("ROWS", 1)
     grid = (triton.cdiv(N, cfg["BLOCK_M"]), B * triton.cdiv(N, rows) * H)
     launcher(fwd_kernel, on_gpu=on_gpu)[grid](
-        q, k, v, bias, kb, out, lse, N, H, D, kb_stride, scale * LOG2E,
+        q, k, v, bias, kb, out, lse, N, H, D, kb_stride, problem.scale * LOG2E,
         PRECISION=_precision(q.dtype), BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], HEAD_DIM=head_dim_block(D),
         # 16-bit inputs only: its error is below bf16's, not fp32's
         EXP2_SPLIT=bool(cfg.get("EXP2_SPLIT")) and q.dtype != torch.float32, ROWS=rows,
-        **(_launch_options(cfg, extra_keys) if on_gpu else {}))
+        **launch_options(config, "fwd", on_gpu))
     return out, lse
 
 
-def triangle_attention_bwd(q, k, v, bias, mask, scale, out, lse, dout, config=None, *, table: Path,
-                           extra_keys=(), only: str | None = None):
+def backward(problem, config, saved, grads, needs, only: str | None = None):
     """(dq, dk, dv, dbias); dbias in float32 before the cast to bias's dtype. ``only`` (a kernel
     name: "bwd_dkdv", "bwd_dq", "bwd_dbias") runs the preprocess and that kernel alone, for the
     tuning sweep to time it; the other outputs are then left unwritten. With ``DQ_ATOMIC`` in the
     bwd_dkdv config, "bwd_dkdv" writes dq too (zeroing its float32 buffer and the final cast
     included) and the dq kernel does not run unless ``only`` names it."""
-    B, N, H, _, D = q.shape
-    q, k, v, out, dout = (t.contiguous() for t in (q, k, v, out, dout))
+    B, N, H, D = problem.batch, problem.n, problem.heads, problem.head_dim
+    q, k, v, out, dout = (t.contiguous() for t in (saved["q"], saved["k"], saved["v"], saved["out"], grads["out"]))
+    bias, mask, lse = saved["bias"], saved["mask"], saved["lse"]
     bias_c = bias.contiguous()
-    cfgs = config or config_for(_device_name(q), D, str(q.dtype).removeprefix("torch."), table)
     on_gpu = q.is_cuda
     hd = head_dim_block(D)
     prec = _precision(q.dtype)
-    if max(cfgs[name]["BLOCK_N"] for name in ("bwd_dkdv", "bwd_dq", "bwd_dbias")) > KEY_PAD:
+    scale = problem.scale
+    if max(config[name]["BLOCK_N"] for name in ("bwd_dkdv", "bwd_dq", "bwd_dbias")) > KEY_PAD:
         raise ValueError(f"BLOCK_N: at most {KEY_PAD}")
     kb, kb_stride = key_bias(mask, B, N, q.device)
 
     delta = torch.empty((B, N, H, N), device=q.device, dtype=torch.float32)
-    pre = cfgs["bwd_dq"]
+    pre = config["bwd_dq"]
     launcher(bwd_preprocess_kernel, on_gpu=on_gpu)[(triton.cdiv(N, pre["BLOCK_M"]), B * N * H)](
         out, dout, delta, N, D, BLOCK_M=pre["BLOCK_M"], HEAD_DIM=hd)
 
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    c = cfgs["bwd_dkdv"]
+    c = config["bwd_dkdv"]
     # DQ_ATOMIC: the dK/dV kernel adds dQ into a zeroed float32 buffer and the dq kernel is
     # skipped (unless it is the one being timed; nor is the buffer made when another kernel is).
     dq_atomic = bool(c.get("DQ_ATOMIC")) and only in (None, "bwd_dkdv")
@@ -484,89 +404,22 @@ def triangle_attention_bwd(q, k, v, bias, mask, scale, out, lse, dout, config=No
     _run(launcher(bwd_dkdv_kernel, on_gpu=on_gpu), only, "bwd_dkdv")[(triton.cdiv(N, c["BLOCK_N"]), B * N * H)](
         q, k, v, bias_c, kb, dout, lse, delta, dk, dv, N, H, D, kb_stride, scale * LOG2E, scale,
         PRECISION=prec, BLOCK_M=c["BLOCK_M"], BLOCK_N=c["BLOCK_N"], HEAD_DIM=hd, **atomic,
-        **(_launch_options(c, extra_keys) if on_gpu else {}))
+        **launch_options(config, "bwd_dkdv", on_gpu))
     if dq_atomic:
         dq.copy_(dq32)
     else:
-        c = cfgs["bwd_dq"]
+        c = config["bwd_dq"]
         _run(launcher(bwd_dq_kernel, on_gpu=on_gpu), only, "bwd_dq")[(triton.cdiv(N, c["BLOCK_M"]), B * N * H)](
             q, k, v, bias_c, kb, dout, lse, delta, dq, N, H, D, kb_stride, scale * LOG2E, scale,
             PRECISION=prec, BLOCK_M=c["BLOCK_M"], BLOCK_N=c["BLOCK_N"], HEAD_DIM=hd,
-            **(_launch_options(c, extra_keys) if on_gpu else {}))
-    c = cfgs["bwd_dbias"]
+            **launch_options(config, "bwd_dq", on_gpu))
+    c = config["bwd_dbias"]
     split = int(c.get("ROW_SPLIT", 1))
     dbias = torch.empty((split, B, 1, H, N, N), device=q.device, dtype=torch.float32)
     grid = (triton.cdiv(N, c["BLOCK_M"]), triton.cdiv(N, c["BLOCK_N"]), B * H * split)
     _run(launcher(bwd_dbias_kernel, on_gpu=on_gpu), only, "bwd_dbias")[grid](
         q, k, v, bias_c, kb, dout, lse, delta, dbias, N, H, D, kb_stride, scale * LOG2E,
         PRECISION=prec, BLOCK_M=c["BLOCK_M"], BLOCK_N=c["BLOCK_N"], HEAD_DIM=hd,
-        ROW_SPLIT=split, **(_launch_options(c, extra_keys) if on_gpu else {}))
+        ROW_SPLIT=split, **launch_options(config, "bwd_dbias", on_gpu))
     dbias = dbias[0] if split == 1 else dbias.sum(0)  # a fixed-order sum: the same bits every run
     return dq, dk, dv, dbias.to(bias.dtype)
-
-
-# ----------------------------------------------------------------------------- static compile
-
-
-_TRITON_DTYPE = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
-
-
-def compile_specs(dtype: str, head_dim: int, device: str, *, table: Path, prefix: str = "triangle_attention",
-                  extra_keys=()) -> list:
-    """A ``kernels.isa.CompileSpec`` per kernel at ``table``'s config for ``device``, specialized as
-    a launch at the AlphaFold sizes (N = 384 or 768, head dim 32: multiples of 16) specializes it."""
-    cfgs = config_for(device, head_dim, dtype, table)
-    return [kernel_spec(name, cfgs["bwd_dkdv" if name == "bwd_dkdv_dq" else name], dtype, head_dim, prefix=prefix,
-                        extra_keys=extra_keys, aligned=head_dim % 16 == 0)
-            for name in (*KERNELS, "fwd_rows", "bwd_dkdv_dq")]
-
-
-def kernel_spec(name: str, cfg: dict, dtype: str = "bfloat16", head_dim: int = 32, *,
-                prefix: str = "triangle_attention", extra_keys=(), aligned: bool = False):
-    """The ``kernels.isa.CompileSpec`` of kernel ``name`` (a key of a config entry) at ``cfg``.
-    ``aligned``: compile as a launch with N and D multiples of 16 sees them (Triton specializes
-    on that; fresh tensors are 16-byte aligned), as for the tuning shapes."""
-    from kernels.isa import CompileSpec
-
-    t = _TRITON_DTYPE[dtype]
-    prec = "ieee" if dtype == "float32" else "tf32"
-    hd = head_dim_block(head_dim)
-    common = {"N": "i32", "H": "i32", "D": "i32"}
-    inputs = {"Q": f"*{t}", "K": f"*{t}", "V": f"*{t}", "Bias": "*fp32", "KeyBias": "*fp32"}
-    bwd_inputs = {**inputs, "DO": f"*{t}", "LSE": "*fp32", "Delta": "*fp32"}
-    ints = {"N": "i32", "H": "i32", "D": "i32", "kb_row_stride": "i32"}
-    kernels = {
-        "fwd": (fwd_kernel, {**inputs, "O": f"*{t}", "LSE": "*fp32", **ints, "qk_scale": "fp32"}),
-        "bwd_dkdv": (bwd_dkdv_kernel, {**bwd_inputs, "DK": f"*{t}", "DV": f"*{t}", **ints, "qk_scale": "fp32",
-                                       "scale": "fp32"}),
-        "bwd_dq": (bwd_dq_kernel, {**bwd_inputs, "DQ": f"*{t}", **ints, "qk_scale": "fp32", "scale": "fp32"}),
-        "bwd_dbias": (bwd_dbias_kernel, {**bwd_inputs, "DBias": "*fp32", **ints, "qk_scale": "fp32"}),
-    }
-    kernels["fwd_rows"] = kernels["fwd"]
-    kernels["bwd_dkdv_dq"] = (bwd_dkdv_kernel, {**kernels["bwd_dkdv"][1], "DQ32": "*fp32"})
-    fn, signature = kernels[name]
-    constexprs = {"PRECISION": prec, "BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"], "HEAD_DIM": hd}
-    if fn is bwd_dkdv_kernel:  # "bwd_dkdv_dq", or DQ_ATOMIC: the dK/dV kernel with dQ added in it
-        constexprs["DQ_ATOMIC"] = name == "bwd_dkdv_dq" or bool(cfg.get("DQ_ATOMIC", False))
-        if constexprs["DQ_ATOMIC"]:
-            signature = kernels["bwd_dkdv_dq"][1]
-        else:
-            constexprs["DQ32"] = None
-    if fn is fwd_kernel:
-        constexprs["ROWS"] = int(cfg.get("ROWS", 1))
-        constexprs["EXP2_SPLIT"] = bool(cfg.get("EXP2_SPLIT", False))
-    if fn is bwd_dbias_kernel:
-        constexprs["ROW_SPLIT"] = int(cfg.get("ROW_SPLIT", 1))
-    signature = {**signature, **{key: "constexpr" for key in constexprs}}
-    opts = {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}
-    for key in extra_keys:
-        if key in cfg:
-            opts[key] = cfg[key]
-    divisible = tuple(n for n in fn.arg_names if n not in constexprs
-                      and (n[0].isupper() or n in ("N", "D", "kb_row_stride"))) if aligned else ()
-    return CompileSpec(f"{prefix}_{name}_{dtype}_d{head_dim}", fn, signature, constexprs, opts, cfg,
-                       divisible_by_16=divisible)
-
-
-def default_scale(d: int) -> float:
-    return 1.0 / math.sqrt(d)

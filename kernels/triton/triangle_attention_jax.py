@@ -1,25 +1,20 @@
 """Triangle attention on JAX arrays on a GPU: the kernels of
-:mod:`kernels.triton.triangle_attention` called through jax-triton.
-
-Each kernel gets a ``@triton.jit`` wrapper in jax-triton's argument order (inputs, then
-outputs, then constexprs). The head dim ``D`` becomes a constexpr (it is fixed per model,
-and the compiler then knows the row strides' divisibility), and ``N`` is marked a multiple
-of 16 when it is one: jax-triton does not specialize integer arguments on divisibility
-as Triton's own launcher does. The launchers take a resolved config: the vendor's table entry
-for JAX's device, which the JAX front end (``kernels.triangle.jax_op``) looks up through the
-vendor module; AMD's extra compiler options are not options jax-triton passes on.
+:mod:`ceiling.triton.triangle_attention` through jax-triton, each behind a ``@triton.jit``
+wrapper in jax-triton's argument order (inputs, outputs, constexprs) that makes the head dim ``D``
+a constexpr and marks ``N`` a multiple of 16 when it is one (jax-triton does not specialize
+integers on divisibility as Triton's own launcher does); the launchers (:func:`forward`,
+:func:`backward`) take the problem and its resolved config (AMD's extra compiler options are not
+options jax-triton passes on).
 """
-
 from __future__ import annotations
 
 import numpy as np
 import triton
 import triton.language as tl
 
-from kernels import jax_bridge
-from kernels.triton.triangle_attention import (
-    _TRITON_DTYPE,
-    LOG2E,
+from ceiling import jax_bridge
+from ceiling.constants import LOG2E
+from ceiling.triton.triangle_attention import (
     bwd_dbias_kernel,
     bwd_dkdv_kernel,
     bwd_dq_kernel,
@@ -87,7 +82,7 @@ def _options(cfg: dict) -> dict:
 
 
 def _key_bias(mask, B: int, N: int):
-    """(key bias, row stride) as :func:`kernels.triton.triangle_attention.key_bias` builds them: 0 at
+    """(key bias, row stride) as :func:`ceiling.triton.triangle_attention.key_bias` builds them: 0 at
     a key that may be attended to, -inf at a masked key and in the padding to ``KEY_PAD`` keys."""
     import jax.numpy as jnp
 
@@ -106,14 +101,13 @@ def _meta(q, D: int, N: int) -> dict:
                 HEAD_DIM=head_dim_block(D))
 
 
-def triangle_attention_fwd(q, k, v, bias, mask, scale, cfgs: dict):
-    """(out like q, lse (B, N, H, N) float32) for q, k, v (B, N, H, N, D); ``cfgs`` holds each
-    kernel's config (a table entry)."""
+def forward(problem, config, q, k, v, bias, mask):
+    """(out like q, lse (B, N, H, N) float32) for q, k, v (B, N, H, N, D)."""
     import jax
     import jax.numpy as jnp
 
-    B, N, H, _, D = q.shape
-    cfg = cfgs["fwd"]
+    B, N, H, D, scale = problem.batch, problem.n, problem.heads, problem.head_dim, problem.scale
+    cfg = config["fwd"]
     rows = cfg.get("ROWS", 1)
     kb, kb_stride = _key_bias(mask, B, N)
     return jax_bridge.triton_call(
@@ -123,76 +117,38 @@ def triangle_attention_fwd(q, k, v, bias, mask, scale, cfgs: dict):
         BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], ROWS=rows, **_meta(q, D, N), **_options(cfg))
 
 
-def triangle_attention_bwd(q, k, v, bias, mask, scale, out, lse, dout, cfgs: dict):
+def backward(problem, config, saved, grads, needs):
     """(dq, dk, dv, dbias); dbias reduced over the rows in float32, then cast to bias's dtype."""
     import jax
     import jax.numpy as jnp
 
-    B, N, H, _, D = q.shape
+    q, k, v, bias, mask, out, lse = (saved[n] for n in ("q", "k", "v", "bias", "mask", "out", "lse"))
+    B, N, H, D, scale = problem.batch, problem.n, problem.heads, problem.head_dim, problem.scale
+    dout = grads["out"].astype(q.dtype)
     meta = _meta(q, D, N)
     kb, kb_stride = _key_bias(mask, B, N)
-    dout = dout.astype(q.dtype)
     scales = (np.float32(scale * LOG2E), np.float32(scale))
 
-    pre = cfgs["bwd_dq"]
+    pre = config["bwd_dq"]
     delta = jax_bridge.triton_call(
         out, dout, N, kernel=bwd_preprocess_kernel_jax, out_shape=jax.ShapeDtypeStruct((B, N, H, N), jnp.float32),
         grid=(triton.cdiv(N, pre["BLOCK_M"]), B * N * H),
         D=D, N_16=meta["N_16"], BLOCK_M=pre["BLOCK_M"], HEAD_DIM=meta["HEAD_DIM"])
     operands = (q, k, v, bias, kb, dout, lse, delta, N, H, kb_stride)
-    c = cfgs["bwd_dkdv"]
+    c = config["bwd_dkdv"]
     dk, dv = jax_bridge.triton_call(
         *operands, *scales, kernel=bwd_dkdv_kernel_jax,
         out_shape=(jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)),
         grid=(triton.cdiv(N, c["BLOCK_N"]), B * N * H),
         BLOCK_M=c["BLOCK_M"], BLOCK_N=c["BLOCK_N"], **meta, **_options(c))
-    c = cfgs["bwd_dq"]
+    c = config["bwd_dq"]
     dq = jax_bridge.triton_call(
         *operands, *scales, kernel=bwd_dq_kernel_jax, out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
         grid=(triton.cdiv(N, c["BLOCK_M"]), B * N * H),
         BLOCK_M=c["BLOCK_M"], BLOCK_N=c["BLOCK_N"], **meta, **_options(c))
-    c = cfgs["bwd_dbias"]
+    c = config["bwd_dbias"]
     dbias = jax_bridge.triton_call(
         *operands, scales[0], kernel=bwd_dbias_kernel_jax, out_shape=jax.ShapeDtypeStruct((B, 1, H, N, N), jnp.float32),
         grid=(triton.cdiv(N, c["BLOCK_M"]), triton.cdiv(N, c["BLOCK_N"]), B * H),
         BLOCK_M=c["BLOCK_M"], BLOCK_N=c["BLOCK_N"], **meta, **_options(c))
     return dq, dk, dv, dbias.astype(bias.dtype)
-
-
-# ----------------------------------------------------------------------------- static compile
-
-JAX_KERNELS = {"fwd": fwd_kernel_jax, "fwd_rows": fwd_kernel_jax, "bwd_dkdv": bwd_dkdv_kernel_jax,
-               "bwd_dq": bwd_dq_kernel_jax, "bwd_dbias": bwd_dbias_kernel_jax}
-
-
-def compile_specs(cfgs: dict, dtype: str = "bfloat16", head_dim: int = 32, n: int = 384) -> list:
-    """The wrappers as jax-triton compiles them at ``cfgs`` (a table entry): arrays 16-byte aligned,
-    integers unspecialized, ``D`` a constexpr and ``N`` marked a multiple of 16 when it is one."""
-    from kernels.isa import CompileSpec
-
-    t = _TRITON_DTYPE[dtype]
-    specs = []
-    for name, fn in JAX_KERNELS.items():
-        cfg = cfgs[name]
-        constexprs = {"D": head_dim, "N_16": n % 16 == 0, "PRECISION": "ieee" if dtype == "float32" else "tf32",
-                      "BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"], "HEAD_DIM": head_dim_block(head_dim)}
-        if fn is fwd_kernel_jax:
-            constexprs["ROWS"] = cfg.get("ROWS", 1)
-        sig = {}
-        for arg in fn.arg_names:
-            if arg in constexprs:
-                sig[arg] = "constexpr"
-            elif arg in ("N", "H"):
-                sig[arg] = "i32"
-            elif arg in ("Bias", "KeyBias", "LSE", "Delta", "DBias"):
-                sig[arg] = "*fp32"
-            elif arg[0].isupper():
-                sig[arg] = f"*{t}"
-            elif arg in ("qk_scale", "scale"):
-                sig[arg] = "fp32"
-            else:
-                sig[arg] = "i32"
-        arrays = tuple(a for a in fn.arg_names if sig[a].startswith("*"))
-        specs.append(CompileSpec(f"jax_triangle_attention_{name}_{dtype}_d{head_dim}_n{n}", fn, sig, constexprs,
-                                 _options(cfg), cfg, divisible_by_16=arrays))
-    return specs

@@ -1,54 +1,26 @@
-"""The triangle multiplicative update, forward and backward, in Triton: the kernels and their
-launches, which Hopper and CDNA3 both run.
-
-Three stages, each one kernel, with the row-wise work fused around the GEMMs so
-that LayerNorm outputs, projections and gates stay in registers:
-
-1. ``ln_gate_proj_kernel``: LayerNorm_in of a tile of pair rows, both input
-   projections (p_in, g_in) as two tensor-core dots, sigmoid gate, mask, and a
-   channel-first store of ``[a; b]`` as (B, 2c, N, N) so that stage 2 reads each
-   channel as a plain N x N matrix.
-2. ``channel_gemm_kernel``: the triangular contraction as B*c independent N x N
-   GEMMs (one channel each, fp32 accumulation). Strides select the product:
-   outgoing ``A_c B_c^T``, incoming ``A_c^T B_c``, and the four products of the
-   backward; no operand is transposed in memory.
-3. ``ln_out_gate_kernel``: LayerNorm_out of each (i, j) over the c channels (read
-   channel-first, hence the whole channel vector in one tile), the output
-   projection, LayerNorm_in recomputed from x for the output gate, and the gating.
-
-The output LayerNorm couples all c channels of y_ij while the contraction produces
-one channel per GEMM, so y (B, c, N, N) is materialized once, as every fused
-implementation does.
-
-The backward mirrors the forward: ``out_gate_bwd_kernel`` (the output gating's
-backward: d_u and d_gz), ``ln_out_bwd_kernel`` (d_u @ W_po and LayerNorm_out
-backward to dy, channel-first), two channel GEMMs (da, db), then
-``ln_gate_proj_bwd_kernel`` (gate/projection backward, the output gate's share
-d_gz @ W_go, LayerNorm_in backward, dx). Weight gradients are GEMMs over all N^2 pair rows
-(a (M x c_z)^T (M x c) product); the row kernels emit their operands for a block of
-rows at a time and ``torch.matmul`` reduces them, so the backward's transient
-memory is bounded by the row-block size, not by N^2. LayerNorm parameter
-gradients are per-program partial sums reduced on the host.
-
-By default the forward keeps nothing for the backward, which recomputes ``[a; b]``
-and y (stages 1 and 2, the contraction included): between forward and backward a
-layer holds only its input, as with activation checkpointing, for about a third
-more work. ``"save_for_backward": true`` in the config keeps both instead (three
-pair-sized tensors in x's dtype).
+"""The triangle multiplicative update, forward and backward, in Triton: the kernels Hopper and CDNA3
+both run and their launcher (:func:`forward`, :func:`backward`), at a config whose target names its
+launch options. Three stages, one kernel each, with the row-wise work fused around the GEMMs so
+that LayerNorm outputs, projections and gates stay in registers: ``ln_gate_proj_kernel``
+(LayerNorm_in, both input projections and the gate, the mask, ``[a; b]`` stored channel-first as
+(B, 2c, N, N)), ``channel_gemm_kernel`` (the contraction as B*c independent N x N GEMMs, the product
+chosen by strides: no operand is transposed in memory), ``ln_out_gate_kernel`` (LayerNorm_out of
+each (i, j) over the c channels, whose coupling makes y (B, c, N, N) exist once, the output
+projection and gate); the backward mirrors them, its weight gradients GEMMs over blocks of
+``bwd_rows`` pair rows (its transient memory bounded by that, not by N^2). By default the forward
+keeps nothing and the backward recomputes ``[a; b]`` and y (a layer holds only its input between
+the passes); ``"save_for_backward": true`` keeps both.
 """
 
 from __future__ import annotations
-
-import json
-from functools import cache
-from pathlib import Path
 
 import torch
 import triton
 import triton.language as tl
 
-from kernels import spaces
-from kernels.triton_runtime import launcher
+from ceiling import spaces
+from ceiling.triangle.spec import TRIMUL_WEIGHTS
+from ceiling.triton_runtime import launcher
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -327,62 +299,16 @@ def ln_gate_proj_bwd_kernel(X, Mask, DABc, DGz, Lw, Lb, Wp, Bp, Wg, Bg, Wgo, DX,
     tl.store(part + CZ + offs_cz, tl.sum(tl.where(in_m[:, None], d_xn, 0.0), 0), mask=in_cz)
 
 
-# ----------------------------------------------------------------------------- configs
-
-
-@cache
-def _table(path: str) -> dict:
-    return json.loads(Path(path).read_text())
-
-
-def resolve_config(target: str, table_path: Path, device_name: str | None, dtype: str, config: dict | None) -> dict:
-    """``config`` checked against ``target``'s space (``kernels/spaces/triangle_multiplication.json``)
-    and merged, kernel by kernel, over the entry of the table at ``table_path``: a partial config
-    overrides the keys it names."""
-    return spaces.resolve("triangle_multiplication", target, config_for(device_name, dtype, table_path), config)
-
-
-def resolved_for(x, config: dict | None, target: str, table_path: Path) -> dict | None:
-    """:func:`resolve_config` for the device and dtype of ``x``; None (the table's entry, chosen at
-    launch) without a ``config``."""
-    if config is None:
-        return None
-    return resolve_config(target, table_path, _device_name(x), str(x.dtype).removeprefix("torch."), config)
-
-
-def config_for(device_name: str | None, dtype: str, table_path: Path) -> dict:
-    """Each stage's config in the table at ``table_path``: the device's entry, else ``default``;
-    a stage's ``float32`` sub-entry overrides it for float32 inputs."""
-    table = _table(str(table_path))
-    entry = table["default"]
-    if device_name:
-        for key, value in table.items():
-            if key != "default" and not key.startswith("_") and key.lower() in device_name.lower():
-                entry = value
-                break
-    return {name: {k: v for k, v in {**cfg, **(cfg.get("float32", {}) if dtype == "float32" else {})}.items()
-                   if k != "float32"} if isinstance(cfg, dict) else cfg
-            for name, cfg in entry.items()}
+# ----------------------------------------------------------------------------- the launcher
 
 
 def _precision(dtype: torch.dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
-def _opts(cfg: dict, on_gpu: bool, extra_keys) -> dict:
-    if not on_gpu:
-        return {}
-    opts = {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}
-    opts.update({k: cfg[k] for k in extra_keys if k in cfg})
-    return opts
-
-
-def _device_name(t: torch.Tensor) -> str | None:
-    return torch.cuda.get_device_name(t.device) if t.is_cuda else None
-
-
-def _cfgs(x, config, table):
-    return config or config_for(_device_name(x), str(x.dtype).removeprefix("torch."), table)
+def _opts(cfg, on_gpu: bool, options: tuple[str, ...]) -> dict:
+    """A kernel's compiler options: the ones its target's space names that ``cfg`` sets."""
+    return {k: cfg[k] for k in options if k in cfg} if on_gpu else {}
 
 
 def _mask_rows(mask, x):
@@ -391,16 +317,16 @@ def _mask_rows(mask, x):
     return mask.reshape(-1).to(torch.float32).contiguous(), True
 
 
-def _contract(a, b, y, *, a_strides, b_strides, y_strides, n, c, cfg, on_gpu, extra_keys, prec):
+def _contract(a, b, y, *, a_strides, b_strides, y_strides, n, c, cfg, on_gpu, options, prec):
     """y[z] = a[z] @ b[z] for z over (batch, channel); each stride tuple is (batch, chan, row, col)."""
     B = y.shape[0]
     grid = (triton.cdiv(n, cfg["BLOCK_M"]), triton.cdiv(n, cfg["BLOCK_N"]), B * c)
     launcher(channel_gemm_kernel, on_gpu=on_gpu)[grid](
         a, b, y, n, c, *a_strides, *b_strides, *y_strides, PRECISION=prec,
-        BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], **_opts(cfg, on_gpu, extra_keys))
+        BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], **_opts(cfg, on_gpu, options))
 
 
-def _forward_products(direction, n, c):
+def forward_products(direction, n, c):
     """Strides (batch, chan, row, col) of the a and b operands inside AB (B, 2c, N, N)."""
     nn_, bstride = n * n, 2 * c * n * n
     if direction == "outgoing":  # y = a b^T
@@ -408,65 +334,58 @@ def _forward_products(direction, n, c):
     return (bstride, nn_, 1, n), (bstride, nn_, n, 1)  # incoming: y = a^T b
 
 
-# ----------------------------------------------------------------------------- entry points
+def saves(config) -> bool:
+    """Whether the forward keeps [a; b] and y for the backward."""
+    return bool(config.get("save_for_backward", False))
 
 
-def _saves(cfgs: dict) -> bool:
-    return bool(cfgs.get("save_for_backward", False))
+def _launch_options(config) -> tuple[str, ...]:
+    return tuple(spaces.get("triangle_multiplication", config.target).launch_options)
 
 
-def trimul_saved_shapes(x, c, config=None, *, table: Path):
-    """Shapes of the residuals :func:`trimul_fwd` returns for ``x`` (for the op's fake)."""
-    B, N, _, _ = x.shape
-    return [(B, 2 * c, N, N), (B, c, N, N)] if _saves(_cfgs(x, config, table)) else []
-
-
-def _project_and_contract(x, direction, mask_rows, has_mask, weights, eps, cfgs, on_gpu, prec, extra_keys):
+def _project_and_contract(problem, config, x, mask_rows, has_mask, weights, on_gpu, prec):
     """Stages 1 and 2: ab (B, 2c, N, N) and y (B, c, N, N), both channel-first."""
     lnw, lnb, wp, bp, wg, bg = weights[:6]
-    B, N, _, CZ = x.shape
-    C2 = wp.shape[0]
-    C = C2 // 2
+    B, N, CZ, C = problem.batch, problem.n, problem.c_z, problem.c
+    C2 = 2 * C
     M, NN = B * N * N, N * N
+    options = _launch_options(config)
     ab = torch.empty((B, C2, N, N), device=x.device, dtype=x.dtype)
-    cfg = cfgs["ln_gate_proj"]
+    cfg = config["ln_gate_proj"]
     launcher(ln_gate_proj_kernel, on_gpu=on_gpu)[(triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(C2, cfg["BLOCK_N"]),)](
-        x, mask_rows, lnw, lnb, wp, bp, wg, bg, ab, M, NN, CZ, C2, eps,
+        x, mask_rows, lnw, lnb, wp, bp, wg, bg, ab, M, NN, CZ, C2, problem.eps,
         HAS_MASK=has_mask, PRECISION=prec, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
-        CZ_BLOCK=triton.next_power_of_2(CZ), **_opts(cfg, on_gpu, extra_keys))
+        CZ_BLOCK=triton.next_power_of_2(CZ), **_opts(cfg, on_gpu, options))
     y = torch.empty((B, C, N, N), device=x.device, dtype=x.dtype)
-    a_s, b_s = _forward_products(direction, N, C)
+    a_s, b_s = forward_products(problem.direction, N, C)
     _contract(ab, ab[:, C:], y, a_strides=a_s, b_strides=b_s, y_strides=(C * NN, NN, N, 1), n=N, c=C,
-              cfg=cfgs["contract"], on_gpu=on_gpu, extra_keys=extra_keys, prec=prec)
+              cfg=config["contract"], on_gpu=on_gpu, options=options, prec=prec)
     return ab, y
 
 
-def trimul_fwd(x, direction, mask, weights, eps, config=None, *, table: Path, extra_keys=()):
-    """(out, residuals): out (B, N, N, c_z).
-
-    With ``save_for_backward`` in the config the residuals are ab (B, 2c, N, N) and
-    y (B, c, N, N), three pair-sized tensors; without it (the default) nothing is
-    kept and the backward recomputes stages 1 and 2, so a layer's activation
-    memory between forward and backward is its input alone.
-    """
+def forward(problem, config, x, mask, *weights):
+    """(out (B, N, N, c_z), ab, y): with ``save_for_backward`` in the config ab (B, 2c, N, N) and
+    y (B, c, N, N), three pair-sized tensors the backward then reads; without it (the default)
+    both are empty and the backward recomputes stages 1 and 2, so a layer's activation memory
+    between forward and backward is its input alone."""
     weights = tuple(w.contiguous() for w in weights)
     lnw, lnb, wp, bp, wg, bg, lnw_o, lnb_o, wpo, bpo, wgo, bgo = weights
     x = x.contiguous()
-    B, N, _, CZ = x.shape
-    C = wp.shape[0] // 2
-    M, NN = B * N * N, N * N
-    cfgs = _cfgs(x, config, table)
+    CZ, C = problem.c_z, problem.c
+    M, NN = problem.batch * problem.n * problem.n, problem.n * problem.n
     on_gpu, prec = x.is_cuda, _precision(x.dtype)
     mask_rows, has_mask = _mask_rows(mask, x)
-    ab, y = _project_and_contract(x, direction, mask_rows, has_mask, weights, eps, cfgs, on_gpu, prec, extra_keys)
+    ab, y = _project_and_contract(problem, config, x, mask_rows, has_mask, weights, on_gpu, prec)
 
     out = torch.empty_like(x)
-    cfg = cfgs["ln_out_gate"]
+    cfg = config["ln_out_gate"]
     launcher(ln_out_gate_kernel, on_gpu=on_gpu)[(triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(CZ, cfg["BLOCK_N"]),)](
-        x, y, lnw, lnb, lnw_o, lnb_o, wpo, bpo, wgo, bgo, out, M, NN, CZ, C, eps,
+        x, y, lnw, lnb, lnw_o, lnb_o, wpo, bpo, wgo, bgo, out, M, NN, CZ, C, problem.eps,
         PRECISION=prec, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], CZ_BLOCK=triton.next_power_of_2(CZ),
-        C_BLOCK=triton.next_power_of_2(C), **_opts(cfg, on_gpu, extra_keys))
-    return out, ((ab, y) if _saves(cfgs) else ())
+        C_BLOCK=triton.next_power_of_2(C), **_opts(cfg, on_gpu, _launch_options(config)))
+    if saves(config):
+        return out, ab, y
+    return out, x.new_empty(0), x.new_empty(0)
 
 
 def _row_blocks(M: int, rows: int, block_m: int):
@@ -475,30 +394,29 @@ def _row_blocks(M: int, rows: int, block_m: int):
         yield start, min(rows, M - start)
 
 
-def trimul_bwd(x, direction, mask, weights, eps, saved, dout, config=None, *, table: Path, extra_keys=()):
+def backward(problem, config, saved, grads, needs):
     """(dx, d norm_in_w, d norm_in_b, dWp, dbp, dWg, dbg, d norm_out_w, d norm_out_b, dWpo, dbpo, dWgo, dbgo)."""
-    weights = tuple(w.contiguous() for w in weights)
+    weights = tuple(saved[n].contiguous() for n in TRIMUL_WEIGHTS)
     lnw, lnb, wp, bp, wg, bg, lnw_o, lnb_o, wpo, bpo, wgo, bgo = weights
-    x, dout = x.contiguous(), dout.contiguous()
-    B, N, _, CZ = x.shape
-    C2 = wp.shape[0]
-    C = C2 // 2
+    x, dout = saved["x"].contiguous(), grads["out"].contiguous()
+    B, N, CZ, C = problem.batch, problem.n, problem.c_z, problem.c
+    C2 = 2 * C
     M, NN = B * N * N, N * N
-    cfgs = _cfgs(x, config, table)
+    eps = problem.eps
+    options = _launch_options(config)
     on_gpu, prec = x.is_cuda, _precision(x.dtype)
-    mask_rows, has_mask = _mask_rows(mask, x)
-    if saved:
-        ab, y = saved
+    mask_rows, has_mask = _mask_rows(saved["mask"], x)
+    if saves(config):
+        ab, y = saved["ab"], saved["y"]
     else:
-        ab, y = _project_and_contract(x, direction, mask_rows, has_mask, weights, eps, cfgs, on_gpu, prec, extra_keys)
-    saved = None
+        ab, y = _project_and_contract(problem, config, x, mask_rows, has_mask, weights, on_gpu, prec)
     czb, cb = triton.next_power_of_2(CZ), triton.next_power_of_2(C)
     f32 = torch.float32
     dev, dt = x.device, x.dtype
 
     # Stage 3 backward, one block of rows at a time.
-    cfg, lcfg = cfgs["out_gate_bwd"], cfgs["ln_out_bwd"]
-    rows = cfgs["bwd_rows"]
+    cfg, lcfg = config["out_gate_bwd"], config["ln_out_bwd"]
+    rows = config["bwd_rows"]
     dy = torch.empty((B, C, N, N), device=dev, dtype=dt)
     dgz = torch.empty((M, CZ), device=dev, dtype=dt)  # kept whole: stage 1 needs it
     dwpo, dwgo = torch.zeros((CZ, C), device=dev, dtype=f32), torch.zeros((CZ, CZ), device=dev, dtype=f32)
@@ -511,12 +429,12 @@ def trimul_bwd(x, direction, mask, weights, eps, saved, dout, config=None, *, ta
         launcher(out_gate_bwd_kernel, on_gpu=on_gpu)[(triton.cdiv(m_rows, cfg["BLOCK_M"]),)](
             x, y, dout, lnw, lnb, lnw_o, lnb_o, wpo, bpo, wgo, bgo, du, dgz, yn, xn,
             row0, m_rows, NN, CZ, C, eps, PRECISION=prec, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
-            CZ_BLOCK=czb, C_BLOCK=cb, **_opts(cfg, on_gpu, extra_keys))
+            CZ_BLOCK=czb, C_BLOCK=cb, **_opts(cfg, on_gpu, options))
         grid = (triton.cdiv(m_rows, lcfg["BLOCK_M"]),)
         part = torch.empty((grid[0], 2 * C), device=dev, dtype=f32)
         launcher(ln_out_bwd_kernel, on_gpu=on_gpu)[grid](
             y, du, lnw_o, lnb_o, wpo, dy, part, row0, m_rows, NN, CZ, C, eps, PRECISION=prec,
-            BLOCK_M=lcfg["BLOCK_M"], BLOCK_K=lcfg["BLOCK_K"], C_BLOCK=cb, **_opts(lcfg, on_gpu, extra_keys))
+            BLOCK_M=lcfg["BLOCK_M"], BLOCK_K=lcfg["BLOCK_K"], C_BLOCK=cb, **_opts(lcfg, on_gpu, options))
         dwpo += _wgrad(du, yn)
         dwgo += _wgrad(dgz[row0:row0 + m_rows], xn)
         dbpo += du.sum(0, dtype=f32)
@@ -533,21 +451,21 @@ def trimul_bwd(x, direction, mask, weights, eps, saved, dout, config=None, *, ta
     dy_t = (C * NN, NN, 1, N)
     a_rm, b_rm = (bstride, cstride, N, 1), (bstride, cstride, N, 1)
     out_a, out_b = (bstride, cstride, N, 1), (bstride, cstride, N, 1)
-    ccfg = cfgs["contract"]
-    if direction == "outgoing":  # y = a b^T:  da = dy b,  db = dy^T a
+    ccfg = config["contract"]
+    if problem.direction == "outgoing":  # y = a b^T:  da = dy b,  db = dy^T a
         _contract(dy, ab[:, C:], dab, a_strides=dy_s, b_strides=b_rm, y_strides=out_a, n=N, c=C, cfg=ccfg,
-                  on_gpu=on_gpu, extra_keys=extra_keys, prec=prec)
+                  on_gpu=on_gpu, options=options, prec=prec)
         _contract(dy, ab, dab[:, C:], a_strides=dy_t, b_strides=a_rm, y_strides=out_b, n=N, c=C, cfg=ccfg,
-                  on_gpu=on_gpu, extra_keys=extra_keys, prec=prec)
+                  on_gpu=on_gpu, options=options, prec=prec)
     else:  # y = a^T b:  da = b dy^T,  db = a dy
         _contract(ab[:, C:], dy, dab, a_strides=b_rm, b_strides=dy_t, y_strides=out_a, n=N, c=C, cfg=ccfg,
-                  on_gpu=on_gpu, extra_keys=extra_keys, prec=prec)
+                  on_gpu=on_gpu, options=options, prec=prec)
         _contract(ab, dy, dab[:, C:], a_strides=a_rm, b_strides=dy_s, y_strides=out_b, n=N, c=C, cfg=ccfg,
-                  on_gpu=on_gpu, extra_keys=extra_keys, prec=prec)
+                  on_gpu=on_gpu, options=options, prec=prec)
     del dy, ab
 
     # Stage 1 backward.
-    cfg = cfgs["ln_gate_proj_bwd"]
+    cfg = config["ln_gate_proj_bwd"]
     dx = torch.empty_like(x)
     dwp, dwg = torch.zeros((C2, CZ), device=dev, dtype=f32), torch.zeros((C2, CZ), device=dev, dtype=f32)
     dbp, dbg = torch.zeros(C2, device=dev, dtype=f32), torch.zeros(C2, device=dev, dtype=f32)
@@ -561,7 +479,7 @@ def trimul_bwd(x, direction, mask, weights, eps, saved, dout, config=None, *, ta
         launcher(ln_gate_proj_bwd_kernel, on_gpu=on_gpu)[grid](
             x, mask_rows, dab, dgz, lnw, lnb, wp, bp, wg, bg, wgo, dx, dp, dg, xn, part,
             row0, m_rows, NN, CZ, C2, eps, HAS_MASK=has_mask, PRECISION=prec,
-            BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], CZ_BLOCK=czb, **_opts(cfg, on_gpu, extra_keys))
+            BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], CZ_BLOCK=czb, **_opts(cfg, on_gpu, options))
         dwp += _wgrad(dp, xn)
         dwg += _wgrad(dg, xn)
         dbp += dp.sum(0, dtype=f32)
@@ -596,79 +514,3 @@ def _wgrad(d, inp):
         except (TypeError, RuntimeError, NotImplementedError):
             _OUT_DTYPE_OK[kind] = False
     return (d.mT @ inp).float()
-
-
-# ----------------------------------------------------------------------------- static compile
-
-_TRITON_DTYPE = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
-
-
-def compile_specs(dtype: str, c_z: int, c: int, device: str, *, table: Path, n: int = 768,
-                  direction: str = "outgoing", cfgs: dict | None = None, prefix: str = "trimul",
-                  extra_keys=()) -> list:
-    """A ``kernels.isa.CompileSpec`` per kernel at the shipped config (AlphaFold 3 widths by default),
-    specialized as a launch on a (1, n, n, c_z) input specializes it (unit strides constant,
-    multiples of 16 marked), so that the profile describes the kernel that runs. ``cfgs``
-    (a whole per-stage config, as the table holds) replaces the table's entry."""
-    from kernels.isa import CompileSpec, as_launched
-
-    t = _TRITON_DTYPE[dtype]
-    cfgs = cfgs or config_for(device, dtype, table)
-    prec = "ieee" if dtype == "float32" else "tf32"
-    czb, cb = triton.next_power_of_2(c_z), triton.next_power_of_2(c)
-    kinds = {
-        "ln_gate_proj": (ln_gate_proj_kernel, {
-            "X": f"*{t}", "Mask": "*fp32", "Lw": f"*{t}", "Lb": f"*{t}", "Wp": f"*{t}", "Bp": f"*{t}",
-            "Wg": f"*{t}", "Bg": f"*{t}", "AB": f"*{t}", "M": "i32", "NN": "i32", "CZ": "i32", "C2": "i32",
-            "eps": "fp32"}, {"HAS_MASK": True, "CZ_BLOCK": czb}),
-        "contract": (channel_gemm_kernel, {
-            "A": f"*{t}", "B": f"*{t}", "Y": f"*{t}", "N": "i32", "C": "i32",
-            **{k: "i64" for k in ("a_batch", "a_chan", "s_am", "s_ak", "b_batch", "b_chan", "s_bk", "s_bn",
-                                  "y_batch", "y_chan", "s_ym", "s_yn")}}, {}),
-        "ln_out_gate": (ln_out_gate_kernel, {
-            "X": f"*{t}", "Yc": f"*{t}", "Lw_in": f"*{t}", "Lb_in": f"*{t}", "Lw_out": f"*{t}", "Lb_out": f"*{t}",
-            "Wpo": f"*{t}", "Bpo": f"*{t}", "Wgo": f"*{t}", "Bgo": f"*{t}", "Out": f"*{t}", "M": "i32", "NN": "i32",
-            "CZ": "i32", "C": "i32", "eps": "fp32"}, {"CZ_BLOCK": czb, "C_BLOCK": cb}),
-        "out_gate_bwd": (out_gate_bwd_kernel, {
-            "X": f"*{t}", "Yc": f"*{t}", "DOut": f"*{t}", "Lw_in": f"*{t}", "Lb_in": f"*{t}", "Lw_out": f"*{t}",
-            "Lb_out": f"*{t}", "Wpo": f"*{t}", "Bpo": f"*{t}", "Wgo": f"*{t}", "Bgo": f"*{t}",
-            "DU": f"*{t}", "DGz": f"*{t}", "Yn": f"*{t}", "Xn": f"*{t}",
-            "row0": "i32", "M_rows": "i32", "NN": "i32", "CZ": "i32", "C": "i32", "eps": "fp32"},
-            {"CZ_BLOCK": czb, "C_BLOCK": cb}),
-        "ln_out_bwd": (ln_out_bwd_kernel, {
-            "Yc": f"*{t}", "DU": f"*{t}", "Lw_out": f"*{t}", "Lb_out": f"*{t}", "Wpo": f"*{t}", "DYc": f"*{t}",
-            "Part": "*fp32", "row0": "i32", "M_rows": "i32", "NN": "i32", "CZ": "i32", "C": "i32", "eps": "fp32"},
-            {"C_BLOCK": cb}),
-        "ln_gate_proj_bwd": (ln_gate_proj_bwd_kernel, {
-            "X": f"*{t}", "Mask": "*fp32", "DABc": f"*{t}", "DGz": f"*{t}", "Lw": f"*{t}", "Lb": f"*{t}",
-            "Wp": f"*{t}", "Bp": f"*{t}", "Wg": f"*{t}", "Bg": f"*{t}", "Wgo": f"*{t}", "DX": f"*{t}", "DP": f"*{t}", "DG": f"*{t}",
-            "Xn": f"*{t}", "Part": "*fp32", "row0": "i32", "M_rows": "i32", "NN": "i32", "CZ": "i32", "C2": "i32",
-            "eps": "fp32"}, {"HAS_MASK": True, "CZ_BLOCK": czb}),
-    }
-    nn_ = n * n
-    rows = cfgs["bwd_rows"]
-    a_s, b_s = _forward_products(direction, n, c)
-    launched = {
-        "ln_gate_proj": dict(M=nn_, NN=nn_, CZ=c_z, C2=2 * c),
-        "contract": dict(N=n, C=c, **dict(zip(("a_batch", "a_chan", "s_am", "s_ak"), a_s)),
-                         **dict(zip(("b_batch", "b_chan", "s_bk", "s_bn"), b_s)),
-                         y_batch=c * nn_, y_chan=nn_, s_ym=n, s_yn=1),
-        "ln_out_gate": dict(M=nn_, NN=nn_, CZ=c_z, C=c),
-        "out_gate_bwd": dict(row0=rows, M_rows=rows, NN=nn_, CZ=c_z, C=c),
-        "ln_out_bwd": dict(row0=rows, M_rows=rows, NN=nn_, CZ=c_z, C=c),
-        "ln_gate_proj_bwd": dict(row0=rows, M_rows=rows, NN=nn_, CZ=c_z, C2=2 * c),
-    }
-    specs = []
-    for name, (fn, signature, extra_const) in kinds.items():
-        cfg = cfgs[name]
-        constexprs = {"PRECISION": prec, "BLOCK_M": cfg["BLOCK_M"], **extra_const}
-        if "BLOCK_N" in cfg:
-            constexprs["BLOCK_N"] = cfg["BLOCK_N"]
-        if "BLOCK_K" in cfg:
-            constexprs["BLOCK_K"] = cfg["BLOCK_K"]
-        signature = {**signature, **{key: "constexpr" for key in constexprs}}
-        opts = {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}
-        opts.update({k: cfg[k] for k in extra_keys if k in cfg})
-        spec = CompileSpec(f"{prefix}_{name}_{dtype}_cz{c_z}_c{c}", fn, signature, constexprs, opts, cfg)
-        specs.append(as_launched(spec, launched[name]))
-    return specs

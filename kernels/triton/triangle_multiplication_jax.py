@@ -1,33 +1,23 @@
 """The triangle multiplicative update on JAX arrays on a GPU: the kernels of
-:mod:`kernels.triton.triangle_multiplication` called through jax-triton, with the torch
-launcher's glue (weight-gradient GEMMs, sums of the per-program LayerNorm partials)
-written in ``jnp``.
-
-Wrappers in jax-triton's argument order make the channel counts (c_z, c, 2c) constexprs
-(fixed per model; the compiler then knows the row strides) and mark N and N*N multiples
-of 16 when they are (jax-triton does not specialize integers on divisibility). The
-contraction's operands are selected by constexprs (which channel half of ``[a; b]``,
-transposed or not) instead of stride arguments, so unit strides stay compile-time
-constants.
-
-The backward runs its row kernels over all N^2 pair rows in one launch each: the torch
-launcher's row blocks (``bwd_rows``) bound its transient memory by writing the
-channel-first dy block by block into one buffer, which jax-triton's fresh outputs do not
-allow without aliasing. The forward keeps nothing; the backward recomputes ``[a; b]``
-and y (as the default ``save_for_backward: false``). The launchers take a resolved config
-(the vendor's table entry for JAX's device, which ``kernels.triangle.jax_op`` looks up).
+:mod:`ceiling.triton.triangle_multiplication` through jax-triton, with the torch launcher's
+glue (weight-gradient GEMMs, sums of the per-program LayerNorm partials) in ``jnp``. The wrappers,
+in jax-triton's argument order, make the channel counts constexprs, mark N and N*N multiples of 16
+when they are, and pick the contraction's operands by constexprs (which channel half of
+``[a; b]``, transposed or not) so unit strides stay compile-time constants. The backward runs each
+row kernel over all N^2 pair rows in one launch (jax-triton's fresh outputs leave no block-by-block
+dy buffer), and recomputes ``[a; b]`` and y: the forward keeps nothing. The launchers
+(:func:`forward`, :func:`backward`) take the problem and its resolved config.
 """
-
 from __future__ import annotations
 
 import numpy as np
 import triton
 import triton.language as tl
 
-from kernels import jax_bridge
-from kernels.triton.triangle_attention_jax import multiple_of_16
-from kernels.triton.triangle_multiplication import (
-    _TRITON_DTYPE,
+from ceiling import jax_bridge
+from ceiling.triangle.spec import TRIMUL_WEIGHTS
+from ceiling.triton.triangle_attention_jax import multiple_of_16
+from ceiling.triton.triangle_multiplication import (
     channel_gemm_kernel,
     ln_gate_proj_bwd_kernel,
     ln_gate_proj_kernel,
@@ -118,7 +108,7 @@ def ln_gate_proj_bwd_kernel_jax(X, Mask, DABc, DGz, Lw, Lb, Wp, Bp, Wg, Bg, Wgo,
 # ----------------------------------------------------------------------------- launchers
 
 
-class _Problem:
+class _Launches:
     """Shapes, configs and the compile-time arguments every launch shares."""
 
     def __init__(self, x, mask, weights, cfgs):
@@ -142,7 +132,7 @@ class _Problem:
                                       **tiles, **meta, **opts)
 
 
-def _project_and_contract(p: _Problem, x, direction, weights, eps):
+def _project_and_contract(p: _Launches, x, direction, weights, eps):
     """Stages 1 and 2: ab (B, 2c, N, N) and y (B, c, N, N), channel-first."""
     import jax
 
@@ -157,7 +147,7 @@ def _project_and_contract(p: _Problem, x, direction, weights, eps):
     return ab, y
 
 
-def _contract(p: _Problem, a, a_spec, b, b_spec, dtype):
+def _contract(p: _Launches, a, a_spec, b, b_spec, dtype):
     """(B, c, N, N) = A @ B per (batch, channel); a spec is (channels per batch, first channel, transposed)."""
     import jax
 
@@ -168,17 +158,20 @@ def _contract(p: _Problem, a, a_spec, b, b_spec, dtype):
                     B_CHANNELS=b_spec[0], B_FIRST=b_spec[1], B_T=bool(b_spec[2]), N_16=p.N % 16 == 0)
 
 
-def trimul_fwd(x, direction, mask, weights, eps, cfgs: dict):
-    """out (B, N, N, c_z) like x; ``cfgs`` holds each stage's config (a table entry)."""
+def forward(problem, config, x, mask, *weights):
+    """(out (B, N, N, c_z) like x, empty ab, empty y): the backward recomputes [a; b] and y."""
     import jax
+    import jax.numpy as jnp
 
-    p = _Problem(x, mask, weights, cfgs)
+    p = _Launches(x, mask, weights, config)
+    eps = problem.eps
     lnw, lnb, _, _, _, _, lnw_o, lnb_o, wpo, bpo, wgo, bgo = weights
-    _, y = _project_and_contract(p, x, direction, weights, eps)
+    _, y = _project_and_contract(p, x, problem.direction, weights, eps)
+    empty = jnp.zeros((0,), x.dtype)
     return p.launch(ln_out_gate_kernel_jax, "ln_out_gate", x, y, lnw, lnb, lnw_o, lnb_o, wpo, bpo, wgo, bgo,
                     p.M, p.NN, np.float32(eps), out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
                     grid=lambda c: (triton.cdiv(p.M, c["BLOCK_M"]) * triton.cdiv(p.CZ, c["BLOCK_N"]),),
-                    CZ=p.CZ, C=p.C, NN_16=p.NN % 16 == 0, CZ_BLOCK=p.czb, C_BLOCK=p.cb)
+                    CZ=p.CZ, C=p.C, NN_16=p.NN % 16 == 0, CZ_BLOCK=p.czb, C_BLOCK=p.cb), empty, empty
 
 
 def _wgrad(d, inp):
@@ -189,14 +182,16 @@ def _wgrad(d, inp):
     return jnp.matmul(d.T, inp, preferred_element_type=jnp.float32, precision=jax.lax.Precision.HIGHEST)
 
 
-def trimul_bwd(x, direction, mask, weights, eps, dout, cfgs: dict):
-    """(dx, (d norm_in_w, d norm_in_b, dWp, dbp, dWg, dbg, d norm_out_w, d norm_out_b, dWpo, dbpo, dWgo, dbgo))."""
+def backward(problem, config, saved, grads, needs):
+    """(dx, d norm_in_w, d norm_in_b, dWp, dbp, dWg, dbg, d norm_out_w, d norm_out_b, dWpo, dbpo, dWgo, dbgo)."""
     import jax
     import jax.numpy as jnp
 
-    p = _Problem(x, mask, weights, cfgs)
+    x, mask, weights = saved["x"], saved["mask"], tuple(saved[n] for n in TRIMUL_WEIGHTS)
+    direction, eps = problem.direction, problem.eps
+    p = _Launches(x, mask, weights, config)
     lnw, lnb, wp, bp, wg, bg, lnw_o, lnb_o, wpo, bpo, wgo, bgo = weights
-    dout = dout.astype(x.dtype)
+    dout = grads["out"].astype(x.dtype)
     f32, dt, nn16 = jnp.float32, x.dtype, p.NN % 16 == 0
     ab, y = _project_and_contract(p, x, direction, weights, eps)
 
@@ -237,45 +232,4 @@ def trimul_bwd(x, direction, mask, weights, eps, dout, cfgs: dict):
     dlni = part_in.sum(0)
     grads = (dlni[:p.CZ], dlni[p.CZ:], _wgrad(dp, xn), dp.astype(f32).sum(0), _wgrad(dg, xn), dg.astype(f32).sum(0),
              dlno[:p.C], dlno[p.C:], dwpo, dbpo, dwgo, dbgo)
-    return dx, tuple(g.astype(w.dtype) for g, w in zip(grads, weights))
-
-
-# ----------------------------------------------------------------------------- static compile
-
-JAX_KERNELS = {"ln_gate_proj": ln_gate_proj_kernel_jax, "contract": channel_gemm_kernel_jax,
-               "ln_out_gate": ln_out_gate_kernel_jax, "out_gate_bwd": out_gate_bwd_kernel_jax,
-               "ln_out_bwd": ln_out_bwd_kernel_jax, "ln_gate_proj_bwd": ln_gate_proj_bwd_kernel_jax}
-
-
-def compile_specs(cfgs: dict, dtype: str = "bfloat16", c_z: int = 128, c: int = 128, n: int = 384) -> list:
-    """The wrappers as jax-triton compiles them at ``cfgs`` (a table entry; outgoing contraction)."""
-    from kernels.isa import CompileSpec
-
-    t = _TRITON_DTYPE[dtype]
-    shared = {"CZ": c_z, "C": c, "C2": 2 * c, "NN_16": (n * n) % 16 == 0, "N_16": n % 16 == 0, "HAS_MASK": True,
-              "PRECISION": "ieee" if dtype == "float32" else "tf32", "CZ_BLOCK": triton.next_power_of_2(c_z),
-              "C_BLOCK": triton.next_power_of_2(c), "A_CHANNELS": 2 * c, "A_FIRST": 0, "A_T": False,
-              "B_CHANNELS": 2 * c, "B_FIRST": c, "B_T": True}
-    specs = []
-    for name, fn in JAX_KERNELS.items():
-        cfg = cfgs[name]
-        constexprs = {k: v for k, v in shared.items() if k in fn.arg_names}
-        constexprs.update({k: cfg[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K") if k in fn.arg_names})
-        sig = {}
-        for arg in fn.arg_names:
-            if arg in constexprs:
-                sig[arg] = "constexpr"
-            elif arg in ("M", "NN", "N"):
-                sig[arg] = "i32"
-            elif arg in ("Mask", "Part"):
-                sig[arg] = "*fp32"
-            elif arg[0].isupper():
-                sig[arg] = f"*{t}"
-            elif arg == "eps":
-                sig[arg] = "fp32"
-            else:
-                sig[arg] = "i32"
-        arrays = tuple(a for a in fn.arg_names if sig[a].startswith("*"))
-        specs.append(CompileSpec(f"jax_trimul_{name}_{dtype}_cz{c_z}_c{c}_n{n}", fn, sig, constexprs,
-                                 {k: v for k, v in cfg.items() if k in LAUNCH_OPTIONS}, cfg, divisible_by_16=arrays))
-    return specs
+    return (dx, *(g.astype(w.dtype) for g, w in zip(grads, weights)))

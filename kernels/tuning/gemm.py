@@ -1,6 +1,6 @@
-"""The tuning sweep behind ``kernels/nvidia/configs/gemm.json``: time every candidate config of
-the Hopper GEMM on each shape of a suite on this GPU, next to ``torch.matmul`` (cuBLAS), and pick
-the fastest per shape.
+"""The tuning sweep behind ``kernels/nvidia/tables/<device>/gemm.json``: time every candidate config
+of the Hopper GEMM (``kernels/spaces/candidates/gemm.sm_90a.json``) on each shape of a suite on this
+GPU, next to ``torch.matmul`` (cuBLAS), and pick the fastest per shape.
 
 Timing is CUDA-graph replay (``triton.testing.do_bench_cudagraph``, median and
 p20/p80), so the ranking reflects device time; the benchmark suite, with rotated
@@ -15,8 +15,10 @@ from typing import Iterable
 
 import torch
 
-from kernels.nvidia import gemm as hopper
-from kernels.tuning.timers import time_graph
+import ceiling
+from ceiling import autotune, tables
+from ceiling.gemm.spec import shipped_problem
+from ceiling.timers import time_graph
 
 
 def sweep(shapes: Iterable[tuple[int, int, int]], dtype: torch.dtype = torch.bfloat16, b_layout: str = "NT",
@@ -41,24 +43,23 @@ def sweep(shapes: Iterable[tuple[int, int, int]], dtype: torch.dtype = torch.bfl
         ms, p20, p80 = time_graph(lambda: torch.matmul(a, b), rep_ms)
         rows.append(dict(shape=[m, n, k], dtype=name, layout=b_layout, impl="torch.matmul", config=None,
                          median_ms=ms, p20_ms=p20, p80_ms=p80, tflops=flops / ms / 1e9))
-        for cfg in hopper_candidates(name, m):
+        for cfg in hopper_candidates(name, m, n, k):
             try:
-                out = hopper.gemm(a, b, None, None, dtype, cfg.as_dict())
+                out = ceiling.gemm(a, b, backend="nvidia", config=cfg)
                 err = ((out.float() - ref).abs().max() / ref.abs().max()).item()
-                ms, p20, p80 = time_graph(lambda: hopper.gemm(a, b, None, None, dtype, cfg.as_dict()), rep_ms)
+                ms, p20, p80 = time_graph(lambda: ceiling.gemm(a, b, backend="nvidia", config=cfg), rep_ms)
             except Exception as exc:  # noqa: BLE001 - a config that fails on this shape is reported, not fatal
                 rows.append(dict(shape=[m, n, k], dtype=name, layout=b_layout, impl="ceiling.nvidia",
-                                 config=cfg.as_dict(), error=f"{type(exc).__name__}: {exc}"[:300]))
+                                 config=cfg, error=f"{type(exc).__name__}: {exc}"[:300]))
                 continue
-            rows.append(dict(shape=[m, n, k], dtype=name, layout=b_layout, impl="ceiling.nvidia", config=cfg.as_dict(),
+            rows.append(dict(shape=[m, n, k], dtype=name, layout=b_layout, impl="ceiling.nvidia", config=cfg,
                              median_ms=ms, p20_ms=p20, p80_ms=p80, tflops=flops / ms / 1e9, rel_error=err))
     return rows
 
 
-def hopper_candidates(dtype: str, m: int):
-    from kernels.tuning.autotune import candidates
-
-    return candidates(dtype, m)
+def hopper_candidates(dtype: str, m: int, n: int, k: int) -> list[dict]:
+    """The candidates ``config="autotune"`` times for a 2-D (m, n, k) problem of ``dtype``."""
+    return autotune.candidates("gemm", "sm_90a", shipped_problem(m, n, k, dtype).features())
 
 
 def best_per_shape(rows: list[dict]) -> dict[tuple, dict]:
@@ -77,3 +78,26 @@ def best_per_shape(rows: list[dict]) -> dict[tuple, dict]:
         r["cublas_ms"] = cublas.get(key)
         r["speedup"] = cublas[key] / r["median_ms"] if key in cublas else None
     return best
+
+
+def table_entries(best: dict[tuple, dict], device: str, date: str, git_commit: str) -> list[dict]:
+    """The winners as entries of the device's table: each holds for its exact problem."""
+    return [{"when": f"dtype == '{r['dtype']}' and M == {r['shape'][0]} and N == {r['shape'][1]} and K == {r['shape'][2]}",
+             "config": r["config"], "source": "measured",
+             "measured": {"device": device, "median_ms": round(r["median_ms"], 5),
+                          "cublas_ms": r["cublas_ms"] and round(r["cublas_ms"], 5), "date": date,
+                          "git_commit": git_commit, "layout": r["layout"]}}
+            for r in best.values()]
+
+
+def apply(device_key: str, entries: list[dict]) -> None:
+    """Merge ``entries`` into the table of ``device_key`` (an entry for the same problem is replaced)."""
+    path = tables.path("nvidia", device_key, "gemm")
+    table = tables.read(path) if path.exists() else {
+        "family": "gemm", "device": device_key,
+        "about": f"Hopper GEMM configs for the {device_key}, per exact problem (dtype and M, N, K), measured by "
+                 "ceiling tune gemm; a shape no entry holds for gets ceiling.nvidia.gemm.heuristic.",
+        "entries": []}
+    fresh = {e["when"] for e in entries}
+    table["entries"] = [e for e in table["entries"] if e.get("when") not in fresh] + entries
+    tables.write(path, table)

@@ -1,49 +1,50 @@
-"""The tuning sweep behind ``configs/gemm_fp8.json``: time every candidate FP8 config on each shape of a
-suite and scaling on this GPU, next to the vendor's FP8 GEMM, and pick the fastest per shape.
-
-As the bf16 sweep (:mod:`kernels.tuning.gemm`): CUDA-graph replay (median, p20/p80), each
-candidate checked against the float32 product of the dequantized inputs before it is timed.
-The baseline per scaling is ``torch._scaled_mm`` (cuBLASLt) for ``tensor`` and ``row`` and
-dequantize-then-``torch.matmul`` for ``block``. Candidates are the table's ``candidates`` (the
-skinny ones for M <= 64), each a point of the sm_90a space (``kernels/spaces/gemm_fp8.json``),
-minus those the space rules out for the scaling (a promotion interval that does not divide 128
-under block scales). They are a hand-picked list, as the bf16 sweep's are, rather than the
-space's compile-filtered grid (``kernels.tuning.space``): that grid holds about two thousand
-points that break no constraint, more than the device can compile and time in one sweep's budget.
+"""The tuning sweep behind the Hopper FP8 tables (``ceiling/nvidia/tables/<device>/gemm_fp8.json``): time
+every candidate FP8 config (``ceiling/spaces/candidates/gemm_fp8.sm_90a.json``, hand-picked points
+of the sm_90a space, minus those it rules out for the scaling) on each shape of a suite and scaling
+on this GPU, next to the vendor's FP8 GEMM (``torch._scaled_mm`` for tensor and row scales,
+dequantize-then-``torch.matmul`` for block ones), by CUDA-graph replay, each checked against the
+float32 product of the dequantized inputs first; the fastest correct one per shape becomes a
+measured table entry (``apply``).
 """
 
 from __future__ import annotations
 
+import json
 import time
-from typing import Iterable
+from typing import Any, Iterable
 
 import torch
 
-from kernels import spaces
-from kernels.nvidia import gemm_fp8
-from kernels.scaled_gemm.shapes import SCALINGS
-from kernels.scaled_gemm.spec import config_context
+from ceiling import spaces, tables
+from ceiling.scaled_gemm.shapes import SCALINGS
 
+FAMILY, TARGET = "gemm_fp8", "sm_90a"
 MAX_REL_ERROR = 2e-2  # of max|reference|: a config past it is reported, never picked
 
 
-def candidates(m: int | None = None) -> list[gemm_fp8.Fp8Config]:
-    """The sweep's candidate configs (``candidates`` in the table), the skinny ones too for M <= 64,
-    each checked against the space (within Hopper's shared memory for a bf16 output)."""
-    table = gemm_fp8._config_table()["candidates"]
+def candidates(m: int | None = None) -> list[dict[str, Any]]:
+    """The sweep's candidate configs, the skinny ones too for M <= 64, each checked against the space
+    (within Hopper's shared memory for a bf16 output)."""
+    table = json.loads(spaces.candidates_file(FAMILY, TARGET).read_text())["candidates"]
     entries = table["large"] + (table["skinny"] if m is None or m <= 64 else [])
-    return list(dict.fromkeys(gemm_fp8.Fp8Config.from_dict(e) for e in entries))
+    space = spaces.get(FAMILY, TARGET)
+    out: list[dict[str, Any]] = []
+    for e in entries:
+        space.check(e, {"dtype_bytes": 1, "out_dtype_bytes": 2})
+        if e not in out:
+            out.append(e)
+    return out
 
 
-def why_not(cfg: gemm_fp8.Fp8Config, a_kind: str, b_kind: str) -> str | None:
+def why_not(cfg: dict[str, Any], a_kind: str, b_kind: str) -> str | None:
     """The first constraint of the space ``cfg`` breaks for this scaling (None: it can serve it)."""
-    context = config_context(None, None, None, a_kind, b_kind, "bfloat16")
-    broken = spaces.get(gemm_fp8.FAMILY, gemm_fp8.TARGET).broken(cfg.as_dict(), context)
+    context = {"dtype_bytes": 1, "out_dtype_bytes": 2, "SCALES": f"{a_kind}/{b_kind}"}
+    broken = spaces.get(FAMILY, TARGET).broken(cfg, context)
     return f"{broken[0][0].id}: {broken[0][0].why}" if broken else None
 
 
 def _inputs(m: int, n: int, k: int, scaling: str, gen: torch.Generator):
-    from kernels import fp8
+    from ceiling import fp8
 
     a_kind, b_kind = SCALINGS[scaling]
     x = torch.randn(m, k, device="cuda", generator=gen)
@@ -54,7 +55,7 @@ def _inputs(m: int, n: int, k: int, scaling: str, gen: torch.Generator):
 
 
 def _baseline(scaling: str, a, b, sa, sb):
-    from kernels.scaled_gemm.reference import dequantize_a, dequantize_b
+    from ceiling.scaled_gemm.reference import dequantize_a, dequantize_b
 
     if scaling in ("tensor", "row"):
         return "torch._scaled_mm", lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16)
@@ -65,9 +66,13 @@ def _baseline(scaling: str, a, b, sa, sb):
 def sweep(shapes: Iterable[tuple[int, int, int]], scalings: Iterable[str] = tuple(SCALINGS), rep_ms: int = 25,
           budget_s: float | None = None, seed: int = 0) -> list[dict]:
     """One row per (shape, scaling, candidate) and per (shape, scaling, baseline): median/p20/p80 ms, TFLOP/s."""
-    from kernels.tuning.timers import time_graph
-    from kernels.scaled_gemm.reference import scaled_gemm as reference
+    from ceiling.op import get, resolve_config
+    from ceiling.scaled_gemm.reference import scaled_gemm as reference
+    from ceiling.scaled_gemm.spec import check
+    from ceiling.timers import time_graph
 
+    impl = get("scaled_gemm").implementation("nvidia")
+    launcher = impl.load()
     gen = torch.Generator(device="cuda").manual_seed(seed)
     rows: list[dict] = []
     start = time.perf_counter()
@@ -86,18 +91,20 @@ def sweep(shapes: Iterable[tuple[int, int, int]], scalings: Iterable[str] = tupl
             ms, p20, p80 = time_graph(fn, rep_ms)
             rows.append(dict(common, impl=name, config=None, median_ms=ms, p20_ms=p20, p80_ms=p80,
                              tflops=flops / ms / 1e9))
+            problem = check(a, b, sa, sb)
             for cfg in candidates(m):
                 if why_not(cfg, a_kind, b_kind):
                     continue
-                run = lambda c=cfg.as_dict(): gemm_fp8.scaled_gemm(a, b, sa, sb, None, None, torch.bfloat16, c)  # noqa: E731
+                config = resolve_config(problem, impl, cfg)
+                run = lambda c=config: launcher.forward(problem, c, a, b, sa, sb, None)[0]  # noqa: E731
                 try:
                     err = ((run().float() - ref).abs().max() / scale).item()
                     ms, p20, p80 = time_graph(run, rep_ms)
                 except Exception as exc:  # noqa: BLE001 - a config that fails on this shape is reported, not fatal
-                    rows.append(dict(common, impl="ceiling.nvidia", config=cfg.as_dict(),
+                    rows.append(dict(common, impl="ceiling.nvidia", config=cfg,
                                      error=f"{type(exc).__name__}: {exc}"[:300]))
                     continue
-                rows.append(dict(common, impl="ceiling.nvidia", config=cfg.as_dict(), median_ms=ms, p20_ms=p20,
+                rows.append(dict(common, impl="ceiling.nvidia", config=cfg, median_ms=ms, p20_ms=p20,
                                  p80_ms=p80, tflops=flops / ms / 1e9, rel_error=err))
     return rows
 
@@ -121,28 +128,39 @@ def best_per_shape(rows: list[dict]) -> dict[tuple, dict]:
     return best
 
 
+def when(shape, dtype: str, scales: str) -> str:
+    """The condition of a table entry for one exact shape, operand dtype and scaling."""
+    m, n, k = shape
+    return f"M == {m} and N == {n} and K == {k} and dtype == '{dtype}' and SCALES == '{scales}'"
+
+
+def pinned(condition: str) -> dict[str, Any]:
+    """The names an entry's condition pins to one value each (``M == 8192 and SCALES == 'row/row'``):
+    the inverse of :func:`when`."""
+    return tables.pinned({"when": condition})
+
+
 def table_entries(best: dict[tuple, dict], device: str, date: str, git_commit: str | None) -> list[dict]:
-    """Winners as ``configs/gemm_fp8.json`` entries."""
+    """Winners as table entries, with their provenance."""
     return [
-        {"dtype": r["dtype"], "scales": r["scales"], "shape": r["shape"], "source": "measured",
-         "measured": {"device": device, "median_ms": round(r["median_ms"], 5), "baseline": r["baseline"],
-                      "baseline_ms": r["baseline_ms"] and round(r["baseline_ms"], 5), "date": date,
-                      "git_commit": git_commit},
-         "config": r["config"]}
+        {"when": when(r["shape"], r["dtype"], r["scales"]), "config": r["config"], "source": "measured",
+         "measured": {"device": device, "date": date, "git_commit": git_commit, "median_ms": round(r["median_ms"], 5),
+                      "baseline": r["baseline"], "baseline_ms": r["baseline_ms"] and round(r["baseline_ms"], 5)}}
         for r in best.values()
     ]
 
 
-def apply(device_key: str, entries: list[dict]) -> None:
-    """Merge entries into the table, replacing those of the same (dtype, scales, shape)."""
-    import json
+def device_key(name: str) -> str:
+    """The folder a device's tables are filed under ("NVIDIA H200" -> "H200")."""
+    return tables.model("nvidia", name)
 
-    path = gemm_fp8.CONFIG_FILE
-    table = json.loads(path.read_text())
-    current = table["devices"].setdefault(device_key, [])
-    fresh = {(e["dtype"], e["scales"], tuple(e["shape"])) for e in entries}
-    table["devices"][device_key] = [e for e in current
-                                    if (e["dtype"], e["scales"], tuple(e["shape"])) not in fresh] + entries
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(table, indent=1) + "\n")
-    tmp.replace(path)
+
+def apply(device_key: str, entries: list[dict]) -> None:
+    """Merge entries into the device's table (``ceiling.tables``), replacing those of the same condition."""
+    path = tables.path("nvidia", device_key, FAMILY)
+    table = tables.read(path) if path.exists() else {
+        "family": FAMILY, "device": device_key, "about": f"Hopper FP8 GEMM configs measured on the {device_key}.",
+        "entries": []}
+    fresh = {e["when"] for e in entries}
+    table = dict(table, entries=[e for e in table["entries"] if e.get("when") not in fresh] + entries)
+    tables.write(path, table)

@@ -5,7 +5,7 @@ family's space (``kernels/spaces/<family>.json``, target sm_90a, one section per
 each problem key the space's ``tuning.keys`` names (a padded head dim, c_z = c, ...). A point
 is dropped without compiling when it breaks one of the space's constraints (shared memory that
 cannot fit, the Triton tutorial's Hopper filter, ...); :func:`refresh` compiles every other
-point for sm_90a with ``kernels.isa`` and keeps those that use tensor-core instructions, spill
+point for sm_90a with ``ceiling.isa`` and keeps those that use tensor-core instructions, spill
 nothing and fit in 227 KiB of shared memory; a point whose SASS is byte-for-byte that of a point
 already kept (a knob the compiler ignored at that shape) is dropped as a duplicate, so the device
 never times the same binary twice. The survivors with their static facts, the dropped points with
@@ -13,14 +13,14 @@ the reason, the Triton versions that checked them and the digest of each kernel'
 written to ``kernels/spaces/candidates/<family>.sm_90a.json``; the device sweeps read only the
 survivors, and a test compares the digests with the spaces so a changed grid shows its list stale.
 
-    python -m kernels.tuning.space attention            # from the grid, with this Triton
-    python -m kernels.tuning.space attention --recheck  # re-check the survivors only
+    python -m ceiling.tuning.space attention            # from the grid, with this Triton
+    python -m ceiling.tuning.space attention --recheck  # re-check the survivors only
 
 Run it once with each Triton that matters (the device's and CI's): ``--recheck`` under a second
 version keeps only what passes under both.
 
 The Gluon attention (``attention_gluon``) goes through the same filter, its compile check being
-the Gluon kernels' own (:mod:`kernels.nvidia.gluon.static_check`): HGMMA in both consumer
+the Gluon kernels' own (:mod:`ceiling.nvidia.gluon.static_check`): HGMMA in both consumer
 partitions, TMA loads in the producer, the register split, no spills beyond the bound that
 module names for its config under this Triton, shared memory within 227 KiB.
 """
@@ -33,15 +33,15 @@ import json
 import time
 from pathlib import Path
 
-from kernels import spaces
+from ceiling import spaces
 
 TARGET = "sm_90a"
 FAMILIES = ("attention", "triangle_attention", "triangle_multiplication", "attention_gluon")
-OPS = FAMILIES[:2]  # the attention sweep's ops (kernels.tuning.attention)
+OPS = FAMILIES[:2]  # the attention sweep's ops (ceiling.tuning.attention)
 SMEM_LIMIT = spaces.target_limits(TARGET)["smem_per_block"]  # bytes one block may use on sm_90 (227 KiB)
 # What a kept point's binary showed, per family (the candidate file says it).
 KEPT = {"": "with tensor-core instructions, no spills and shared memory within 227 KiB",
-        "attention_gluon": ("to the Gluon design (kernels.nvidia.gluon.static_check: HGMMA in both consumer "
+        "attention_gluon": ("to the Gluon design (ceiling.nvidia.gluon.static_check: HGMMA in both consumer "
                             "partitions, TMA loads in the producer, the register split, no spills beyond its known "
                             "bound for the config under that Triton, shared memory within 227 KiB)")}
 # The kernels a sweep times, in its order, where they are not simply the space's sections: each is
@@ -121,35 +121,37 @@ def rule_drop(family: str, section: str, key: str, point: dict) -> str | None:
 
 
 def compile_spec(family: str, kernel: str, key: str, c: dict, dtype: str = "bfloat16"):
-    """The ``kernels.isa.CompileSpec`` the device would compile for candidate ``c`` of a sweep
+    """The ``ceiling.isa.CompileSpec`` the device would compile for candidate ``c`` of a sweep
     kernel (a section, or one of :data:`SWEEP_KERNELS`): attention with TMA and causal masking
     (the causal kernel holds the non-causal one's code and more); triangle attention with a mask,
     bf16, head dim ``key``; the multiplicative update's kernel at c_z = c = ``key``, N = 768,
     the other stages at the H200 entry; the Gluon attention's kernel at head dim ``key``, causal
-    (a ``kernels.nvidia.gluon.static_check.Spec``)."""
+    (a ``ceiling.nvidia.gluon.static_check.Spec``)."""
     section, pinned = _kernel(family, kernel)
     c = {**c, **pinned}
-    if family == "attention":
-        from kernels.nvidia import attention as A
-        from kernels.triton import attention as flash
+    if family == "attention":  # the other sections at the Hopper heuristic's tiles
+        from ceiling.attention.op import ATTENTION
+        from ceiling.attention.spec import shipped_problem
+        from ceiling.triton import attention as flash
+        from ceiling.triton.attention_specs import kernel_specs
 
         head_dim = int(key)
-        cfg = flash.merge_config(A.heuristic(head_dim), {section: c})
-        return next(s for s in flash.kernel_specs(head_dim, cfg, dtype=dtype, causal=True)
-                    if s.config["kernel"] == section)
+        problem = shipped_problem(head_dim, dtype, causal=True, arch="sm_90")  # TMA: the wide tiles
+        cfg = flash.merge_config(ATTENTION.implementation("nvidia").load().heuristic(problem), {section: c})
+        return next(s for s in kernel_specs(head_dim, cfg, dtype=dtype, causal=True) if s.config["kernel"] == section)
     if family == "triangle_attention":
-        from kernels.triton import triangle_attention as T
+        from ceiling.triton.triangle_attention_specs import kernel_spec
 
-        return T.kernel_spec(section, c, dtype, int(key), aligned=True)
+        return kernel_spec(section, c, dtype, int(key), aligned=True)
     if family == "attention_gluon":
-        from kernels.nvidia.gluon import static_check as gluon_check
+        from ceiling.nvidia.gluon import static_check as gluon_check
 
         return gluon_check.spec(section, int(key), True, c, dtype)
-    from kernels.nvidia import triangle_multiplication as M
+    from ceiling.triton import triangle_multiplication_specs as M
 
     width = int(key)
-    table = M.config_for("H200", dtype)
-    specs = M.compile_specs(dtype, width, width, cfgs={**table, section: c}, prefix="tune")
+    table = M.shipped_config("sm_90a", dtype, width, width).as_dict()
+    specs = M.compile_specs(dtype, width, width, "sm_90a", cfgs={**table, section: c}, prefix="tune")
     return next(s for s in specs if s.name == f"tune_{section}_{dtype}_cz{width}_c{width}")
 
 
@@ -157,8 +159,8 @@ def static_check(spec) -> dict:
     """Registers, spills, shared memory and tensor-core instruction count of ``spec`` on sm_90a,
     and a digest of its SASS; ``ok`` when it uses tensor cores, spills nothing and fits (a Gluon
     spec: when its SASS is the design)."""
-    from kernels.isa import _resource_usage, compile_for, sass, sass_mix
-    from kernels.nvidia.gluon import static_check as gluon_check
+    from ceiling.isa import _resource_usage, compile_for, sass, sass_mix
+    from ceiling.nvidia.gluon import static_check as gluon_check
 
     if isinstance(spec, gluon_check.Spec):
         return _gluon_static_check(spec)
@@ -187,9 +189,9 @@ def static_check(spec) -> dict:
 
 def _gluon_static_check(spec) -> dict:
     """:func:`static_check`'s facts of a Gluon kernel, judged by the Gluon design's check."""
-    from kernels.isa import sass, sass_mix
-    from kernels.nvidia.gluon import sass_facts
-    from kernels.nvidia.gluon import static_check as gluon_check
+    from ceiling.isa import sass, sass_mix
+    from ceiling.nvidia.gluon import sass_facts
+    from ceiling.nvidia.gluon import static_check as gluon_check
 
     kernel = gluon_check.compile_spec(spec)
     f = sass_facts.facts(kernel, spec.config)
@@ -208,7 +210,7 @@ def _gluon_static_check(spec) -> dict:
 
 
 def digests(family: str) -> dict[str, str]:
-    """Each kernel's space digest (:meth:`kernels.spaces.Space.digest`): what its list was made from."""
+    """Each kernel's space digest (:meth:`ceiling.spaces.Space.digest`): what its list was made from."""
     return {s: space(family).digest(s) for s in sections(family)}
 
 
@@ -263,7 +265,7 @@ def refresh(family: str, recheck: bool = False, log=print, only: tuple[str, ...]
             out_candidates.setdefault(key, {})[section] = kept
     checked = [v for v in table.get("checked_with", []) if recheck] + [version]
     table = {
-        "_about": (f"Generated by python -m kernels.tuning.space {family} from kernels/spaces/{family}.json "
+        "_about": (f"Generated by python -m ceiling.tuning.space {family} from kernels/spaces/{family}.json "
                    f"(target {TARGET}): per problem key ({space(family).tuning.get('compiled', '')}) and kernel, the "
                    f"search-grid points that compiled {KEPT.get(family, KEPT[''])} "
                    "under every Triton in 'checked_with', each with its static facts from the first; "

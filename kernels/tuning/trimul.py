@@ -1,4 +1,4 @@
-"""The tuning sweep behind a device's entry in ``kernels/nvidia/configs/triangle_multiplication.json``.
+"""The tuning sweep behind a device's table ``kernels/nvidia/tables/<device>/triangle_multiplication.json``.
 
 The op runs six kernels (three forward, three backward) and a row-block size for the
 backward's weight gradients. Their configs act on separate kernels, so the sweep tunes
@@ -6,7 +6,7 @@ one stage at a time (coordinate descent), starting from the device's current ent
 each candidate of a stage (a point of that kernel's search grid in
 ``kernels/spaces/triangle_multiplication.json`` that compiled for sm_90a without spills:
 ``kernels/spaces/candidates/triangle_multiplication.sm_90a.json``, from
-``python -m kernels.tuning.space triangle_multiplication``; ``bwd_rows`` from the same space)
+``python -m ceiling.tuning.space triangle_multiplication``; ``bwd_rows`` from the same space)
 replaces that stage's config, is checked against the float32 reference by the
 error-ratio rule, and is timed with CUDA-graph replay (forward stages on the forward,
 backward stages on forward + backward). A stage keeps its fastest correct candidate
@@ -20,8 +20,7 @@ from typing import Any
 
 import torch
 
-from kernels.nvidia import triangle_multiplication as trimul
-from kernels.tuning import space
+from ceiling.tuning import space
 
 FAMILY = "triangle_multiplication"
 KEY = "128"  # the c_z = c width the candidate lists were compiled at (AlphaFold 3's)
@@ -55,9 +54,31 @@ def with_stage(cfgs: dict, stage: str, value: Any) -> dict:
 
 
 def compile_spec_for(stage: str, cfgs: dict, dtype: str = "bfloat16", c_z: int = 128):
-    """The ``kernels.isa.CompileSpec`` of one stage's kernel under ``cfgs``."""
-    specs = trimul.compile_specs(dtype, c_z, c_z, cfgs=cfgs, prefix="tune")
+    """The ``ceiling.isa.CompileSpec`` of one stage's kernel under ``cfgs``."""
+    from ceiling.triton import triangle_multiplication_specs
+
+    specs = triangle_multiplication_specs.compile_specs(dtype, c_z, c_z, "sm_90a", cfgs=cfgs, prefix="tune")
     return next(s for s in specs if s.name == f"tune_{stage}_{dtype}_cz{c_z}_c{c_z}")
+
+
+def problem_on(device_name: str | None, dtype: str, n: int = 768, c_z: int = 128):
+    """The sweep's problem (AlphaFold 3's widths, masked, outgoing) on the GPU named ``device_name``
+    (None: the CPU, where the kernels run interpreted)."""
+    import dataclasses
+
+    from ceiling.triangle.spec import shipped_trimul_problem
+
+    problem = shipped_trimul_problem(dtype, c_z, c_z, n=n)
+    return dataclasses.replace(problem, device="cuda:0" if device_name else "cpu", gpu=device_name,
+                               arch="sm_90" if device_name else None)
+
+
+def start_config(device_name: str | None, dtype: str) -> dict:
+    """The config the tables give the sweep's problem on ``device_name`` now: where it starts."""
+    from ceiling.op import get, resolve_config
+
+    impl = get("triangle_multiplicative_update").implementation("nvidia")
+    return resolve_config(problem_on(device_name, dtype), impl, None).as_dict()
 
 
 def make_inputs(n: int, c_z: int, dtype: torch.dtype, seed: int = 0, device: str = "cuda") -> dict:
@@ -77,17 +98,17 @@ def make_inputs(n: int, c_z: int, dtype: torch.dtype, seed: int = 0, device: str
 
 
 def _run(inputs: dict, direction: str, cfgs: dict | None, backward: bool, backend: str = "nvidia"):
-    """Output (and the gradients of x and every weight) through ``kernels.triangle_multiplicative_update``."""
-    from kernels.triangle import triangle_multiplicative_update
+    """Output (and the gradients of x and every weight) through ``ceiling.triangle_multiplicative_update``."""
+    from ceiling.triangle import triangle_multiplicative_update
 
     x = inputs["x"].detach().requires_grad_(backward)
     weights = {k: w.detach().requires_grad_(backward) for k, w in inputs["weights"].items()}
     if backend == "reference":  # float32 leaves, so that the gradients are not rounded back to 16 bits
-        from kernels.triangle import reference
+        from ceiling.triangle.trimul_reference import trimul
 
         x = inputs["x"].detach().float().requires_grad_(backward)
         weights = {k: w.detach().float().requires_grad_(backward) for k, w in inputs["weights"].items()}
-        out = reference.trimul(x, direction, inputs["mask"].float(), **weights, compute_dtype=torch.float32)
+        out = trimul(x, direction, inputs["mask"].float(), **weights, compute_dtype=torch.float32)
     else:
         out = triangle_multiplicative_update(x, direction, inputs["mask"], **weights, backend=backend, config=cfgs)
     if not backward:
@@ -112,7 +133,7 @@ def _error(results, exact) -> float:
 def _time(fn, rep_ms: int) -> tuple[float, float, float]:
     """CUDA-graph replay, or CUDA events if the call cannot be captured; every candidate of a
     stage goes through the same path, so their ranking is like for like."""
-    from kernels.tuning.timers import time_events, time_graph
+    from ceiling.timers import time_events, time_graph
 
     try:
         return time_graph(fn, rep_ms)
@@ -136,7 +157,7 @@ def sweep(n: int = 768, c_z: int = 128, dtype: torch.dtype = torch.bfloat16, dir
     """
     name = str(dtype).removeprefix("torch.")
     timer = timer or _time
-    best = trimul.config_for(torch.cuda.get_device_name() if device == "cuda" else None, name)
+    best = start_config(torch.cuda.get_device_name() if device == "cuda" else None, name)
     inputs = make_inputs(n, c_z, dtype, seed, device)
     exact = {b: _run(inputs, direction, None, b, backend="reference") for b in (False, True)}
     # The framework's own error: the reference model run at the inputs' precision.
@@ -172,24 +193,23 @@ def sweep(n: int = 768, c_z: int = 128, dtype: torch.dtype = torch.bfloat16, dir
 
 def _lowp_reference(inputs: dict, direction: str, backward: bool, dtype: torch.dtype):
     """The reference model computed in the inputs' dtype: the error a framework makes at that precision."""
-    from kernels.triangle import reference
+    from ceiling.triangle.trimul_reference import trimul
 
     x = inputs["x"].detach().requires_grad_(backward)
     weights = {k: w.detach().requires_grad_(backward) for k, w in inputs["weights"].items()}
-    out = reference.trimul(x, direction, inputs["mask"], **weights, compute_dtype=dtype)
+    out = trimul(x, direction, inputs["mask"], **weights, compute_dtype=dtype)
     if not backward:
         return [out]
     return [out, *torch.autograd.grad(out, [x, *weights.values()], inputs["dout"])]
 
 
-def table_entry(best: dict, default: dict) -> dict:
-    """A device entry for the config table: the tuned stages, each keeping the default's
-    float32 overrides (the sweep tunes 16-bit inputs only)."""
-    entry = {}
-    for stage, value in best.items():
-        if isinstance(value, dict):
-            value = {k: v for k, v in value.items() if k != "float32"}
-            if isinstance(default.get(stage), dict) and "float32" in default[stage]:
-                value["float32"] = default[stage]["float32"]
-        entry[stage] = value
-    return entry
+def table_entries(best: dict, measured: dict, why: str) -> list[dict]:
+    """A device's table for the tuned config: ``best`` as a measured entry, then the float32
+    entries of the target's table again (the sweep tunes 16-bit inputs only; merged after the
+    device's entry, they keep the float32 overrides in force there)."""
+    from ceiling import tables
+
+    bf16, f32 = (problem_on(None, dtype).features() for dtype in ("bfloat16", "float32"))
+    target = tables.read(tables.path("nvidia", "sm_90a", FAMILY))["entries"]
+    float32 = [e for e in target if tables.matches(e, f32) and not tables.matches(e, bf16)]
+    return [{"config": best, "source": "measured", "measured": measured, "why": why}, *float32]

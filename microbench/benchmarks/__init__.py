@@ -1,6 +1,6 @@
 """The benchmark cases of every op, by shape suite.
 
-    from microbench.benchmarks import cases_for
+    from ceiling.microbench.benchmarks import cases_for
     for case in cases_for("gemm", "gemm-llm", device="cuda"):
         ...
 
@@ -16,16 +16,16 @@ from __future__ import annotations
 
 import importlib
 
-from microbench.benchmarks.cases import Case, Impl
+from ceiling.microbench.benchmarks.cases import Case, Impl
 
 # op -> (module, function returning its cases)
 OPS: dict[str, tuple[str, str]] = {
-    "gemm": ("microbench.benchmarks.gemm", "cases"),
-    "scaled_gemm": ("microbench.benchmarks.scaled_gemm", "cases"),
-    "attention": ("microbench.benchmarks.attention", "cases"),
-    "triangle_attention": ("microbench.benchmarks.triangle", "attention_cases"),
-    "triangle_multiplicative_update": ("microbench.benchmarks.triangle", "trimul_cases"),
-    "pair_stack": ("microbench.benchmarks.pair_stack", "cases"),
+    "gemm": ("ceiling.microbench.benchmarks.gemm", "cases"),
+    "scaled_gemm": ("ceiling.microbench.benchmarks.scaled_gemm", "cases"),
+    "attention": ("ceiling.microbench.benchmarks.attention", "cases"),
+    "triangle_attention": ("ceiling.microbench.benchmarks.triangle", "attention_cases"),
+    "triangle_multiplicative_update": ("ceiling.microbench.benchmarks.triangle", "trimul_cases"),
+    "pair_stack": ("ceiling.microbench.benchmarks.pair_stack", "cases"),
 }
 GENERIC_SUITES = ("default", "device", "check", "tiny")
 

@@ -1,4 +1,4 @@
-"""Attention cases: ``kernels.attention`` against PyTorch SDPA and FlashAttention.
+"""Attention cases: ``ceiling.attention`` against PyTorch SDPA and FlashAttention.
 
 Layout (batch, seq, heads, head_dim) for ``q``, ``k``, ``v`` and the output, as
 FlashAttention takes them; SDPA gets transposed views of the same tensors, as a
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 
-from microbench.benchmarks.cases import Case, Impl, our_impls, skipped
+from ceiling.microbench.benchmarks.cases import Case, Impl, our_impls, skipped
 
 TOKENS, HIDDEN = 16384, 2048
 
@@ -87,32 +87,28 @@ def _forward_thunk(forward, direction: str):
 
 
 def _ours(device: str, causal: bool, direction: str) -> list[Impl]:
-    import kernels
-
-    if not callable(getattr(kernels, "attention", None)):
-        return [skipped("ceiling:attention", "ours", "kernels.attention does not exist yet")]
+    import ceiling
 
     def thunk_for(backend: str):
-        return _forward_thunk(lambda q, k, v: kernels.attention(q, k, v, causal=causal, backend=backend), direction)
+        return _forward_thunk(lambda q, k, v: ceiling.attention(q, k, v, causal=causal, backend=backend), direction)
 
     return our_impls("attention", device, thunk_for)
 
 
 def _ours_gluon(device: str, causal: bool, direction: str) -> list[Impl]:
     """The Gluon implementation of the nvidia backend, asked for by config, where it runs."""
-    import kernels
+    import ceiling
+    from ceiling.attention.op import ATTENTION
 
     name = "ceiling:nvidia-gluon"
     if not device.startswith("cuda"):
         return [skipped(name, "ours", "Gluon has no interpreter: it runs on Hopper GPUs only", backend="nvidia")]
-    from kernels.nvidia.gluon import attention as gluon
-
-    mode, why = gluon.availability()
+    mode, why = ATTENTION.implementation("nvidia", "gluon").load().availability()
     if mode != "native":
         return [skipped(name, "ours", why, backend="nvidia")]
     config = {"implementation": "gluon"}
     make = _forward_thunk(
-        lambda q, k, v: kernels.attention(q, k, v, causal=causal, backend="nvidia", config=config), direction)
+        lambda q, k, v: ceiling.attention(q, k, v, causal=causal, backend="nvidia", config=config), direction)
     return [Impl(name, "ours", make, backend="nvidia", library="ceiling Gluon (native)")]
 
 

@@ -3,7 +3,7 @@
 A :class:`Case` knows how to draw random inputs, which implementations compete
 (ours and the vendor baselines, each either runnable or skipped with its reason),
 the float32/float64 oracle, and the FLOPs and bytes the problem needs. The
-harness (:mod:`microbench.timing`), ``ceiling bench``, ``ceiling device-check``
+harness (:mod:`ceiling.microbench.timing`), ``ceiling bench``, ``ceiling device-check``
 and the pytest benchmark files all consume the same cases.
 """
 
@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
+
+from ceiling.testing.numerics import Check, check
 
 # An implementation's ``make(inputs)`` returns the thunk that is timed: for a
 # forward op it just calls the op; for a backward op it runs the forward once
@@ -90,68 +92,16 @@ def nbytes(x: Any) -> int:
     return sum(t.numel() * t.element_size() for t in tensors(x) if hasattr(t, "element_size"))
 
 
-def max_error(out: Any, ref: Any) -> float:
-    """The largest absolute difference, in float64, over every element of every tensor; NaN never passes."""
-    outs, refs = tensors(out), tensors(ref)
-    if len(outs) != len(refs):
-        raise ValueError(f"output: expected {len(refs)} tensors like the reference, got {len(outs)}")
-    worst = 0.0
-    for o, r in zip(outs, refs):
+def error_ratio(impl: str, out: Any, framework_out: Any | None, ref: Any, dtype: str) -> Check:
+    """The correctness gate of a benchmark: ``out`` against the oracle ``ref`` by the project's
+    error-ratio rule (:func:`ceiling.testing.numerics.check`), against the framework's own
+    computation at the same precision where there is one (ours), alone otherwise (a baseline)."""
+    if len(tensors(out)) != len(tensors(ref)):
+        raise ValueError(f"output: expected {len(tensors(ref))} tensors like the reference, got {len(tensors(out))}")
+    for o, r in zip(tensors(out), tensors(ref)):
         if tuple(o.shape) != tuple(r.shape):
             raise ValueError(f"output: expected shape {tuple(r.shape)}, got {tuple(o.shape)}")
-        diff = (o.double() - r.double()).abs()
-        if not bool(diff.isfinite().all()):
-            return math.inf
-        worst = max(worst, float(diff.max()) if diff.numel() else 0.0)
-    return worst
-
-
-def ref_scale(ref: Any) -> float:
-    """The largest reference magnitude (at least 1): the scale of the tolerances."""
-    return max([float(r.double().abs().max()) for r in tensors(ref) if r.numel()] + [1.0])
-
-
-def _eps(dtype: str) -> float:
-    import torch
-
-    return torch.finfo(getattr(torch, dtype)).eps
-
-
-@dataclass(frozen=True)
-class Check:
-    impl: str
-    error: float
-    framework_error: float | None  # the same computation by the framework at the same precision
-    bound: float
-    ok: bool
-    rule: str
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "impl": self.impl,
-            "error": self.error,
-            "framework_error": self.framework_error,
-            "bound": self.bound,
-            "ok": self.ok,
-            "rule": self.rule,
-        }
-
-
-def error_ratio(impl: str, out: Any, framework_out: Any | None, ref: Any, dtype: str, *, rtol: float = 2e-2) -> Check:
-    """Our error must be at most twice the framework's own error at the same precision, plus one ulp.
-
-    The ulp is that of the largest reference value at ``dtype``. Without a
-    framework result to compare with, the bound is ``rtol`` x the largest
-    reference value (the per-dtype tolerance the baselines are held to).
-    """
-    err = max_error(out, ref)
-    scale = ref_scale(ref)
-    if framework_out is not None:
-        fw = max_error(framework_out, ref)
-        bound = 2.0 * fw + _eps(dtype) * scale
-        return Check(impl, err, fw, bound, err <= bound, "error <= 2 x framework error + 1 ulp")
-    bound = rtol * scale
-    return Check(impl, err, None, bound, err <= bound, f"error <= {rtol} x max|reference|")
+    return check(impl, out, framework_out, ref, dtype=dtype)
 
 
 # Backends whose kernels take torch tensors (TPU and Trainium take JAX/NKI arrays).
@@ -164,13 +114,14 @@ def our_impls(op: str, device: str, thunk_for: Callable[[str], Make]) -> list[Im
     On a GPU: the vendor's backend only. On a CPU: every Triton backend, under the
     interpreter (a smoke test of the same source, never a performance figure).
     """
-    from kernels import backends
+    from ceiling import backends
 
     impls: list[Impl] = []
-    if op not in backends.OPS:
-        return [skipped(f"ceiling:{op}", "ours", f"kernels has no {op} op yet (not in kernels.backends.OPS)")]
+    ops = backends.ops_by_name()
+    if op not in ops:
+        return [skipped(f"ceiling:{op}", "ours", f"ceiling has no {op} op")]
     vendor = backends.gpu_vendor() if device.startswith("cuda") else None
-    for backend in backends.OPS[op]:
+    for backend in ops[op].backends():
         if backend not in TORCH_BACKENDS or (vendor is not None and backend != vendor):
             continue
         name = f"ceiling:{backend}"

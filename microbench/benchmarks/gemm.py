@@ -1,10 +1,10 @@
-"""GEMM cases: ``kernels.gemm`` on our backends against ``torch.matmul`` (cuBLAS, hipBLASLt/rocBLAS).
+"""GEMM cases: ``ceiling.gemm`` on our backends against ``torch.matmul`` (cuBLAS, hipBLASLt/rocBLAS).
 
 Shape suites (M, N, K); ``a`` is (M, K) row-major and ``b`` an nn.Linear weight
 (N, K) seen transposed (layout NT, as the projections of a model and the tuning
 sweep use it); bf16 inputs from a standard normal:
 
-* ``gemm-llm`` (shared with the tuning sweep, ``kernels.gemm.shapes``): squares,
+* ``gemm-llm`` (shared with the tuning sweep, ``ceiling.gemm.shapes``): squares,
   the QKV and MLP projections of 4096- and 8192-wide models, skinny decode-like M;
 * ``gemm-llm-wide``: square 4096 and 8192; 4096 and 8192 tokens through
   4096 -> 11008, 14336, 3 x 4096 and 14336 -> 4096; M = 16..128 against square
@@ -15,8 +15,8 @@ sweep use it); bf16 inputs from a standard normal:
 
 from __future__ import annotations
 
-from kernels.gemm import shapes
-from microbench.benchmarks.cases import Case, Impl, our_impls
+from ceiling.gemm import shapes
+from ceiling.microbench.benchmarks.cases import Case, Impl, our_impls
 
 # The shared suites (also used by the tuning sweep, whose tuned configs cover
 # ``gemm-llm``), plus a wider LLM sweep and odd sizes for correctness.
@@ -43,10 +43,10 @@ def suite_names() -> list[str]:
 
 def _gemm_thunk(backend: str):
     def make(inputs):
-        import kernels
+        import ceiling
 
         a, b = inputs
-        return lambda: kernels.gemm(a, b, backend=backend)
+        return lambda: ceiling.gemm(a, b, backend=backend)
 
     return make
 

@@ -8,7 +8,7 @@ the pair tensor and every pair-stack parameter, under ``torch.autocast(bfloat16)
 float32 parameters (Boltz's bf16-mixed training). Dropout is off (eval mode) so that
 every implementation computes the same function. The implementations:
 
-* ``ceiling:<vendor>``: the layer after ``kernels.triangle.patch`` (our triangle kernels,
+* ``ceiling:<vendor>``: the layer after ``ceiling.triangle.patch`` (our triangle kernels,
   Boltz's own code for the rest), and ``ceiling:<vendor>+compile``: that under
   ``torch.compile`` (our ops stay opaque; inductor fuses the transition, norms and adds);
 * ``boltz-eager`` and ``boltz-compile``: the unpatched layer, and under ``torch.compile``;
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from microbench.benchmarks.cases import Case, Impl, skipped
+from ceiling.microbench.benchmarks.cases import Case, Impl, skipped
 
 BOLTZ_INSTALL = "pip install --no-deps boltz==2.2.1 einops"
 PAIR_MODULES = ("tri_mul_out", "tri_mul_in", "tri_att_start", "tri_att_end", "transition_z")
@@ -119,7 +119,7 @@ def _thunk(stack: Callable, layer, inputs, autocast: bool):
 def _our_backend(device: str) -> str:
     if not device.startswith("cuda"):
         return "reference"  # the interpreter would take minutes here; the kernels are tested elsewhere
-    from kernels import backends
+    from ceiling import backends
 
     return backends.gpu_vendor() or "reference"
 
@@ -136,9 +136,9 @@ def case(n: int, token_s: int, s_heads: int, c_z: int, heads: int, head_dim: int
         if key not in cache:
             base = make_layer(token_s, s_heads, c_z, heads, head_dim, seed=n, device=dev)
             if patched:
-                import kernels.triangle
+                import ceiling.triangle
 
-                kernels.triangle.patch(base, backend=backend)
+                ceiling.triangle.patch(base, backend=backend)
             cache[key] = base
         return cache[key]
 
@@ -167,10 +167,10 @@ def case(n: int, token_s: int, s_heads: int, c_z: int, heads: int, head_dim: int
         return Impl(name=name, role=role, make=make, library=library, **kw)
 
     impls = [impl(f"ceiling:{backend}", "ours", lambda d: lambda z, m: boltz_pair_stack(layer(d, True), z, m),
-                  f"kernels.triangle.patch (backend {backend})", backend=backend)]
+                  f"ceiling.triangle.patch (backend {backend})", backend=backend)]
     if on_cuda:
         impls.append(impl(f"ceiling:{backend}+compile", "ours", lambda d: compiled(d, True),
-                          "kernels.triangle.patch + torch.compile", backend=backend))
+                          "ceiling.triangle.patch + torch.compile", backend=backend))
     impls.append(impl("boltz-eager", "baseline", lambda d: lambda z, m: boltz_pair_stack(layer(d, False), z, m),
                       "boltz 2.2.1"))
     if on_cuda:

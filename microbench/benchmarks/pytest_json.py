@@ -1,9 +1,9 @@
 """Turn a ``pytest --benchmark-json`` file into records.
 
-    python -m microbench.benchmarks.pytest_json results.json --out store/
+    python -m ceiling.microbench.benchmarks.pytest_json results.json --out store/
 
 Each benchmark of ours carries its full record in ``extra_info["record"]``
-(see :mod:`microbench.benchmarks.pytest_plugin`); the statistics pytest-benchmark
+(see :mod:`ceiling.microbench.benchmarks.pytest_plugin`); the statistics pytest-benchmark
 kept (median, rounds) are checked against it and the file's commit is added.
 Benchmarks without a record (not written by our plugin) are refused with the reason.
 """
@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from microbench.records import Record
+from ceiling.microbench.records import Record
 
 
 def convert(data: dict[str, Any]) -> tuple[list[Record], list[tuple[str, str]]]:
@@ -52,7 +52,7 @@ def convert(data: dict[str, Any]) -> tuple[list[Record], list[tuple[str, str]]]:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    from microbench.records import append
+    from ceiling.microbench.records import append
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("json_file", type=Path)

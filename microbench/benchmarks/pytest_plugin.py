@@ -13,10 +13,10 @@ implementations of a shape in one pytest-benchmark group.
 * ``pytest --benchmark`` (on a GPU): the op's full shape suite (or
   ``--benchmark-shapes``). The first test of a group checks and times every
   implementation of that shape together (interleaved, rotated inputs, device
-  timing, see :mod:`microbench.timing`); each test then hands its own per-call
+  timing, see :mod:`ceiling.microbench.timing`); each test then hands its own per-call
   times to pytest-benchmark, so ``--benchmark-json`` holds the device times,
   with TFLOP/s, GB/s, the roofline fractions, p20/p80 and the full record in
-  ``extra_info`` (:mod:`microbench.benchmarks.pytest_json` turns that file into records).
+  ``extra_info`` (:mod:`ceiling.microbench.benchmarks.pytest_json` turns that file into records).
 * Without ``--benchmark`` (CI): the same files on the ``tiny`` suite on the CPU,
   our Triton kernels under the interpreter, pytest-benchmark's timing disabled.
   Outputs are still checked against the oracle and the harness still runs, so
@@ -65,7 +65,7 @@ def _gpu_reason() -> str | None:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "bench_case" not in metafunc.fixturenames:
         return
-    from microbench.benchmarks import cases_for
+    from ceiling.microbench.benchmarks import cases_for
 
     op = getattr(metafunc.module, "OP")
     full = metafunc.config.getoption("benchmark")
@@ -74,7 +74,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     suite = (metafunc.config.getoption("benchmark_shapes") or "default") if full else "tiny"
     device = "cuda" if full else "cpu"
-    from microbench.benchmarks import has_suite, unavailable
+    from ceiling.microbench.benchmarks import has_suite, unavailable
 
     why = unavailable(op) or (None if has_suite(op, suite) else f"{op} has no shape suite {suite!r}")
     if why:
@@ -92,7 +92,7 @@ class _Session:
     """Per-session state: results by group (measured once for all its tests), ceilings."""
 
     def __init__(self, full: bool):
-        from microbench.timing import TimingProtocol
+        from ceiling.microbench.timing import TimingProtocol
 
         self.full = full
         self.device = "cuda" if full else "cpu"
@@ -104,7 +104,7 @@ class _Session:
         if self._measured is None:
             self._measured = {}
             if self.full:
-                from microbench.benchmarks.runner import measure_ceilings
+                from ceiling.microbench.benchmarks.runner import measure_ceilings
 
                 try:
                     self._measured, _ = measure_ceilings(self.device)
@@ -116,7 +116,7 @@ class _Session:
 
     def result(self, case):
         if case.group not in self.results:
-            from microbench.benchmarks.runner import run_case
+            from ceiling.microbench.benchmarks.runner import run_case
 
             self.results[case.group] = run_case(case, self.device, protocol=self.protocol)
         return self.results[case.group]
@@ -152,7 +152,7 @@ def bench_run(_bench_session: _Session):
     """``bench_run(benchmark, case, impl_name)``: check, time (once per group) and report one implementation."""
 
     def run(benchmark, case, impl_name: str) -> None:
-        from microbench.benchmarks.runner import records
+        from ceiling.microbench.benchmarks.runner import records
 
         session = _bench_session
         result = session.result(case)
@@ -161,7 +161,7 @@ def bench_run(_bench_session: _Session):
             pytest.skip(f"{impl_name}: {r.impl.skip}")
         if r.error:
             pytest.fail(f"{impl_name} failed on {case.group}: {r.error}")
-        if r.check is not None and not r.check.ok and r.impl.role == "ours":
+        if r.check is not None and not r.check.passed and r.impl.role == "ours":
             pytest.fail(f"{impl_name} is wrong on {case.group}: {r.why}")
         assert r.stats is not None and r.stats.repetitions > 0, f"{impl_name} was not timed on {case.group}"
         benchmark.group = case.group

@@ -15,11 +15,11 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from microbench.benchmarks.cases import Case, Check, Impl, error_ratio, nbytes
-from microbench.clocks import ClockSampler, nvml_device_facts
-from microbench.peaks import Ceiling, datasheet
-from microbench.records import Record, host_provenance
-from microbench.timing import (
+from ceiling.microbench.benchmarks.cases import Case, Check, Impl, error_ratio, nbytes
+from ceiling.microbench.clocks import ClockSampler, nvml_device_facts
+from ceiling.microbench.peaks import Ceiling, datasheet
+from ceiling.microbench.records import Record, host_provenance
+from ceiling.microbench.timing import (
     Stats,
     Timer,
     TimingProtocol,
@@ -45,7 +45,7 @@ class ImplResult:
             return "skipped"
         if self.error:
             return "failed"
-        if self.check is not None and not self.check.ok:
+        if self.check is not None and not self.check.passed:
             return "wrong"
         return "measured" if self.stats else "checked"
 
@@ -55,7 +55,7 @@ class ImplResult:
             return self.impl.skip
         if self.error:
             return self.error
-        if self.check is not None and not self.check.ok:
+        if self.check is not None and not self.check.passed:
             return f"error {self.check.error:.3g} > bound {self.check.bound:.3g} ({self.check.rule})"
         return ""
 
@@ -368,7 +368,7 @@ def records(result: CaseResult, *, measured: dict[str, Ceiling] | None = None) -
                 Record(
                     kind="correctness",
                     metric="passed",
-                    value=1.0 if r.check.ok else 0.0,
+                    value=1.0 if r.check.passed else 0.0,
                     unit="bool",
                     extra={**{k: _finite(v) if isinstance(v, float) else v for k, v in r.check.as_dict().items()},
                            "suite": case.suite, "group": case.group,

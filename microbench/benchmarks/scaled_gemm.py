@@ -1,12 +1,12 @@
-"""Scaled (FP8) GEMM cases: ``kernels.scaled_gemm`` against the vendor's FP8 GEMM where one takes the
+"""Scaled (FP8) GEMM cases: ``ceiling.scaled_gemm`` against the vendor's FP8 GEMM where one takes the
 scales, and against dequantize-then-bf16-GEMM where none does.
 
-Every shape runs with three scalings (``config["scales"]``), each as ``kernels.fp8_gemm``'s
+Every shape runs with three scalings (``config["scales"]``), each as ``ceiling.fp8_gemm``'s
 recipe of the same name quantizes: ``tensor`` (one scale per operand), ``row`` (per token of
 A, per output channel of B) and ``block`` (1x128 tiles of A, 128x128 blocks of B, DeepSeek-V3's).
 A is (M, K) e4m3 row-major, B an nn.Linear weight (N, K) seen transposed (layout NT, what
 ``torch._scaled_mm`` requires), the output bfloat16; inputs from a standard normal, quantized
-outside the timed region by ``kernels.fp8.quantize`` (e4m3fnuz on ROCm). Baselines:
+outside the timed region by ``ceiling.fp8.quantize`` (e4m3fnuz on ROCm). Baselines:
 
 * ``torch._scaled_mm`` (cuBLASLt FP8; hipBLASLt on ROCm) for ``tensor`` and ``row``, default
   (accurate) accumulation;
@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import functools
 
-from kernels.scaled_gemm import shapes
-from microbench.benchmarks.cases import Case, Impl, our_impls, skipped
+from ceiling.scaled_gemm import shapes
+from ceiling.microbench.benchmarks.cases import Case, Impl, our_impls, skipped
 
 SUITES: dict[str, list[tuple[int, int, int]]] = {
     **shapes.SUITES,  # fp8-llm, fp8-skinny, fp8-device, fp8-all (shared with the tuning sweep)
@@ -49,10 +49,10 @@ def _fp8_dtype(device: str):
 
 def _ours(backend: str):
     def make(inputs):
-        import kernels
+        import ceiling
 
         a, b, sa, sb = inputs
-        return lambda: kernels.scaled_gemm(a, b, sa, sb, backend=backend)
+        return lambda: ceiling.scaled_gemm(a, b, sa, sb, backend=backend)
 
     return make
 
@@ -67,7 +67,7 @@ def _scaled_mm(inputs):
 def _dequant_matmul(inputs):
     import torch
 
-    from kernels.scaled_gemm.reference import dequantize_a, dequantize_b
+    from ceiling.scaled_gemm.reference import dequantize_a, dequantize_b
 
     a, b, sa, sb = inputs
     return lambda: torch.matmul(dequantize_a(a, sa, "1x128", torch.bfloat16), dequantize_b(b, sb, "128x128", torch.bfloat16))
@@ -120,7 +120,7 @@ def blockwise_unavailable(device: str) -> str | None:
 def _quantized(m: int, n: int, k: int, scaling: str, seed: int, device: str):
     import torch
 
-    from kernels import fp8
+    from ceiling import fp8
 
     g = torch.Generator(device=device).manual_seed(seed)
     x = torch.randn(m, k, generator=g, device=device, dtype=torch.float32)
@@ -155,7 +155,7 @@ def _baselines(scaling: str, device: str) -> list[Impl]:
 def case(m: int, n: int, k: int, scaling: str, *, suite: str, device: str) -> Case:
     import torch
 
-    from kernels.scaled_gemm.reference import scaled_gemm as reference_gemm
+    from ceiling.scaled_gemm.reference import scaled_gemm as reference_gemm
 
     def reference(inputs):
         a, b, sa, sb = inputs
@@ -163,7 +163,7 @@ def case(m: int, n: int, k: int, scaling: str, *, suite: str, device: str) -> Ca
         return reference_gemm(a, b, sa, sb, None, None, compute, compute_dtype=compute)
 
     ka, kb = KINDS[scaling]
-    from kernels.fp8 import scale_shape
+    from ceiling.fp8 import scale_shape
 
     scales = 4 * (max(1, _numel(scale_shape(ka, m, k))) + max(1, _numel(scale_shape(kb, n, k))))
     dtype = str(_fp8_dtype(device)).removeprefix("torch.")

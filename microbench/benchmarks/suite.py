@@ -2,7 +2,7 @@
 
 Everything that comes out of a run lands in one folder:
 
-* ``records/``: the Parquet store (:func:`microbench.records.append`, one part per case);
+* ``records/``: the Parquet store (:func:`ceiling.microbench.records.append`, one part per case);
 * ``<tag>.jsonl``: the same records as JSON lines, readable without pandas;
 * ``<tag>-rows.json``: the summary rows and every skip or failure, rewritten
   after each case, so a run that is cut short still leaves its table.
@@ -17,11 +17,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from microbench.benchmarks import Case, cases_for
-from microbench.benchmarks.runner import CaseResult, Row, check_case, records, rows, run_case
-from microbench.peaks import Ceiling
-from microbench.records import Record, append
-from microbench.timing import TimingProtocol, on_gpu
+from ceiling.microbench.benchmarks import Case, cases_for
+from ceiling.microbench.benchmarks.runner import CaseResult, Row, check_case, records, rows, run_case
+from ceiling.microbench.peaks import Ceiling
+from ceiling.microbench.records import Record, append
+from ceiling.microbench.timing import TimingProtocol, on_gpu
 
 log = logging.getLogger("ceiling.bench")
 
@@ -94,7 +94,7 @@ class Sink:
 
 def select_cases(ops: Sequence[str], suite: str, device: str) -> tuple[list[Case], list[str]]:
     """The cases of each op in ``suite``; ops without that suite are reported, not fatal."""
-    from microbench.benchmarks import has_suite, unavailable
+    from ceiling.microbench.benchmarks import has_suite, unavailable
 
     chosen: list[Case] = []
     missing: list[str] = []

@@ -1,10 +1,10 @@
-"""AlphaFold-3 triangle ops: the cases of ``kernels.triangle.bench``, adapted to the harness.
+"""AlphaFold-3 triangle ops: the cases of ``ceiling.triangle.bench``, adapted to the harness.
 
 The triangle op package describes its own benchmark cases as plain data
 (``bench_cases(suite, device)``: ours, the PyTorch eager model code,
 ``torch.compile`` of it and cuEquivariance, each runnable or skipped with its
 reason), since ``kernels`` cannot import the harness. This module turns them into
-:class:`~microbench.benchmarks.cases.Case`, adding what the harness needs:
+:class:`~ceiling.microbench.benchmarks.cases.Case`, adding what the harness needs:
 
 * the oracle: the eager model code run on copies of the inputs one precision
   up (float32 for bf16 cases, float64 for float32 ones), so ours is held to the
@@ -12,7 +12,7 @@ reason), since ``kernels`` cannot import the harness. This module turns them int
 * the bytes each problem must move at least (inputs read once, outputs written
   once), for the roofline fraction.
 
-Without ``kernels.triangle.bench`` in this checkout there are no cases, and
+Without ``ceiling.triangle.bench`` in this checkout there are no cases, and
 :func:`unavailable` says so.
 """
 
@@ -21,21 +21,21 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from microbench.benchmarks.cases import Case, Impl
+from ceiling.microbench.benchmarks.cases import Case, Impl
 
 ALIASES = {"default": "device"}
 EAGER = "torch-eager"
 
 
 def _source():
-    return importlib.import_module("kernels.triangle.bench")
+    return importlib.import_module("ceiling.triangle.bench")
 
 
 def unavailable() -> str | None:
     try:
         _source()
     except Exception as exc:  # noqa: BLE001 - absent or broken: no triangle cases, with the reason
-        return f"kernels.triangle.bench is not importable ({exc.__class__.__name__}: {exc})"
+        return f"ceiling.triangle.bench is not importable ({exc.__class__.__name__}: {exc})"
     return None
 
 
@@ -71,7 +71,7 @@ def _min_bytes(tc: Any) -> float:
 
 
 def adapt(tc: Any, suite: str) -> Case:
-    """A ``kernels.triangle.bench`` case as a harness case."""
+    """A ``ceiling.triangle.bench`` case as a harness case."""
     eager = next((i for i in tc.impls if i.name == EAGER and i.make is not None), None)
 
     def reference(inputs):

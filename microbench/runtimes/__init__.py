@@ -2,7 +2,7 @@
 
 Each suite is written once against :class:`Runtime`: device facts, device
 buffers (allocate, fill, copy in and out), modules loaded from the cubins
-``microbench.build`` compiles, kernel launches, the max-dynamic-shared-memory
+``ceiling.microbench.build`` compiles, kernel launches, the max-dynamic-shared-memory
 opt-in, occupancy queries, synchronisation and CUDA-event timing.
 ``select_runtime`` takes CuPy when it can use a GPU, else PyCUDA, and
 otherwise says why neither works.

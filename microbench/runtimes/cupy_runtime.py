@@ -1,6 +1,6 @@
 """The suites' runtime on CuPy: ``cupy.RawModule`` kernels, CuPy arrays, CuPy events.
 
-Device facts and module loading stay in ``microbench.gpu`` (looked up there at
+Device facts and module loading stay in ``ceiling.microbench.gpu`` (looked up there at
 call time), so this is the same code path the suites always ran on.
 """
 

@@ -21,7 +21,7 @@ class Runtime(Protocol):
     name: str  # "cupy" or "pycuda"
 
     def describe(self) -> str: ...  # "cupy 14.0.1": recorded in every record's provenance
-    def device(self, index: int = 0) -> Any: ...  # microbench.gpu.CudaDevice
+    def device(self, index: int = 0) -> Any: ...  # ceiling.microbench.gpu.CudaDevice
     def driver_version(self) -> int | None: ...
 
     # device buffers (1-D, ``n`` elements of ``dtype``)

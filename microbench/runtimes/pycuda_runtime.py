@@ -2,7 +2,7 @@
 
 - context: the device's primary context (``Device.retain_primary_context``,
   as ``pycuda.autoprimaryctx`` does), pushed once per process, popped at exit;
-- modules: the cubin ``microbench.build`` compiles (NVRTC, else nvcc), loaded
+- modules: the cubin ``ceiling.microbench.build`` compiles (NVRTC, else nvcc), loaded
   with ``module_from_buffer``;
 - launches: ``Function.prepare`` once per argument layout, then
   ``prepared_call(grid, block, *args, shared_size=...)`` with 3-tuples;

@@ -38,7 +38,7 @@ def runtime_reason(ctx: SuiteContext) -> str | None:
 
 
 def gpu_runtime(ctx: SuiteContext):
-    """The GPU runtime a suite runs on (``microbench.runtimes.Runtime``)."""
+    """The GPU runtime a suite runs on (``ceiling.microbench.runtimes.Runtime``)."""
     from ..runtimes import select_runtime
 
     choice = select_runtime(ctx.runtime)

@@ -1,7 +1,7 @@
 """Occupancy on NVIDIA: the calculator against the CUDA API and against blocks counted on the device.
 
 1. API: over >= 1000 random (kernel, threads, dynamic shared memory) configs,
-   ``cuOccupancyMaxActiveBlocksPerMultiprocessor`` vs ``microbench.occupancy``
+   ``cuOccupancyMaxActiveBlocksPerMultiprocessor`` vs ``ceiling.microbench.occupancy``
    given the kernel's real register count and static shared memory.
 2. Device: for a handful of configs, one per limiting resource, the resident
    blocks per SM counted from %smid and %globaltimer intervals

@@ -6,8 +6,8 @@ import json
 
 import typer
 
-from roofline import tables
-from roofline.tables import key_table
+from ceiling.roofline import tables
+from ceiling.roofline.tables import key_table
 
 
 def backends(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
@@ -17,7 +17,7 @@ def backends(as_json: bool = typer.Option(False, "--json", help="Print JSON inst
     interpreter on the CPU), emulated (the NKI emulator), unavailable (with the
     reason).
     """
-    from kernels.backends import report
+    from ceiling.backends import report
 
     rows = report()
     if as_json:

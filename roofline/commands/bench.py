@@ -5,7 +5,7 @@
     ceiling bench attention --shapes tiny
 
 The same cases, checks, timing and records as the pytest benchmark files
-(:mod:`microbench.benchmarks`); a summary table of speedups against each
+(:mod:`ceiling.microbench.benchmarks`); a summary table of speedups against each
 baseline is printed at the end.
 """
 
@@ -21,7 +21,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from roofline.tables import key_table
+from ceiling.roofline.tables import key_table
 
 
 def _fmt_time(s: float | None) -> str:
@@ -52,7 +52,7 @@ def hbm_floor(device_name: str | None):
     the HBM bandwidth measured on this device in the committed records (4.34 TB/s read on the H200),
     for rows the roofline puts under the memory roof (intensity below the ridge of the row's dtype);
     None when the records know no HBM bandwidth for the device."""
-    from roofline import ceilings, store
+    from ceiling.roofline import ceilings, store
 
     try:
         dc = ceilings.for_device(store.load(), device_name) if device_name else None
@@ -105,7 +105,7 @@ def print_table(outcome, console: Console, *, title: str = "Speed against the ba
             table.add_row(op, shape, ours, _with_peak(_fmt_time(line["ours_s"]), line["ours_peak"]), *cells)
         console.print(table)
     if outcome.checks:
-        bad = [c for c in outcome.checks if not c["ok"]]
+        bad = [c for c in outcome.checks if not c["passed"]]
         console.print(f"correctness: {len(outcome.checks) - len(bad)} of {len(outcome.checks)} outputs within bounds")
     seen = set()
     shown = 0
@@ -140,15 +140,15 @@ def resolve_device(device: str | None) -> str:
 
 def load_or_measure_ceilings(path: Path | None, device: str, sink) -> dict:
     """Measured ceilings from ``path`` if it exists; else measure them here (GPU only) and save them."""
-    from microbench.peaks import Ceiling
-    from microbench.timing import on_gpu
+    from ceiling.microbench.peaks import Ceiling
+    from ceiling.microbench.timing import on_gpu
 
     if path is not None and path.exists():
         data = json.loads(path.read_text())
         return {dtype: Ceiling(**c) for dtype, c in data.items()}
     if not on_gpu(device):
         return {}
-    from microbench.benchmarks.runner import measure_ceilings
+    from ceiling.microbench.benchmarks.runner import measure_ceilings
 
     ceilings, recs = measure_ceilings(device)
     sink.write(recs)
@@ -176,9 +176,9 @@ def bench(
     as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON instead of a table."),
 ) -> None:
     """Time every case of the chosen ops against each baseline and print the speedups."""
-    from microbench.benchmarks import OPS
-    from microbench.benchmarks.suite import Sink, run, select_cases
-    from microbench.timing import TimingProtocol, on_gpu
+    from ceiling.microbench.benchmarks import OPS
+    from ceiling.microbench.benchmarks.suite import Sink, run, select_cases
+    from ceiling.microbench.timing import TimingProtocol, on_gpu
 
     start = time.monotonic()
     console = console_for(stderr=as_json)
@@ -241,7 +241,7 @@ def bench(
         title = f"{', '.join(chosen_ops)} on {dev}, suite {suite}"
         if not on_gpu(dev):
             title += " (CPU: kernels interpreted; the times only show the harness runs)"
-        from microbench.benchmarks.runner import device_name
+        from ceiling.microbench.benchmarks.runner import device_name
 
         print_table(outcome, console, title=title, floor=hbm_floor(device_name(dev)) if on_gpu(dev) else None)
         if out is not None:

@@ -12,11 +12,11 @@ is cut off):
    this GPU's practical ceilings (bf16 matmul at 8192^3, a 1 GiB copy);
 3. the attention benchmark subset against SDPA and FlashAttention;
 4. the AlphaFold-3 triangle ops against their eager PyTorch model code,
-   ``torch.compile`` of it and cuEquivariance (when ``kernels.triangle.bench`` exists), and
+   ``torch.compile`` of it and cuEquivariance (when ``ceiling.triangle.bench`` exists), and
    one Boltz-2 Pairformer pair stack patched with them against Boltz eager, compiled and
    with cuEquivariance (when Boltz is installed);
 5. the GPU microbenchmark suites, each checked against its model
-   (``python -m microbench.selfcheck``).
+   (``python -m ceiling.microbench.selfcheck``).
 
 Every benchmarked case is also checked against its oracle before it is timed.
 
@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 if TYPE_CHECKING:
-    from microbench.benchmarks.suite import Outcome
+    from ceiling.microbench.benchmarks.suite import Outcome
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -71,7 +71,7 @@ def gpu_refusal() -> str | None:
 
 
 def plan(out: Path, ops: list[str], microbench: bool = True) -> list[Part]:
-    cli = ("-m", "roofline.cli", "bench")
+    cli = ("-m", "ceiling.roofline.cli", "bench")
     ceilings = str(out / "ceilings.json")
     if "gemm" in ops and "scaled_gemm" not in ops:  # the GEMM's suites are bf16 and FP8
         ops = [*ops, "scaled_gemm"]
@@ -83,7 +83,7 @@ def plan(out: Path, ops: list[str], microbench: bool = True) -> list[Part]:
         parts.append(Part("scaled_gemm", 100, (*cli, "scaled_gemm", "--shapes", "device", "--ceilings", ceilings)))
     if "attention" in ops:
         parts.append(Part("attention", 100, (*cli, "attention", "--shapes", "device", "--ceilings", ceilings)))
-    from microbench.benchmarks import unavailable
+    from ceiling.microbench.benchmarks import unavailable
 
     # Ops whose cases cannot even be built in this checkout get no part (the log says why).
     triangle = [op for op in ops if op.startswith("triangle") and not unavailable(op)]
@@ -93,7 +93,7 @@ def plan(out: Path, ops: list[str], microbench: bool = True) -> list[Part]:
         parts.append(Part("pair_stack", 90, (*cli, "pair_stack", "--shapes", "device", "--ceilings", ceilings)))
     # The suites write their records as each finishes and check them against their models.
     if microbench:
-        selfcheck = ("-m", "microbench.selfcheck", "--require-gpu", "--out", str(out / "microbench"), *MICROBENCH_SUITES)
+        selfcheck = ("-m", "ceiling.microbench.selfcheck", "--require-gpu", "--out", str(out / "microbench"), *MICROBENCH_SUITES)
         parts.append(Part("microbench", 110, selfcheck, bench=False))
     return parts
 
@@ -106,8 +106,8 @@ def _env() -> dict[str, str]:
 
 
 def _environment(out: Path) -> dict:
-    from kernels.backends import report
-    from microbench.records import library_versions
+    from ceiling.backends import report
+    from ceiling.microbench.records import library_versions
 
     import torch
 
@@ -132,7 +132,7 @@ def device_check(
                                  "(the log goes to stderr)."),
 ) -> None:
     """Correctness, benchmarks and microbenchmarks on this GPU, with all records in one folder."""
-    from roofline.commands.bench import console_for
+    from ceiling.roofline.commands.bench import console_for
 
     console = console_for(stderr=as_json)
     refusal = gpu_refusal()
@@ -140,9 +140,9 @@ def device_check(
         console.print(f"[red]ceiling device-check refuses to run: {refusal}[/]", highlight=False)
         raise typer.Exit(2)
 
-    from microbench.benchmarks import OPS
+    from ceiling.microbench.benchmarks import OPS
 
-    from roofline.commands.bench import hbm_floor, print_table
+    from ceiling.roofline.commands.bench import hbm_floor, print_table
 
     start = time.monotonic()
     out = (out or Path(f"device-check-{_dt.datetime.now(_dt.timezone.utc):%Y%m%dT%H%M%SZ}")).resolve()
@@ -160,7 +160,7 @@ def device_check(
     log(f"device check on {info['gpu']} (sm/gfx {info['capability']}), budget {budget_s:.0f}s, out {out}")
     for row in info["backends"]:
         log(f"  backend {row['op']}/{row['backend']}: {row['mode']} ({row['reason']})")
-    from microbench.benchmarks import unavailable
+    from ceiling.microbench.benchmarks import unavailable
 
     for op in chosen:
         if why := unavailable(op):
@@ -169,7 +169,7 @@ def device_check(
     merged, statuses, clean = run_parts(plan(out, chosen, microbench), out, budget_s - (time.monotonic() - start), log)
     micro = _microbench_records(out / "microbench")
     if micro:  # one store for everything
-        from microbench.records import append
+        from ceiling.microbench.records import append
 
         append(out / "records", micro)
     _merge_jsonl(out, micro)
@@ -200,7 +200,7 @@ def run_parts(parts: list[Part], out: Path, budget_s: float, log) -> tuple["Outc
     Returns the merged outcome, one status line per part, and whether every
     part that ran exited cleanly (a part's own failures are in the outcome).
     """
-    from microbench.benchmarks.suite import Outcome
+    from ceiling.microbench.benchmarks.suite import Outcome
 
     start = time.monotonic()
     merged = Outcome()
@@ -256,7 +256,7 @@ def _microbench_records(folder: Path) -> list:
     """The microbenchmarks' records, wherever under ``folder`` they were stored."""
     if not folder.exists():
         return []
-    from microbench.records import load
+    from ceiling.microbench.records import load
 
     found = []
     for store in sorted({p.parent for p in folder.rglob("part-*.parquet")}):

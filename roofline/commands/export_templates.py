@@ -15,9 +15,9 @@ def export_templates(
     embedded: bool = typer.Option(True, "--embedded/--no-embedded", help="Include the measurements shipped with the package."),
 ) -> None:
     """Write <out>/<family>/<target>/template.json, records.jsonl and Kernel Tuner caches."""
-    from roofline import analysis, store as _store
-    from roofline.templates import export
-    from roofline.templates.schema import Template
+    from ceiling.roofline import analysis, store as _store
+    from ceiling.roofline.templates import export
+    from ceiling.roofline.templates.schema import Template
 
     for name in op:
         if name not in export.families():

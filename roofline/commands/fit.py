@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from roofline import tables
+from ceiling.roofline import tables
 
 
 def fit(
@@ -19,7 +19,7 @@ def fit(
     as_json: bool = typer.Option(False, "--json", help="Print the evaluation and the ceilings as JSON."),
 ) -> None:
     """Fit ceilings per device and the performance model; print MAPE, Spearman and top-1 regret on held-out records."""
-    from roofline import analysis, store as _store
+    from ceiling.roofline import analysis, store as _store
 
     committed = _store.load(embedded=True) if embedded else []
     records = committed + _store.load(store, embedded=False)
@@ -33,7 +33,7 @@ def fit(
         return
     console = tables.console()
     console.print(f"{len(records)} records from {'the package and ' if embedded else ''}{len(store)} store(s)")
-    from roofline import selection as _selection
+    from ceiling.roofline import selection as _selection
 
     table = tables.key_table("Performance model on held-out shapes (targets: MAPE <= 10%, Spearman >= 0.9, "
                              "regret <= 5%)", "device|op|shape class",

@@ -37,9 +37,9 @@ def import_point(
 ) -> None:
     """Validate a found point against its template and the kernel's space, and file it in the vendor's
     config table with a provenance line (a dry run unless --apply)."""
-    from kernels.errors import InputError
-    from roofline.templates import importing
-    from roofline.templates.schema import Template
+    from ceiling.errors import InputError
+    from ceiling.roofline.templates import importing
+    from ceiling.roofline.templates.schema import Template
 
     template = Template.load(template_dir)
     try:

@@ -8,8 +8,8 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from roofline import tables
-from roofline.tables import key_table
+from ceiling.roofline import tables
+from ceiling.roofline.tables import key_table
 
 
 def inspect(
@@ -23,7 +23,7 @@ def inspect(
     registers, spills/scratch, shared memory/LDS, tensor-core instruction count (HGMMA, HMMA,
     v_mfma) and the instruction mix; for TPU the blocks, grid and VMEM estimate of the Mosaic
     lowering; for Trainium the hardware-rule checks and the cost-model estimate."""
-    from kernels.isa import inspect_op
+    from ceiling.isa import inspect_op
 
     rows = inspect_op(op, target, dtype=dtype, config=json.loads(config) if config else None)
     _add_occupancy(rows, target)
@@ -36,7 +36,7 @@ def inspect(
 def _add_occupancy(rows: list[dict], target: str) -> None:
     """Resident blocks per SM/CU from the static facts, where the occupancy model knows the target."""
     try:
-        from microbench import occupancy
+        from ceiling.microbench import occupancy
     except ImportError:
         return
     for row in rows:

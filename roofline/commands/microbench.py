@@ -8,8 +8,8 @@ import json
 
 import typer
 
-from roofline import tables
-from roofline.tables import key_table
+from ceiling.roofline import tables
+from ceiling.roofline.tables import key_table
 
 
 def microbench(
@@ -27,9 +27,9 @@ def microbench(
                                  "as JSON instead of tables."),
 ) -> None:
     """Measure the silicon: bank conflicts, occupancy, clocks, bandwidth/FLOP/latency ceilings, and the host CPU."""
-    from microbench import summary
-    from microbench.runner import run
-    from microbench.suites import ORDER
+    from ceiling.microbench import summary
+    from ceiling.microbench.runner import run
+    from ceiling.microbench.suites import ORDER
 
     names = suites or list(ORDER)
     unknown = [s for s in names if s not in ORDER]

@@ -31,9 +31,9 @@ from typing import Callable
 
 import typer
 
-from roofline import tables
-from roofline.progress import StepProgress
-from roofline.tables import key_table
+from ceiling.roofline import tables
+from ceiling.roofline.progress import StepProgress
+from ceiling.roofline.tables import key_table
 
 
 def _write_json(path: Path, obj) -> None:
@@ -46,8 +46,8 @@ def detect_hardware() -> dict:
     """What this machine is: CPU, memory, and the accelerators each framework sees."""
     import platform
 
-    from kernels.backends import gpu_name, gpu_vendor
-    from microbench.suites.host import cpu_name
+    from ceiling.backends import gpu_name, gpu_vendor
+    from ceiling.microbench.suites.host import cpu_name
 
     hw = {"cpu": cpu_name() or platform.machine(), "cpu cores": os.cpu_count()}
     try:
@@ -62,14 +62,14 @@ def detect_hardware() -> dict:
         hw["jax devices"] = ", ".join(sorted({d.device_kind for d in jax.devices()}))
     except Exception:  # noqa: BLE001 - JAX is optional
         pass
-    from kernels.trainium import nki_compat
+    from ceiling.trainium import nki_compat
 
     hw["neuron"] = "emulated (no Neuron toolchain)" if nki_compat.EMULATED else "nki importable"
     return hw
 
 
 def step_backends(out: Path, summary: dict, say: Callable[[str], None]) -> str:
-    from kernels.backends import report
+    from ceiling.backends import report
 
     summary["hardware"] = detect_hardware()
     rows = list(report())
@@ -81,8 +81,8 @@ def step_backends(out: Path, summary: dict, say: Callable[[str], None]) -> str:
 
 def step_host(out: Path, summary: dict, say: Callable[[str], None]) -> str:
     """This machine's own ceilings, measured now, before the compile workers start."""
-    from microbench import summary as headline
-    from microbench.runner import run
+    from ceiling.microbench import summary as headline
+    from ceiling.microbench.runner import run
 
     (outcome,) = run(["host"], out / "records", "cpu", quick=True, progress=say, isolate=False)
     if outcome.status != "ok":
@@ -92,7 +92,7 @@ def step_host(out: Path, summary: dict, say: Callable[[str], None]) -> str:
 
 
 def step_report(out: Path, summary: dict, say: Callable[[str], None]) -> str:
-    from roofline.analysis import report_step
+    from ceiling.roofline.analysis import report_step
 
     paths = report_step(out, summary, progress=say)
     return f"ok: {paths['html']}"
@@ -100,7 +100,7 @@ def step_report(out: Path, summary: dict, say: Callable[[str], None]) -> str:
 
 def _isa_records(done: list) -> tuple[list, dict]:
     """The static records of the ISA rows, and one JSON file's rows per (op, target)."""
-    from microbench.records import Record, host_provenance
+    from ceiling.microbench.records import Record, host_provenance
 
     records, files = [], defaultdict(list)
     for d in done:
@@ -117,7 +117,7 @@ def _isa_records(done: list) -> tuple[list, dict]:
 
 
 def _smoke_records(results: list) -> list:
-    from microbench.records import Record, host_provenance
+    from ceiling.microbench.records import Record, host_provenance
 
     prov = host_provenance()
     return [Record(kind="correctness", op=r.op, name=r.case, metric="max-abs-error", value=r.error, unit="1",
@@ -128,9 +128,9 @@ def _smoke_records(results: list) -> list:
 
 def steps_in_pool(out: Path, summary: dict, progress: StepProgress, full_isa: bool, jobs: int) -> None:
     """The ISA inspection and the correctness smoke, side by side on ``jobs`` worker processes."""
-    from kernels.smoke import SmokeResult
-    from microbench.records import append
-    from roofline import run_tasks
+    from ceiling.smoke import SmokeResult
+    from ceiling.microbench.records import append
+    from ceiling.roofline import run_tasks
 
     titles = {"isa": "ISA of shipped configs" + (" (all)" if full_isa else " (representatives)"),
               "smoke": "correctness smoke"}

@@ -30,9 +30,9 @@ def sweep(
     """Compile every valid point of a template for its target and record its static facts (and timings)."""
     from rich.progress import Progress
 
-    from roofline import store as _store
-    from roofline import sweep as _sweep
-    from roofline.templates import export
+    from ceiling.roofline import store as _store
+    from ceiling.roofline import sweep as _sweep
+    from ceiling.roofline.templates import export
 
     if op not in export.families():
         raise typer.BadParameter(f"expected one of {export.families()}, got {op!r}", param_hint="--op")

@@ -8,21 +8,21 @@ from pathlib import Path
 
 import typer
 
-from roofline import tables
-from roofline.tables import key_table
+from ceiling.roofline import tables
+from ceiling.roofline.tables import key_table
 
 
 def tune(
     op: str = typer.Argument("gemm", help="The op to tune: gemm, gemm-fp8, attention, triangle-attention, trimul."),
-    shapes: str = typer.Option(None, help="Shape suite: kernels.gemm.shapes for gemm (default gemm-llm), "
-                               "kernels.scaled_gemm.shapes for gemm-fp8 (default fp8-device)."),
+    shapes: str = typer.Option(None, help="Shape suite: ceiling.gemm.shapes for gemm (default gemm-llm), "
+                               "ceiling.scaled_gemm.shapes for gemm-fp8 (default fp8-device)."),
     scalings: str = typer.Option("tensor,row,block", help="gemm-fp8: the scalings to tune, comma-separated."),
     dtype: str = typer.Option("bfloat16", help="Input dtype."),
     layout: str = typer.Option("NT", help="NT: B is an nn.Linear weight viewed transposed; NN: row-major B."),
     rep_ms: int = typer.Option(60, help="Milliseconds of timed CUDA-graph replays per candidate."),
     budget_s: float = typer.Option(240.0, help="Stop starting new shapes (candidates, for attention) after this many seconds."),
     out: Path = typer.Option(Path("ceiling-tune"), "--out", "-o", help="Folder for rows, records and the table."),
-    apply: bool = typer.Option(False, help="Merge the winners into the op's config table under kernels/nvidia/configs/."),
+    apply: bool = typer.Option(False, help="Merge the winners into the op's config table of this device (kernels/nvidia/tables/)."),
     workers: int = typer.Option(0, help="Attention ops: processes that compile and check candidates (0: CPUs - 2, at most 14)."),
     n: int = typer.Option(768, help="trimul: the pair dimension N it is tuned at."),
     as_json: bool = typer.Option(False, "--json", help="Print the winners as JSON instead of a table."),
@@ -36,11 +36,11 @@ def tune(
     timing as a record, the winners as table entries, and print speedups. Needs an NVIDIA GPU."""
     import torch
 
-    from kernels.backends import gpu_vendor
-    from kernels.gemm.shapes import suite
-    from kernels.nvidia import gemm as hopper
-    from kernels.tuning.gemm import best_per_shape, sweep
-    from microbench.records import Record, append, host_provenance
+    from ceiling import tables as op_tables
+    from ceiling.backends import gpu_vendor
+    from ceiling.gemm.shapes import suite
+    from ceiling.tuning import gemm as gemm_sweep
+    from ceiling.microbench.records import Record, append, host_provenance
 
     if op not in ("gemm", "gemm-fp8", "attention", "triangle-attention", "trimul"):
         raise typer.BadParameter(f"expected gemm, gemm-fp8, attention, triangle-attention or trimul, got {op!r}",
@@ -50,7 +50,7 @@ def tune(
         raise typer.Exit(2)
     out.mkdir(parents=True, exist_ok=True)
     if op == "trimul":
-        from roofline.commands.tune_trimul import tune_trimul
+        from ceiling.roofline.commands.tune_trimul import tune_trimul
 
         tune_trimul(n=n, budget_s=budget_s, rep_ms=rep_ms, out=out, apply=apply, driver=_driver(), as_json=as_json)
         return
@@ -58,12 +58,13 @@ def tune(
         tune_fp8(shapes or "fp8-device", scalings.split(","), rep_ms, budget_s, out, apply, as_json)
         return
     if op != "gemm":
-        from roofline.commands.tune_attention import tune_attention
+        from ceiling.roofline.commands.tune_attention import tune_attention
 
         tune_attention(op.replace("-", "_"), budget_s=budget_s, rep_ms=rep_ms, out=out, apply=apply, workers=workers,
                        driver=_driver(), as_json=as_json)
         return
-    rows = sweep(suite(shapes or "gemm-llm"), getattr(torch, dtype), layout, rep_ms=rep_ms, budget_s=budget_s)
+    rows = gemm_sweep.sweep(suite(shapes or "gemm-llm"), getattr(torch, dtype), layout, rep_ms=rep_ms,
+                            budget_s=budget_s)
     (out / "tune-rows.json").write_text(json.dumps(rows, indent=1))
     device = torch.cuda.get_device_name()
     prov = host_provenance(device=device, driver=_driver())
@@ -76,18 +77,12 @@ def tune(
         for r in rows if "median_ms" in r
     ]
     append(out / "records", records)
-    best = best_per_shape(rows)
-    key = hopper.device_key(device) or device
-    entries = [
-        {"dtype": r["dtype"], "shape": r["shape"], "layout": r["layout"], "source": "measured",
-         "measured": {"device": device, "median_ms": round(r["median_ms"], 5), "cublas_ms": r["cublas_ms"] and round(r["cublas_ms"], 5),
-                      "date": prov.timestamp[:10], "git_commit": prov.git_commit},
-         "config": r["config"]}
-        for r in best.values()
-    ]
+    best = gemm_sweep.best_per_shape(rows)
+    key = op_tables.model("nvidia", device)
+    entries = gemm_sweep.table_entries(best, device, prov.timestamp[:10], prov.git_commit)
     (out / f"tuned-gemm-{key}.json").write_text(json.dumps(entries, indent=1))
     if apply:
-        _apply(key, entries)
+        gemm_sweep.apply(key, entries)
     if as_json:
         typer.echo(json.dumps(list(best.values()), indent=1, default=str))
         return
@@ -103,15 +98,14 @@ def tune(
 
 def tune_fp8(shapes: str, scalings: list[str], rep_ms: int, budget_s: float, out: Path, apply: bool,
              as_json: bool = False) -> None:
-    """The FP8 sweep (kernels.tuning.gemm_fp8): rows and records under ``out``, winners as table entries.
+    """The FP8 sweep (ceiling.tuning.gemm_fp8): rows and records under ``out``, winners as table entries.
     A record's config holds ``SCALES`` (the scale kinds, as the gemm_fp8 space names them), so the
     FP8 templates cite the sweep's timings."""
     import torch
 
-    from kernels.nvidia import gemm_fp8
-    from kernels.tuning import gemm_fp8 as fp8_sweep
-    from kernels.scaled_gemm.shapes import SCALINGS, suite
-    from microbench.records import Record, append, host_provenance
+    from ceiling.tuning import gemm_fp8 as fp8_sweep
+    from ceiling.scaled_gemm.shapes import SCALINGS, suite
+    from ceiling.microbench.records import Record, append, host_provenance
 
     unknown = [s for s in scalings if s not in SCALINGS]
     if unknown:
@@ -131,7 +125,7 @@ def tune_fp8(shapes: str, scalings: list[str], rep_ms: int, budget_s: float, out
     ]
     append(out / "records", records)
     best = fp8_sweep.best_per_shape(rows)
-    key = gemm_fp8.device_key(device) or device
+    key = fp8_sweep.device_key(device)
     entries = fp8_sweep.table_entries(best, device, prov.timestamp[:10], prov.git_commit)
     (out / f"tuned-gemm-fp8-{key}.json").write_text(json.dumps(entries, indent=1))
     if apply:
@@ -159,18 +153,6 @@ def _driver() -> str | None:
         return pynvml.nvmlSystemGetDriverVersion()
     except Exception:  # noqa: BLE001 - NVML is optional
         return None
-
-
-def _apply(device_key: str, entries: list[dict]) -> None:
-    from kernels.nvidia.gemm import CONFIG_FILE
-
-    table = json.loads(CONFIG_FILE.read_text())
-    current = table["devices"].setdefault(device_key, [])
-    fresh = {(e["dtype"], tuple(e["shape"])) for e in entries}
-    table["devices"][device_key] = [e for e in current if (e["dtype"], tuple(e["shape"])) not in fresh] + entries
-    tmp = CONFIG_FILE.with_suffix(".tmp")
-    tmp.write_text(json.dumps(table, indent=1))
-    tmp.replace(CONFIG_FILE)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,6 +1,6 @@
 """The attention and triangle-attention half of ``ceiling tune``: run the sweep, save the rows and
-records, print the winners next to the baselines, and (``--apply``) write them into the config
-tables with a provenance line that says what was measured, where and when."""
+records, print the winners next to the baselines, and (``--apply``) write them into the tuned
+tables, each entry with the provenance of what was measured, where and when."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 from rich.table import Table
 
-from roofline import tables
-from roofline.tables import key_table
+from ceiling.roofline import tables
+from ceiling.roofline.tables import key_table
 
 
 def tune_attention(op: str, *, budget_s: float, rep_ms: int, out: Path, apply: bool, workers: int,
@@ -18,8 +18,9 @@ def tune_attention(op: str, *, budget_s: float, rep_ms: int, out: Path, apply: b
     import torch
     import triton
 
-    from kernels.tuning.attention import results, sweep as attention_sweep
-    from microbench.records import Record, append, host_provenance
+    from ceiling import tables as config_tables
+    from ceiling.tuning.attention import results, sweep as attention_sweep
+    from ceiling.microbench.records import Record, append, host_provenance
 
     sweep = attention_sweep.Sweep(op, budget_s=budget_s, rep_ms=rep_ms,
                                   workers=workers or attention_sweep.default_workers())
@@ -54,9 +55,15 @@ def tune_attention(op: str, *, budget_s: float, rep_ms: int, out: Path, apply: b
         versions = f"torch {torch.__version__}, triton {triton.__version__}"
         stamp = f"{device}, {prov.timestamp[:10]}, commit {prov.git_commit or 'unknown'}, {versions}"
         if op == "attention":
-            results.apply_attention(rows, _attention_provenance(rows, stamp))
+            measured = {"device": device, "date": prov.timestamp[:10], "git_commit": prov.git_commit or "unknown",
+                        "torch": torch.__version__, "triton": triton.__version__,
+                        "method": "CUDA-graph replay, ceiling tune attention, B*H*D = 8192, S = 4096, bf16"}
+            results.apply_attention(rows, _attention_about(rows, stamp), measured)
         else:
-            results.apply_triangle(rows, _triangle_provenance(rows, stamp))
+            results.apply_triangle(rows, _triangle_provenance(rows, stamp),
+                                   {"device": device, "date": prov.timestamp[:10],
+                                    "git_commit": prov.git_commit or "unknown", "torch": torch.__version__,
+                                    "triton": triton.__version__}, config_tables.model("nvidia", device))
     return rows
 
 
@@ -76,34 +83,34 @@ def _describe(reached: dict) -> str:
                      for group, kernels in reached.items())
 
 
-def _attention_provenance(rows: list[dict], stamp: str) -> str:
-    from kernels.tuning.attention.results import attention_entries
+def _attention_about(rows: list[dict], stamp: str) -> str:
+    from ceiling.tuning.attention.results import attention_entries
 
     heads = sorted(attention_entries(rows), key=int)
     return (
-        "Flash attention tiles per device (sm90 = Hopper) and padded head dim. fwd: one program per block_m queries "
+        "Flash attention tiles on Hopper (H100, H200) per padded head dim. fwd: one program per block_m queries "
         "looping over block_n keys; dkdv: block_n keys looping over block_m queries; dq: block_m queries looping over "
         "block_n keys; pre_load_v and warp_specialize are kernel switches, other keys Triton compile options; "
-        "'causal': overrides for causal attention; 'narrow': overrides used with a bias or mask tile, or pointer loads. "
-        f"Measured: sm90 head dims {', '.join(heads)} (fwd, dkdv, dq; non-causal and causal) are the fastest candidates "
+        "entries keyed on 'causal' apply to causal attention, on 'narrow' when a bias or mask tile is live or loads "
+        "go through pointers, on 'pointer_bias' when both hold. "
+        f"Measured: head dims {', '.join(heads)} (fwd, dkdv, dq; non-causal and causal) are the fastest candidates "
         "that matched a float32 reference, timed by CUDA-graph replay with `ceiling tune attention` at B*H*D = 8192, "
         f"S = 4096, bf16, no bias or mask, on {stamp} (candidates timed/listed: {_describe(_reached(rows))}). "
-        "Not measured: the 'narrow' overrides (pinned to the configs that compiled for sm_90a without spills) and "
-        "every other head dim, which keep the tilings narrowed until they compile without spills."
+        "Not measured: the 'narrow' entries (pinned to the configs that compiled for sm_90a without spills), the "
+        "'pointer_bias' entries and every other head dim, which keep the tilings narrowed until they compile "
+        "without spills."
     )
 
 
 def _triangle_provenance(rows: list[dict], stamp: str) -> str:
     return (
-        "Triangle attention configs per device (substring of the device name) and head-dim bucket; the float32 "
-        "sub-entry overrides for fp32 inputs; fwd_rows (ROWS > 1) shares each fp32 bias tile between pair rows. "
-        "Measured: H200 d<=32 bf16 fwd/fwd_rows/bwd_dkdv/bwd_dq/bwd_dbias are the fastest candidates that matched a "
+        "H200 head dim <= 32 bf16 fwd/fwd_rows/bwd_dkdv/bwd_dq/bwd_dbias are the fastest candidates that matched a "
         "float32 reference, timed by CUDA-graph replay with `ceiling tune triangle-attention` at B=1, N=384, 4 heads "
         f"of 32, key mask, fp32 bias, on {stamp} (candidates timed/listed: {_describe(_reached(rows))}); fwd is the "
-        "faster of the plain and the row-sharing forward; bwd_dkdv has DQ_ATOMIC when the dK/dV kernel with dQ in it "
-        "(bwd_dkdv_dq) beat bwd_dkdv plus bwd_dq; ROW_SPLIT in bwd_dbias is searched with its tiles. Not measured: the float32 sub-entries (pinned to the "
-        "configs in force before), the 'any' bucket and the 'default' entry, which are starting points sized from "
-        "the sm_90a register and spill counts."
+        "faster of the plain and the row-sharing forward (ROWS > 1 shares each fp32 bias tile between pair rows); "
+        "bwd_dkdv has DQ_ATOMIC when the dK/dV kernel with dQ in it (bwd_dkdv_dq) beat bwd_dkdv plus bwd_dq; "
+        "ROW_SPLIT in bwd_dbias is searched with its tiles. Not measured: the float32 entries (pinned to the configs "
+        "in force before) and head dims above 32."
     )
 
 

@@ -1,29 +1,27 @@
 """The triangle-multiplicative-update half of ``ceiling tune``: run the per-stage sweep, save the
-rows and records, print each stage's winner, and (``--apply``) write the tuned entry for this
-device into ``kernels/nvidia/configs/triangle_multiplication.json`` with its provenance."""
+rows and records, print each stage's winner, and (``--apply``) write the tuned config as this
+device's table, ``kernels/nvidia/tables/<device>/triangle_multiplication.json``, with its
+provenance."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from roofline import tables
-from roofline.tables import key_table
+from ceiling.roofline import tables
+from ceiling.roofline.tables import key_table
 
 
 def tune_trimul(*, n: int, budget_s: float, rep_ms: int, out: Path, apply: bool, driver: str | None,
                 c_z: int = 128, dtype: str = "bfloat16", device: str = "cuda", timer=None,
-                table_path: Path | None = None, stages: tuple[str, ...] | None = None,
-                as_json: bool = False) -> list[dict]:
+                stages: tuple[str, ...] | None = None, as_json: bool = False) -> list[dict]:
     """The sweep on a GPU. ``device="cpu"`` with a ``timer`` (and small ``n``, ``c_z``) runs the
     same path with interpreted kernels: what the tests check of the bookkeeping around it."""
     import torch
     import triton
 
-    from kernels.nvidia import triangle_multiplication as trimul
-    from kernels.triton import triangle_multiplication as shared_trimul
-    from kernels.tuning import trimul as T
-    from microbench.records import Record, append, host_provenance
+    from ceiling.tuning import trimul as T
+    from ceiling.microbench.records import Record, append, host_provenance
 
     tdtype = getattr(torch, dtype)
     rows, best = T.sweep(n=n, c_z=c_z, dtype=tdtype, budget_s=budget_s, rep_ms=rep_ms, device=device, timer=timer,
@@ -57,9 +55,9 @@ def tune_trimul(*, n: int, budget_s: float, rep_ms: int, out: Path, apply: bool,
         console.print(table)
     (out / "tuned-trimul.json").write_text(json.dumps(best, indent=1))
     # Where one forward + backward spends its time, kernel by kernel, before and after.
-    from microbench.breakdown import kernel_times
+    from ceiling.microbench.breakdown import kernel_times
 
-    start = trimul.config_for(device_name if device == "cuda" else None, dtype)
+    start = T.start_config(device_name if device == "cuda" else None, dtype)
     breakdown = {label: kernel_times(T.thunk(n, cfgs, c_z=c_z, dtype=tdtype, device=device), device=device, top=25)
                  for label, cfgs in (("start", start), ("tuned", best))}
     (out / "tune-trimul-breakdown.json").write_text(json.dumps(breakdown, indent=1))
@@ -76,21 +74,20 @@ def tune_trimul(*, n: int, budget_s: float, rep_ms: int, out: Path, apply: bool,
         if not reached:
             print("nothing was timed: the config table is left as it was")
             return rows
-        key = next((k for k in ("H200", "H100") if k.lower() in device_name.lower()), device_name)
-        stamp = (f"{device_name}, {prov.timestamp[:10]}, commit {prov.git_commit or 'unknown'}, "
-                 f"torch {torch.__version__}, triton {triton.__version__}")
-        path = table_path or trimul.CONFIG_FILE
-        table_json = json.loads(path.read_text())
-        table_json[key] = T.table_entry(best, table_json["default"])
-        table_json.setdefault("_measured", {})[key] = (
-            f"Stages {', '.join(reached)} are the fastest candidates of "
-            f"kernels/spaces/candidates/triangle_multiplication.sm_90a.json that matched a float32 reference, timed by CUDA-graph replay (CUDA events where a call could not be "
-            f"captured) with `ceiling tune trimul` at B = 1, "
-            f"N = {n}, c_z = c = {c_z}, {dtype}, outgoing, 5% of pairs masked (forward stages on the forward, backward "
-            f"stages on forward + backward), one stage at a time from the entry in force before (the default when the "
-            f"device had none), on {stamp}. "
-            "Not measured: the float32 sub-entries (the default's)."
-        )
-        path.write_text(json.dumps(table_json, indent=1) + "\n")
-        shared_trimul._table.cache_clear()
+        from ceiling import tables as config_tables
+
+        key = config_tables.model("nvidia", device_name)
+        measured = {"device": device_name, "date": prov.timestamp[:10], "git_commit": prov.git_commit or "unknown",
+                    "torch": torch.__version__, "triton": triton.__version__}
+        why = (f"Stages {', '.join(reached)} are the fastest candidates of "
+               "kernels/spaces/candidates/triangle_multiplication.sm_90a.json that matched a float32 reference, timed "
+               "by CUDA-graph replay (CUDA events where a call could not be captured) with `ceiling tune trimul` at "
+               f"B = 1, N = {n}, c_z = c = {c_z}, {dtype}, outgoing, 5% of pairs masked (forward stages on the "
+               "forward, backward stages on forward + backward), one stage at a time from the config in force "
+               "before. Not measured: the float32 entries (the target's).")
+        config_tables.write(config_tables.path("nvidia", key, T.FAMILY), {
+            "family": T.FAMILY, "device": key,
+            "about": f"The triangle multiplicative update's config on the {key}, tuned on it: merged over the sm_90a "
+                     "entries.",
+            "entries": T.table_entries(best, measured, why)})
     return rows

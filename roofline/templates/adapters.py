@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from kernels.spaces import expressions
-from microbench.records import Record
-from roofline.templates.schema import Template, config_key
-from roofline.work import normalize_shape
+from ceiling.spaces import expressions
+from ceiling.microbench.records import Record
+from ceiling.roofline.templates.schema import Template, config_key
+from ceiling.roofline.work import normalize_shape
 
 # --- names ------------------------------------------------------------------------------------------
 #
@@ -258,9 +258,9 @@ def validate_config(template: Template, config: dict[str, Any], shape: dict[str,
 
     Parameters the config leaves out take the template's default (its most likely value).
 
-    Raises ``kernels.errors.InputError`` naming ``config`` and every violated rule.
+    Raises ``ceiling.errors.InputError`` naming ``config`` and every violated rule.
     """
-    from kernels.errors import InputError
+    from ceiling.errors import InputError
 
     names = template.section_names(section)
     point = {p.name: p.default for p in template.parameters

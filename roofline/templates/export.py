@@ -2,19 +2,19 @@
 
 The space (``kernels/spaces/<family>.json``) gives the parameters (its ``search`` values are a
 template's domains), the constraints, the device limits and the problem; the vendor's table
-(read through :mod:`roofline.templates.families`) the hand-tuned best points; the records the
+(read through :mod:`ceiling.roofline.templates.families`) the hand-tuned best points; the records the
 measurements, the priors and the Kernel Tuner caches. Written per template folder
 ``<out>/<family>/<target>/``:
 
-* ``template.json``: the template (``roofline.templates.schema.Template``);
+* ``template.json``: the template (``ceiling.roofline.templates.schema.Template``);
 * ``records.jsonl``: every kernel record of that family and backend, one
-  ``microbench.records.Record`` per line (the store's data, cited or not);
+  ``ceiling.microbench.records.Record`` per line (the store's data, cited or not);
 * ``kernel_tuner/<shape>.json`` (``<shape>.<section>.json`` for one kernel of a sectioned
   family): for every shape with measured configs, a Kernel Tuner cache file that its
-  simulation mode replays (``roofline.templates.adapters.kernel_tuner_search``).
+  simulation mode replays (``ceiling.roofline.templates.adapters.kernel_tuner_search``).
 
 Best points, priors and caches cite only the timings the performance model is
-fit by (``roofline.selection.select``: our kernels, device time, one timing
+fit by (``ceiling.roofline.selection.select``: our kernels, device time, one timing
 method per fit unit), each with the method it was timed by; a shipped point
 measured only by timings the rules leave out says why instead of citing them.
 """
@@ -27,16 +27,16 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-from kernels import spaces
-from kernels.spaces import expressions
-from microbench.records import Record, _git_commit
-from roofline import ceilings as _ceilings
-from roofline import devices, model as _model
-from roofline import selection as _selection
-from roofline.machine import Machine, from_ceilings
-from roofline.templates import families as _families
-from roofline.templates.schema import BestPoint, CostModel, Constraint, Measured, Parameter, Template, config_key
-from roofline.work import normalize_shape, record_dtype
+from ceiling import spaces
+from ceiling.spaces import expressions
+from ceiling.microbench.records import Record, _git_commit
+from ceiling.roofline import ceilings as _ceilings
+from ceiling.roofline import devices, model as _model
+from ceiling.roofline import selection as _selection
+from ceiling.roofline.machine import Machine, from_ceilings
+from ceiling.roofline.templates import families as _families
+from ceiling.roofline.templates.schema import BestPoint, CostModel, Constraint, Measured, Parameter, Template, config_key
+from ceiling.roofline.work import normalize_shape, record_dtype
 
 
 def targets(family: str) -> list[str]:
@@ -71,7 +71,7 @@ def _measured(r: Record, flops: float | None, timing: str | None) -> Measured:
 def cited(records: list[Record], op: str, backend: str, dtype: str, device: devices.DeviceSpec
           ) -> tuple[list[tuple[Record, str]], dict[int, str]]:
     """Our kernel timings of one family and target that a template may cite, each with the timing method
-    it was admitted under, by the same rules the model is fit by (``roofline.selection.select``: device
+    it was admitted under, by the same rules the model is fit by (``ceiling.roofline.selection.select``: device
     time, one method per fit unit); and, for the others, ``id(record)`` -> why not."""
     chosen = _selection.select(records)
     admitted = _selection.admitted(chosen)
@@ -179,7 +179,7 @@ def build(family: str, target: str, records: list[Record], perf: _model.PerfMode
                 key = (config_key(_shape_of(r, axes)), config_key({k: config[k] for k in names}))
                 unmeasured.setdefault(key, left_out[id(r)])
     template.measurements = {
-        "selection": "roofline.selection.select (the rules the model is fit by)",
+        "selection": "ceiling.roofline.selection.select (the rules the model is fit by)",
         "event_min_seconds": _selection.EVENT_MIN_SECONDS,
         "cited": sum(len(v) for v in mine.values()), "timing": dict(Counter(timing.values())),
         "left_out": dict(Counter(left_out.values())),
@@ -254,7 +254,7 @@ def build(family: str, target: str, records: list[Record], perf: _model.PerfMode
 
 def _baselines(records: list[Record], op: str, axes: list[str], spec: devices.DeviceSpec) -> dict[str, dict]:
     """The vendor library's time per shape (records named like ``torch.matmul``, or marked as the
-    baseline), held to the same timing rule as our kernels (``roofline.selection.timing_reason``)."""
+    baseline), held to the same timing rule as our kernels (``ceiling.roofline.selection.timing_reason``)."""
     out: dict[str, dict] = {}
     for r in records:
         baseline = r.name.startswith("torch") or r.extra.get("role") == "baseline"
@@ -274,7 +274,7 @@ def _baselines(records: list[Record], op: str, axes: list[str], spec: devices.De
 
 def write(template: Template, records: list[Record], out: str | Path) -> Path:
     """Write the template folder; returns it."""
-    from roofline.templates.adapters import kernel_tuner_cache
+    from ceiling.roofline.templates.adapters import kernel_tuner_cache
 
     folder = Path(out) / template.family / template.target
     folder.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,7 @@ For every family, per backend:
   point with the problem it was chosen for, read through the vendor module's own resolver so
   a point is what the kernel would run;
 * :func:`check_point`: the target's own check of one point: compiled for sm_90a or gfx942
-  (``kernels.isa``, static facts back), the TPU config rules (``kernels/tpu/*_rules.py``), or
+  (``ceiling.isa``, static facts back), the TPU config rules (``kernels/tpu/*_rules.py``), or
   the NKI emulator's hardware rules in a dry run (trn1, trn2);
 * :func:`write_point`: a found point written into the vendor's table (``ceiling import-point``).
 
@@ -20,10 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernels import spaces
+from ceiling import spaces
 
 REPO = Path(__file__).resolve().parents[2]
-_BUCKETS = {"d<=32": 32, "d<=64": 64, "d<=128": 128, "any": 256}  # triangle attention's head-dim buckets (largest)
 
 
 @dataclass
@@ -40,15 +39,21 @@ def _bytes(dtype: str) -> int:
 
 
 def _device_key(name: str) -> str:
-    from roofline import devices
+    from ceiling.roofline import devices
 
     spec = devices.match(name)
     return spec.key if spec else ""
 
 
 def table_path(family: str, target: str) -> Path | None:
-    table = spaces.get(family, target).table
-    return REPO / table if table else None
+    """The vendor table of ``family`` on ``target``: the target's in the one table format
+    (``ceiling.tables``) where it has one, else the file the space names."""
+    from ceiling import tables
+
+    space = spaces.get(family, target)
+    if tables.path(space.backend, target, family).exists():
+        return tables.path(space.backend, target, family)
+    return REPO / space.table if space.table else None
 
 
 def _read(family: str, target: str) -> dict:
@@ -58,39 +63,61 @@ def _read(family: str, target: str) -> dict:
 # --------------------------------------------------------------------------------------- shipped
 
 
-def _gemm_walk(data: Any, names: list[str], dtype: str) -> list[Shipped]:
-    """The Triton GEMM tables: any dict holding BLOCK_M and BLOCK_N is a config; its shape is in
-    its entry (``"shape": [M, N, K]``), its device the key it sits under ("H200"), its label the
-    class it is named by ("skinny_m16"). Candidate lists are not best points."""
-    found: list[Shipped] = []
+def _gemm_shipped(backend: str, target: str, dtype: str, flat) -> list[Shipped]:
+    """The GEMM tables' entries on ``target`` for ``dtype``: an exact problem's entry with its shape
+    and device (NVIDIA), a shape class (CDNA3), a size class (TPU), a block shape (Trainium)."""
+    from ceiling import tables
 
-    def walk(node: Any, ctx: dict[str, Any]) -> None:
-        if isinstance(node, dict):
-            ctx = dict(ctx)
-            shape = node.get("shape")
-            if isinstance(shape, (list, tuple)) and len(shape) == 3:
-                ctx["shape"] = dict(zip(("M", "N", "K"), map(int, shape)))
-            for key in ("dtype", "source"):
-                if isinstance(node.get(key), str):
-                    ctx[key] = node[key]
-            if "BLOCK_M" in node and "BLOCK_N" in node:
-                if ctx.get("dtype", dtype) == dtype:
-                    found.append(Shipped(ctx.get("shape"), {k: node[k] for k in names if k in node},
-                                         ctx.get("device", ""), ctx.get("label", ""), ctx.get("source", "")))
-                return
-            for key, value in node.items():
-                if key in ("candidates", "about"):
-                    continue
-                sub = dict(ctx, label=str(key))
-                if _device_key(str(key)):
-                    sub["device"] = _device_key(str(key))
-                walk(value, sub)
-        elif isinstance(node, list):
-            for item in node:
-                walk(item, ctx)
+    kernel_dtype = "float32" if backend == "tpu" and dtype not in ("bfloat16", "float32") else dtype
+    # the target's table and the device tables that refine it (H200's on sm_90a), not other targets'
+    devices = [d for d in tables.devices(backend) if tables.path(backend, d, "gemm").exists()
+               and (d == target or d not in spaces.targets("gemm"))]
+    out = []
+    for device in devices:
+        for entry in tables.read(tables.path(backend, device, "gemm"))["entries"]:
+            pinned = tables.pinned(entry)
+            if pinned.get("dtype", dtype) != dtype or pinned.get("kernel_dtype", kernel_dtype) != kernel_dtype:
+                continue
+            if backend == "amd" and "label" not in entry:
+                continue  # a class's float32 form, not a point of its own
+            shape = {a: pinned[a] for a in ("M", "N", "K")} if {"M", "N", "K"} <= set(pinned) else None
+            label = entry.get("label") or entry["config"].get("name") or entry.get("when", "default")
+            own = device == target
+            out.append(Shipped(shape, flat(entry["config"]), "" if own else _device_key(device),
+                               label if own else f"{device} {label}", entry.get("source", "")))
+    return out
 
-    walk(data, {})
-    return found
+
+def _fp8_shipped(backend: str, flat) -> list[Shipped]:
+    """The FP8 GEMM's table entries on every device of ``backend``: a Hopper entry is for one shape
+    and scaling (its condition pins them); a CDNA3 entry for a shape class, labelled with the first
+    scaling it serves (block scales first: what the class was sized for)."""
+    from ceiling import tables
+    from ceiling.tuning.gemm_fp8 import pinned
+    from ceiling.scaled_gemm.spec import ScaledGemmProblem
+
+    out: list[Shipped] = []
+    for device in tables.devices(backend):
+        path = tables.path(backend, device, "gemm_fp8")
+        if not path.exists():
+            continue
+        for i, e in enumerate(tables.read(path)["entries"]):
+            label = f"{device} #{i}"
+            if backend == "nvidia":
+                p = pinned(e["when"])
+                shape = {k: p[k] for k in ("M", "N", "K")}
+                out.append(Shipped(shape, flat({**e["config"], "SCALES": p["SCALES"]}), _device_key(device),
+                                   f"{label} {p['SCALES']}", e.get("source", "")))
+                continue
+            for scales in ("1x128/128x128", "tensor/tensor", "row/row"):
+                kinds = scales.split("/")
+                if any(tables.matches(e, ScaledGemmProblem("torch", "cpu", m=m, n=4096, k=4096, a_dtype="float8_e4m3fnuz",
+                                                           b_dtype="float8_e4m3fnuz", a_scale=kinds[0], b_scale=kinds[1],
+                                                           out_dtype="bfloat16").features()) for m in (16, 8192)):
+                    out.append(Shipped(None, flat({**e["config"], "SCALES": scales}), _device_key(device),
+                                       f"{label} {e.get('when', '')}", e.get("source", "")))
+                    break
+    return out
 
 
 def shipped(family: str, target: str, dtype: str, names: list[str]) -> list[Shipped]:
@@ -105,87 +132,80 @@ def shipped(family: str, target: str, dtype: str, names: list[str]) -> list[Ship
         return {k: v for k, v in spaces.flatten(config, space.sections).items() if k in names}
 
     out: list[Shipped] = []
-    if family == "gemm" and backend in ("nvidia", "amd"):
-        return _gemm_walk(_read(family, target), names, dtype)
-    if family == "gemm_fp8" and backend == "nvidia":  # entries per device, each for one shape and scaling
-        for device, entries in _read(family, target)["devices"].items():
-            out += [Shipped(dict(zip(("M", "N", "K"), e["shape"])), flat({**e["config"], "SCALES": e["scales"]}),
-                            _device_key(device), f"{device} {e['scales']}", e.get("source", ""))
-                    for e in entries if e["dtype"] == dtype]
-        return out
-    if family == "gemm_fp8" and backend == "amd":  # a config per shape class, labelled with the scaling it was sized for
-        from kernels.amd import gemm_fp8 as amd_fp8
+    if family == "gemm_fp8":  # the one table format (ceiling.tables)
+        return _fp8_shipped(backend, flat)
+    if family == "gemm":
+        return _gemm_shipped(backend, target, dtype, flat)
+    if family in ("attention", "triangle_attention") and backend == "trainium":
+        from ceiling.trainium import attention as trn_attention
 
-        for device, own in _read(family, target)["devices"].items():
-            if "configs" in own:  # a device that only inherits another's tiles adds no point
-                out += [Shipped(None, flat(c), _device_key(device), f"{device} {cls}", "")
-                        for cls, c in amd_fp8.device_entry(device)["configs"].items()]
-        return out
-    if family == "gemm" and backend == "tpu":
-        table = _read(family, target)[target][dtype if dtype in ("bfloat16", "float32") else "float32"]
-        for entry in [table["fallback"], *table["entries"]]:
-            bounds = "M>={min_m}, N>={min_n}, K>={min_k}"
-            label = "fallback" if entry is table["fallback"] else bounds.format(**entry)
-            out.append(Shipped(None, flat(entry), "", label, entry.get("provenance", "")))
-        return out
-    if family in ("gemm", "attention", "triangle_attention") and backend == "trainium":
-        from kernels.trainium import attention as trn_attention
-        from kernels.trainium import gemm as trn_gemm
-
-        if family == "gemm":
-            return [Shipped(None, flat(c), "", c.get("name", ""), "") for c in trn_gemm.configs(target)]
         rows = trn_attention.configs(target)
-        if family == "triangle_attention":
-            rows = [next(c for c in rows if c["head_dim"] >= 32)]
+        if family == "triangle_attention":  # the smallest bucket that takes its head dim, 32
+            rows = [min((c for c in rows if c["head_dim"] >= 32), key=lambda c: c["head_dim"])]
         head_dim = (lambda c: 32) if family == "triangle_attention" else (lambda c: c["head_dim"])
         return [Shipped({"head_dim": head_dim(c)}, flat(c), "", c["name"], "") for c in rows]
-    if family in ("attention", "triangle_attention") and backend == "tpu":
-        table = json.loads((REPO / spaces.get("attention", target).table).read_text())[target].get(dtype, {})
-        for head_dim, entry in table.items():
-            if family == "triangle_attention" and int(head_dim) != 128:
+    if family in ("attention", "triangle_attention") and backend == "tpu":  # the attention table's blocks
+        from ceiling import tables
+        from ceiling.attention.spec import HEAD_DIM_RANGE
+        from ceiling.tpu.attention import kernel_dtype, shipped_entries
+        from ceiling.tpu.generations import LANES
+
+        for head_dim in range(LANES, HEAD_DIM_RANGE[1] + 1, LANES):  # the padded head dims
+            if family == "triangle_attention" and head_dim != LANES:
                 continue
-            shape = {"head_dim": 32 if family == "triangle_attention" else int(head_dim)}
-            out.append(Shipped(shape, flat(entry), "", f"head_dim {head_dim}", entry.get("provenance", "")))
+            features = {"kernel_dtype": kernel_dtype(dtype), "head_dim_pad": head_dim}
+            held = [e for e in shipped_entries(target) if tables.matches(e, features)]
+            if held:
+                shape = {"head_dim": 32 if family == "triangle_attention" else head_dim}
+                config = tables.lookup("tpu", "attention", None, target, features).config
+                out.append(Shipped(shape, flat(config), "", f"head_dim {head_dim}",
+                                   "; ".join(e.get("why", e["source"]) for e in held)))
         return out
     if family == "attention_gluon":
-        for head_dim, entry in _read(family, target)["sm90"].items():
-            out.append(Shipped({"head_dim": int(head_dim)}, flat(entry), "", f"sm90 head_dim {head_dim}", ""))
-        return out
-    if family == "attention":
-        import importlib
+        from ceiling.nvidia.gluon.attention import shipped as gluon_shipped
 
-        module = importlib.import_module(f"kernels.{backend}.attention")
-        key = "sm90" if backend == "nvidia" else target
-        for pad, entry in module._tuned().get(key, {}).items():
-            out.append(Shipped({"head_dim": int(pad)}, flat(module.select_config(int(pad), key)), "",
-                               f"{key} head_dim {pad}", ""))
-            if backend == "nvidia" and "causal" in entry:
-                out.append(Shipped({"head_dim": int(pad)}, flat(module.select_config(int(pad), key, causal=True)), "",
-                                   f"{key} head_dim {pad}, causal", ""))
+        for head_dim, entry in gluon_shipped().items():
+            out.append(Shipped({"head_dim": head_dim}, flat(entry), "", f"{target} head_dim {head_dim}", ""))
+        return out
+    if family == "attention":  # per padded head dim of the table: what its GPU resolves, causal where it differs
+        from ceiling.triton.attention_specs import tuned_head_dims
+
+        for pad in tuned_head_dims(backend, target):
+            plain, causal = (flat(_attention_config(backend, pad, dtype, c).as_dict()) for c in (False, True))
+            out.append(Shipped({"head_dim": pad}, plain, "", f"{target} head_dim {pad}", ""))
+            if causal != plain:
+                out.append(Shipped({"head_dim": pad}, causal, "", f"{target} head_dim {pad}, causal", ""))
         return out
     if family in ("triangle_attention", "triangle_multiplication") and backend in ("nvidia", "amd"):
-        import importlib
-
-        module = importlib.import_module(f"kernels.{backend}.{family}")
-        table = _read(family, target)
-        for device, entry in table.items():
-            if device.startswith("_"):
-                continue
-            name = None if device == "default" else device
-            if family == "triangle_attention":
-                for bucket in entry:
-                    head_dim = _BUCKETS[bucket]
-                    config = module.resolve_config(name, head_dim, dtype, None)
-                    out.append(Shipped({"head_dim": head_dim}, flat(config),
-                                       _device_key(device) if name else "", f"{device} {bucket}", ""))
-            else:
-                out.append(Shipped(None, flat(module.resolve_config(name, dtype, None)),
-                                   _device_key(device) if name else "", device, ""))
-        return out
+        return [Shipped(shape, flat(config), device, label, source)
+                for shape, config, device, label, source in _triangle_shipped(family, target, dtype)]
     if family == "triangle_multiplication" and backend == "tpu":
-        entry = _read(family, target)[target].get(dtype if dtype in ("bfloat16", "float32") else "float32")
-        return [Shipped(None, flat(entry), "", dtype, entry.get("provenance", ""))] if entry else []
+        from ceiling import tables
+        from ceiling.tpu.triangle_multiplication import kernel_dtype
+
+        found = tables.lookup("tpu", family, None, target, {"kernel_dtype": kernel_dtype(dtype)})
+        why = "; ".join(tables.read(tables.path("tpu", t, family))["entries"][i].get("why", "") for t, i in found.held)
+        return [Shipped(None, flat(found.config), "", dtype, why)] if found.config else []
     raise NotImplementedError(f"no shipped-config reader for {family} on {target}")
+
+
+def _attention_problem(backend: str, head_dim: int, dtype: str, causal: bool):
+    """A PyTorch attention problem on the device the Triton target's tables are written for."""
+    from ceiling.attention.spec import shipped_problem
+
+    if backend == "nvidia":
+        from ceiling.nvidia.attention_specs import H200 as gpu
+    else:
+        from ceiling.amd.attention_specs import MI300X as gpu
+    return shipped_problem(head_dim, dtype, causal=causal, **gpu)
+
+
+def _attention_config(backend: str, head_dim: int, dtype: str, causal: bool):
+    """The config the Triton attention on ``backend`` resolves for that problem (``ceiling.op``)."""
+    from ceiling.attention.op import ATTENTION
+    from ceiling.op import resolve_config
+
+    return resolve_config(_attention_problem(backend, head_dim, dtype, causal), ATTENTION.implementation(backend), None)
 
 
 def unit_problem(family: str, section: str | None) -> dict[str, Any]:
@@ -214,12 +234,12 @@ def check_point(family: str, target: str, config: dict, shape: dict | None = Non
     if family == "attention_gluon":
         return [_gluon_verdict(spec) for spec in compile_specs(family, target, config, shape, dtype, only)]
     if backend in ("nvidia", "amd"):
-        from kernels import isa
+        from ceiling import isa
 
         specs = compile_specs(family, target, config, shape, dtype, only)
         return [isa.profile(spec, target).as_dict() for spec in specs]
     if backend == "tpu":
-        from kernels.tpu import attention_rules, gemm_rules, trimul_rules
+        from ceiling.tpu import attention_rules, gemm_rules, trimul_rules
 
         if family == "gemm":
             return [gemm_rules.check_config(config, dtype, dtype, target).as_dict()]
@@ -232,12 +252,12 @@ def check_point(family: str, target: str, config: dict, shape: dict | None = Non
     if backend == "trainium":
         config = {**config, "target": target}
         if family == "gemm":
-            from kernels.trainium import gemm as trn_gemm
+            from ceiling.trainium import gemm as trn_gemm
 
             m, n, k = ((shape or {}).get(a, 1024) for a in ("M", "N", "K"))
             report, resolved, ctx = trn_gemm.estimate(m, n, k, dtype=dtype, target=target, config=config)
         else:
-            from kernels.trainium import attention as trn_attention
+            from ceiling.trainium import attention as trn_attention
 
             head_dim = _heads(shape, 32 if family == "triangle_attention" else 128)
             seq = int((shape or {}).get("seq", (shape or {}).get("n", 1024)))
@@ -257,7 +277,7 @@ def _gluon_verdict(spec) -> dict:
     """The Gluon kernels' static check of one compiled point: its facts, or a ValueError naming
     what in its SASS is not the design (two HGMMA consumers, a TMA producer, the register split,
     no spills, shared memory)."""
-    from kernels.nvidia.gluon import static_check
+    from ceiling.nvidia.gluon import static_check
 
     result = static_check.check(spec)
     if result["violations"]:
@@ -270,66 +290,63 @@ def _gluon_verdict(spec) -> dict:
 
 def compile_specs(family: str, target: str, config: dict, shape: dict | None = None, dtype: str = "bfloat16",
                   only: str | None = None) -> list:
-    """``kernels.isa.CompileSpec``s of every kernel of one point on a Triton target (of the ``only``
+    """``ceiling.isa.CompileSpec``s of every kernel of one point on a Triton target (of the ``only``
     kernel, a section's name, when given); sections a point leaves out take the table's entry."""
     backend = spaces.get(family, target).backend
     if family == "gemm":
         import importlib
 
-        return [importlib.import_module(f"kernels.{backend}.gemm").compile_spec(dict(config), dtype)]
+        return [importlib.import_module(f"ceiling.{backend}.gemm_specs").compile_spec(dict(config), dtype)]
     if family == "gemm_fp8":  # e4m3 operands (e4m3fnuz on gfx942); dtype names them if FP8, else the output
         import importlib
 
-        module = importlib.import_module(f"kernels.{backend}.gemm_fp8")
+        module = importlib.import_module(f"ceiling.{backend}.gemm_fp8_specs")
         a_kind, b_kind = config.get("SCALES", "1x128/128x128").split("/")
         fp8 = {"nvidia": "float8_e4m3fn", "amd": "float8_e4m3fnuz"}[backend]
         operands, out = (dtype, "bfloat16") if dtype.startswith("float8") else (fp8, dtype)
         if backend == "nvidia":
             return [module.compile_spec(dict(config), a_kind, b_kind, operands, operands, out)]
         return [module.compile_spec(dict(config), a_kind, b_kind, operands, out)]
-    if family == "attention_gluon":  # kernels.nvidia.gluon.static_check specs: causal, the table's other kernel
-        from kernels.nvidia.gluon import static_check
+    if family == "attention_gluon":  # ceiling.nvidia.gluon.static_check specs: causal, the table's other kernel
+        from ceiling.nvidia.gluon import static_check
+        from ceiling.nvidia.gluon.attention import shipped as gluon_shipped
 
         head_dim = _heads(shape, 128)
-        entry = static_check.table()["sm90"][str(head_dim)]
+        entry = gluon_shipped()[head_dim]
         return [static_check.spec(kernel, head_dim, True, {**entry[kernel], **config.get(kernel, {})}, dtype)
                 for kernel in ("fwd", "bwd") if kernel in entry and only in (None, kernel)]
-    if family == "attention":
-        from kernels.triton import attention as flash
-
-        head_dim = _heads(shape, 128)
-        if backend == "nvidia":
-            from kernels.nvidia import attention as A
-
-            cfg = flash.merge_config(A.heuristic(flash.head_dim_pad(head_dim)), config)
-            specs = flash.kernel_specs(head_dim, cfg, dtype=dtype, causal=True, prefix="point_")
-        else:
-            from kernels.amd import attention as M
-
-            cfg = flash.merge_config(M.heuristic(flash.head_dim_pad(head_dim)), config)
-            specs = flash.kernel_specs(head_dim, cfg, dtype=dtype, causal=True, use_tma=False,
-                                       pre_load_v=bool(cfg.get("pre_load_v")), prefix="point_amd_")
-        return [s for s in specs if only in (None, s.config["kernel"])]
-    if family == "triangle_attention":
-        from kernels.triton import triangle_attention as T
-
-        extra = ("waves_per_eu", "matrix_instr_nonkdim") if backend == "amd" else ()
-        head_dim = _heads(shape, 32)
-        return [T.kernel_spec(name, cfg, dtype, head_dim, prefix=f"point_{backend}", extra_keys=extra, aligned=True)
-                for name, cfg in config.items() if isinstance(cfg, dict) and only in (None, name)]
-    if family == "triangle_multiplication":
+    if family == "attention":  # sections the point leaves out take the heuristic's
         import importlib
 
-        module = importlib.import_module(f"kernels.{backend}.triangle_multiplication")
-        c_z, c = int((shape or {}).get("c_z", 128)), int((shape or {}).get("c", 128))
-        cfgs = module.resolve_config(None, dtype, config)
-        if backend == "nvidia":
-            specs = module.compile_specs(dtype, c_z, c, cfgs=cfgs, prefix="point")
-        else:
-            from kernels.triton import triangle_multiplication as shared
+        from ceiling.triton import attention as flash
+        from ceiling.triton.attention_specs import kernel_specs
 
-            specs = shared.compile_specs(dtype, c_z, c, "", table=module.CONFIG_FILE, cfgs=cfgs, prefix="point_cdna3",
-                                         extra_keys=module.AMD_OPTIONS)
+        head_dim = _heads(shape, 128)
+        heuristic = importlib.import_module(f"ceiling.{backend}.attention").heuristic
+        cfg = flash.merge_config(heuristic(_attention_problem(backend, head_dim, dtype, True)), config)
+        if backend == "nvidia":
+            specs = kernel_specs(head_dim, cfg, dtype=dtype, causal=True, prefix="point_")
+        else:
+            specs = kernel_specs(head_dim, cfg, dtype=dtype, causal=True, use_tma=False,
+                                 pre_load_v=bool(cfg.get("pre_load_v")), prefix="point_amd_")
+        return [s for s in specs if only in (None, s.config["kernel"])]
+    if family == "triangle_attention":
+        from ceiling.triton.triangle_attention_specs import kernel_spec
+
+        head_dim = _heads(shape, 32)
+        return [kernel_spec(name, cfg, dtype, head_dim, target=target, prefix=f"point_{backend}", aligned=True)
+                for name, cfg in config.items() if isinstance(cfg, dict) and only in (None, name)]
+    if family == "triangle_multiplication":
+        import dataclasses
+
+        from ceiling.op import get, resolve_config
+        from ceiling.triton import triangle_multiplication_specs as M
+
+        c_z, c = int((shape or {}).get("c_z", 128)), int((shape or {}).get("c", 128))
+        problem = dataclasses.replace(_triangle_problem(family, dtype, None, target, None), c_z=c_z, c=c)
+        impl = next(i for i in get(_TRIANGLE_OPS[family]).implementations if i.target == target)
+        cfgs = resolve_config(problem, impl, config).as_dict()
+        specs = M.compile_specs(dtype, c_z, c, target, cfgs=cfgs, prefix="point" if backend == "nvidia" else "point_cdna3")
         return [s for s in specs if only is None or f"_{only}_{dtype}_" in s.name]
     raise NotImplementedError(f"no compile specs for {family} on {target}")
 
@@ -339,10 +356,40 @@ def compile_specs(family: str, target: str, config: dict, shape: dict | None = N
 
 def _table_device(backend: str, device_name: str) -> str:
     """The key a vendor's table files a device under ("NVIDIA H200" -> "H200")."""
-    for word in device_name.replace("(", " ").replace(")", " ").split():
-        if any(ch.isdigit() for ch in word) and word.upper() == word:
-            return word
-    return device_name
+    from ceiling import tables
+
+    return tables.model(backend, device_name)
+
+
+def _write_fp8_point(backend: str, config: dict, shape: dict, dtype: str, device_name: str, provenance: str,
+                     path: Path | None) -> tuple[Path, dict]:
+    """An FP8 point as a table entry of its device: on Hopper for its exact shape and scaling, on
+    CDNA3 for the shape class the gfx942 table files the problem under (the condition of the last
+    entry that holds for it)."""
+    from ceiling import tables
+    from ceiling.scaled_gemm.spec import ScaledGemmProblem
+    from ceiling.tuning import gemm_fp8 as sweep
+
+    m, n, k = (int(shape[a]) for a in ("M", "N", "K"))
+    a_kind, b_kind = config["SCALES"].split("/")
+    if backend == "nvidia":
+        device, when = sweep.device_key(device_name), sweep.when((m, n, k), dtype, config["SCALES"])
+    else:
+        from ceiling.amd import devices
+
+        problem = ScaledGemmProblem("torch", "cpu", m=m, n=n, k=k, a_dtype=dtype, b_dtype=dtype, a_scale=a_kind,
+                                    b_scale=b_kind, out_dtype="bfloat16")
+        held = tables.lookup("amd", "gemm_fp8", None, "gfx942", problem.features()).held
+        table_name, i = held[-1]
+        device = devices.model(device_name)
+        when = tables.read(tables.path("amd", table_name, "gemm_fp8"))["entries"][i]["when"]
+    path = path or tables.path(backend, device, "gemm_fp8")
+    table = tables.read(path) if path.exists() else {
+        "family": "gemm_fp8", "device": device, "about": f"FP8 GEMM configs found for the {device}.", "entries": []}
+    entry = {"when": when, "config": {key: v for key, v in config.items() if key != "SCALES"}, "source": "derived",
+             "why": provenance}
+    table = dict(table, entries=[e for e in table["entries"] if e.get("when") != when] + [entry])
+    return path, table
 
 
 def write_point(family: str, target: str, config: dict, shape: dict | None, dtype: str, device_name: str,
@@ -352,106 +399,176 @@ def write_point(family: str, target: str, config: dict, shape: dict | None, dtyp
     Nothing is written here: the caller writes the table (``ceiling import-point --apply``)."""
     space = spaces.get(family, target)
     backend = space.backend
+    if family == "gemm_fp8":  # the one table format (ceiling.tables)
+        return _write_fp8_point(backend, config, shape, dtype, device_name, provenance, path)
+    if family == "gemm":
+        return _write_gemm_point(backend, target, config, shape, dtype, device_name, provenance, path)
+    if (family, backend) in _TRIANGLE_TABLES:
+        return _write_triangle_point(family, target, config, shape, dtype, device_name, provenance, path)
     path = path or table_path(family, target)
     if path is None:
         raise NotImplementedError(f"{family} on {target} has no config table")
     table = json.loads(path.read_text())
     device = _table_device(backend, device_name)
     key = None
-    if family == "gemm" and backend == "nvidia":
-        m, n, k = (int(shape[a]) for a in ("M", "N", "K"))
-        entries = table["devices"].setdefault(device, [])
-        entries[:] = [e for e in entries if not (e["dtype"] == dtype and list(e["shape"]) == [m, n, k])]
-        entries.append({"dtype": dtype, "shape": [m, n, k], "source": "imported", "provenance": provenance,
-                        "config": dict(config)})
-    elif family == "gemm" and backend == "amd":
-        from kernels.amd import gemm as G
-        from kernels.gemm.spec import GemmProblem
+    if family in ("attention", "triangle_attention") and backend == "tpu":  # the last entry that holds wins
+        from ceiling.tpu.attention import kernel_dtype
 
-        problem = GemmProblem("torch", None, int(shape["M"]), int(shape["N"]), int(shape["K"]), dtype, dtype, None,
-                              None, "cpu", False)
-        entry = table["devices"].setdefault(device, {"inherits": table["default_device"]})
-        key = G.shape_class(problem, device if device in table["devices"] else None)
-        entry.setdefault("configs", {})[key] = {**G.device_entry(device)["configs"][key], **config}
-        entry.setdefault("imported", {})[key] = provenance
-    elif family == "gemm_fp8" and backend == "nvidia":
-        m, n, k = (int(shape[a]) for a in ("M", "N", "K"))
-        scales = config["SCALES"]
-        entries = table["devices"].setdefault(device, [])
-        entries[:] = [e for e in entries if not (e["dtype"] == dtype and e["scales"] == scales
-                                                  and list(e["shape"]) == [m, n, k])]
-        entries.append({"dtype": dtype, "scales": scales, "shape": [m, n, k], "source": "imported",
-                        "provenance": provenance, "config": {k_: v for k_, v in config.items() if k_ != "SCALES"}})
-    elif family == "gemm_fp8" and backend == "amd":
-        from kernels.amd import gemm_fp8 as amd_fp8
-
-        a_kind, b_kind = config["SCALES"].split("/")
-        entry = table["devices"].setdefault(device, {"inherits": table["default_device"]})
-        known = device if device in amd_fp8._table()["devices"] else table["default_device"]
-        key = amd_fp8.shape_class(int(shape["M"]), a_kind, b_kind)
-        # a device's own "configs" replace its parent's whole (device_entry): start from all of them
-        configs = entry.setdefault("configs", json.loads(json.dumps(amd_fp8.device_entry(known)["configs"])))
-        configs[key] = {**configs[key], **config}
-        entry.setdefault("imported", {})[key] = provenance
-    elif family == "gemm" and backend == "tpu":
-        entries = table[target][dtype]["entries"]
-        entries.insert(0, {"min_m": int(shape["M"]), "min_n": int(shape["N"]), "min_k": int(shape["K"]), **config,
-                           "provenance": f"{provenance} (the first entry a problem at least this large meets)"})
-    elif family == "gemm" and backend == "trainium":
-        rows = table["targets"][target]
-        name = f"imported_{shape['M']}x{shape['N']}x{shape['K']}" if shape else "imported"
-        rows.insert(0, {"name": name, **{k: v for k, v in config.items() if k != "target"},
-                        "resident_m_blocks": config.get("resident_m_blocks")})
-        table.setdefault("provenance", {})[f"{target}/{name}"] = provenance + " (the target's default config now)"
-    elif family in ("attention", "triangle_attention") and backend == "tpu":
-        head_dim = str(-(-_heads(shape, 128) // 128) * 128)
-        table[target].setdefault(dtype, {})[head_dim] = {**config, "provenance": provenance}
+        when = f"kernel_dtype == '{kernel_dtype(dtype)}' and head_dim_pad == {-(-_heads(shape, 128) // 128) * 128}"
+        _file_after(table, when, config, provenance, lambda e: True)
     elif family in ("attention", "triangle_attention") and backend == "trainium":
-        head_dim = _heads(shape, 128)
-        buckets = table["targets"][target]
-        bucket = next((b for b in sorted(buckets, key=int) if int(b) >= head_dim), max(buckets, key=int))
-        buckets[bucket] = {**buckets[bucket], **{k: v for k, v in config.items() if k != "target"},
-                           "name": f"imported_d{bucket}"}
-        table.setdefault("provenance", {})[f"{target}/{bucket}"] = provenance
-    elif family == "attention_gluon":  # the tiles only: a Gluon config becomes a default by a device run
-        head_dim = str(_heads(shape, 128))
-        entry = table["sm90"].setdefault(head_dim, {})
-        for section, values in config.items():
-            entry[section] = {**entry.get(section, {}), **values}
-        table.setdefault("_provenance", {})[f"sm90/{head_dim}"] = provenance
-    elif family == "attention":
-        from kernels.triton import attention as flash
+        from ceiling.trainium.attention import configs as trn_configs
 
-        key = "sm90" if backend == "nvidia" else target
-        pad = str(flash.head_dim_pad(_heads(shape, 128)))
-        entry = table.setdefault(key, {}).setdefault(pad, {})
-        for section, values in config.items():
-            if isinstance(values, dict):
-                entry[section] = {**entry.get(section, {}), **values}
-            else:
-                entry[section] = values
-        table.setdefault("_provenance", {})[f"{key}/{pad}"] = provenance
-    elif family in ("triangle_attention", "triangle_multiplication") and backend in ("nvidia", "amd"):
-        base = table.get(device) or json.loads(json.dumps(table["default"]))
-        if family == "triangle_attention":
-            head_dim = _heads(shape, 32)
-            bucket = next(b for b, d in _BUCKETS.items() if head_dim <= d and b in base)
-            target_entry = base[bucket]
-        else:
-            target_entry = base
-        for section, values in config.items():
-            if isinstance(values, dict):
-                kept = {k: v for k, v in target_entry.get(section, {}).items() if k == "float32"}
-                target_entry[section] = {**values, **kept}
-            else:
-                target_entry[section] = values
-        table[device] = base
-        table.setdefault("_provenance", {})[device] = provenance
-    elif family == "triangle_multiplication" and backend == "tpu":
-        table[target][dtype] = {**config, "provenance": provenance}
+        head_dim = _heads(shape, 128)
+        buckets = sorted(c["head_dim"] for c in trn_configs(target))
+        bucket = next((b for b in buckets if b >= head_dim), buckets[-1])
+        when = f"head_dim <= {bucket}" if bucket != buckets[-1] else None  # the first entry serves the largest
+        config = {**{k: v for k, v in config.items() if k != "target"}, "name": f"imported_d{bucket}"}
+        _file_after(table, when, config, provenance, lambda e: e.get("when") == when)  # before the smaller buckets
+    elif family == "attention_gluon":  # the tiles only: a Gluon config becomes a default by a device run
+        _file_after(table, f"head_dim == {_heads(shape, 128)}", config, provenance, lambda e: not e.get("default"))
+    elif family == "attention":
+        from ceiling.triton import attention as flash
+
+        when = f"head_dim_pad == {flash.head_dim_pad(_heads(shape, 128))}"
+        _file_after(table, when, config, provenance, lambda e: e.get("when") == when)  # before its narrow entries
     else:
         raise NotImplementedError(f"no table writer for {family} on {target}")
     return path, table
+
+
+def _file_after(table: dict, when: str | None, config: dict, provenance: str, after) -> None:
+    """A found point filed in a one-format table (``ceiling.tables``) as an entry holding where
+    ``when`` holds, placed after the last entry ``after(entry)`` accepts (at the end when none
+    does): later entries that hold refine it, as a narrower condition's entries refine the
+    point's problem class."""
+    entry = {"when": when, "config": config, "source": "derived", "why": provenance}
+    entries = table["entries"]
+    at = max((i for i, e in enumerate(entries) if after(e)), default=len(entries) - 1) + 1
+    entries.insert(at, entry if when is not None else {k: v for k, v in entry.items() if k != "when"})
+
+
+def _write_gemm_point(backend: str, target: str, config: dict, shape: dict | None, dtype: str, device_name: str,
+                      provenance: str, path: Path | None) -> tuple[Path, dict]:
+    """A GEMM point as an entry of the table it refines, where it wins where it holds: on NVIDIA the
+    device's entry for this exact problem (replacing one for the same problem); on CDNA3 the
+    device's form of the problem's shape class for this dtype's width; on TPU the target's entry
+    for problems at least this large; on Trainium the target's default block (before the named
+    ones, which a name still picks)."""
+    from ceiling import tables
+    from ceiling.gemm.spec import BYTES, shipped_problem
+
+    m, n, k = (int(shape[a]) for a in ("M", "N", "K")) if shape else (None, None, None)
+    device, after = target, (lambda e: True)
+    if backend == "nvidia":
+        device = tables.model(backend, device_name)
+        when = f"dtype == '{dtype}' and M == {m} and N == {n} and K == {k}"
+    elif backend == "amd":
+        device = tables.model(backend, device_name)
+        found = tables.lookup(backend, "gemm", None, target, shipped_problem(m, n, k, dtype).features())
+        when = next(e["when"] for e in tables.read(tables.path(backend, target, "gemm"))["entries"]
+                    if e.get("label") == found.labels[-1])
+        when = f"dtype_bytes == {BYTES[dtype]} and {when}"
+    elif backend == "tpu":
+        kernel_dtype = "bfloat16" if dtype == "bfloat16" else "float32"
+        when = f"kernel_dtype == '{kernel_dtype}' and M >= {m} and N >= {n} and K >= {k}"
+        provenance += " (for problems at least this large)"
+    else:
+        when, after = None, (lambda e: "when" not in e)
+        name = f"imported_{m}x{n}x{k}" if shape else "imported"
+        config = {"name": name, **{key: v for key, v in config.items() if key != "target"},
+                  "resident_m_blocks": config.get("resident_m_blocks")}
+        provenance += " (the target's default config now)"
+    path = path or tables.path(backend, device, "gemm")
+    table = tables.read(path) if path.exists() else {
+        "family": "gemm", "device": device, "about": f"GEMM configs that refine {target}'s on the {device}.",
+        "entries": []}
+    table = {**table, "entries": [e for e in table["entries"] if when is None or e.get("when") != when]}
+    _file_after(table, when, dict(config), provenance, after)
+    return path, table
+# ------------------------------------------------------------------- the triangle ops' tables (ceiling.tables)
+
+_TRIANGLE_OPS = {"triangle_attention": "triangle_attention", "triangle_multiplication": "triangle_multiplicative_update"}
+# the triangle tables of their own (on TPU and Trainium triangle attention reads attention's)
+_TRIANGLE_TABLES = {("triangle_attention", "nvidia"), ("triangle_attention", "amd"), ("triangle_multiplication", "nvidia"),
+                    ("triangle_multiplication", "amd"), ("triangle_multiplication", "tpu")}
+
+
+def _triangle_problem(family: str, dtype: str, head_dim: int | None, target: str, gpu: str | None):
+    import dataclasses
+
+    from ceiling.triangle.spec import SHIPPED_GPUS, shipped_attention_problem, shipped_trimul_problem
+
+    problem = (shipped_attention_problem(head_dim or 32, dtype) if family == "triangle_attention"
+               else shipped_trimul_problem(dtype))
+    return dataclasses.replace(problem, device="cuda:0" if gpu else "cpu", gpu=gpu,
+                               arch=SHIPPED_GPUS[target][1] if gpu else None)
+
+
+def _head_dims(entries: list[dict]) -> list[int]:
+    """One head dim per bucket of a triangle-attention table: each ``head_dim <= d`` bound, and 256
+    for the bucket above them."""
+    import re
+
+    bounds = {int(m) for e in entries for m in re.findall(r"head_dim <= (\d+)", e.get("when") or "")}
+    return sorted(bounds | {256})
+
+
+def _triangle_shipped(family: str, target: str, dtype: str) -> list[tuple]:
+    """(shape, config, device key, label, source) of what each table of ``family`` on ``target``
+    (the target's, then each device's own) resolves to, per head-dim bucket for attention."""
+    from ceiling import tables
+    from ceiling.op import get, resolve_config
+
+    backend = spaces.get(family, target).backend
+    impl = next(i for i in get(_TRIANGLE_OPS[family]).implementations if i.target == target)
+    devices = [target, *(d for d in tables.devices(backend) if d != target and tables.path(backend, d, family).exists())]
+    entries = tables.read(tables.path(backend, target, family))["entries"]
+    out = []
+    for device in devices:
+        gpu = None if device == target else device
+        for head_dim in _head_dims(entries) if family == "triangle_attention" else [None]:
+            config = resolve_config(_triangle_problem(family, dtype, head_dim, target, gpu), impl, None)
+            label = f"{device}" + (f" head_dim {head_dim}" if head_dim else "")
+            out.append(({"head_dim": head_dim} if head_dim else None, config.as_dict(),
+                        _device_key(device) if gpu else "", label, config.source))
+    return out
+
+
+def _write_triangle_point(family: str, target: str, config: dict, shape: dict | None, dtype: str,
+                          device_name: str, provenance: str, path: Path | None) -> tuple[Path, dict]:
+    """``config`` filed as an entry of the device's table (nvidia, amd: the device the point was
+    found for; tpu: the generation's) for the problems of ``shape`` and ``dtype``, replacing the
+    sections of an entry with the same condition. A new device table also repeats the target's
+    float32 entries of that bucket, which stay in force over it as they did over the target's."""
+    from ceiling import tables
+
+    backend = spaces.get(family, target).backend
+    if backend == "tpu":
+        from ceiling.tpu.triangle_multiplication import kernel_dtype
+
+        device, when, extra = target, f"kernel_dtype == '{kernel_dtype(dtype)}'", []
+    else:
+        device = _table_device(backend, device_name)
+        head_dim = _heads(shape, 32) if family == "triangle_attention" else None
+        half, single = (_triangle_problem(family, d, head_dim, target, None).features()
+                        for d in ("bfloat16", "float32"))
+        target_entries = tables.read(tables.path(backend, target, family))["entries"]
+        bucket = next(e for e in target_entries if tables.matches(e, half) and tables.matches(e, single))
+        when = bucket.get("when")
+        extra = [e for e in target_entries if tables.matches(e, single) and not tables.matches(e, half)]
+    path = path or tables.path(backend, device, family)
+    table = tables.read(path) if path.exists() else {
+        "family": family, "device": device, "about": f"{family} configs of the {device}, merged over the {target} "
+                                                     "entries.", "entries": []}
+    entries = [dict(e) for e in table["entries"]]
+    entry = {**({"when": when} if when else {}), "config": config, "source": "derived", "why": provenance}
+    at = next((i for i, e in enumerate(entries) if e.get("when") == when), None)
+    if at is None:
+        entries += [entry, *(e for e in extra if e not in entries)]
+    else:  # the kernels the point does not name keep their sections
+        entries[at] = {**entry, "config": {**entries[at]["config"], **config}}
+    return path, {**table, "entries": entries}
 
 
 def format_json(data: Any, width: int = 110, indent: int = 0) -> str:

@@ -1,7 +1,7 @@
 """A point an optimizer found, back into the kernels: checked against its template and the
 kernel's space, and filed in the vendor's config table with a provenance line.
 
-    from roofline.templates import importing
+    from ceiling.roofline.templates import importing
     result = importing.import_point("templates/attention/sm_90a", {"fwd.block_m": 128, ...},
                                     shape={"head_dim": 128}, provenance="optuna, 40 trials on an H200")
     result.write()   # or ceiling import-point ... --apply
@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernels import spaces
-from microbench.records import _git_commit
-from roofline.templates import adapters, families
-from roofline.templates.schema import Template
+from ceiling import spaces
+from ceiling.microbench.records import _git_commit
+from ceiling.roofline.templates import adapters, families
+from ceiling.roofline.templates.schema import Template
 
 
 @dataclass
@@ -31,6 +31,11 @@ class Imported:
 
     def write(self) -> Path:
         """Write the table (atomically: a temporary file renamed over it)."""
+        if "entries" in self.table:  # the one table format: ceiling.tables lays it out
+            from ceiling import tables
+
+            tables.write(self.path, self.table)
+            return self.path
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(families.format_json(self.table) + "\n")
         tmp.replace(self.path)

@@ -24,8 +24,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, PrivateAttr
 
-from kernels.spaces import expressions, flatten, nest
-from roofline.work import dtype_bytes
+from ceiling.spaces import expressions, flatten, nest
+from ceiling.roofline.work import dtype_bytes
 
 SCHEMA_VERSION = "ceiling-template/2"
 MAX_POINTS = 200_000  # a whole sectioned space is the product of its sections'; search one section past this
@@ -55,7 +55,7 @@ class Measured(BaseModel):
     p80_s: float | None = None
     tflops: float | None = None
     method: str | None = None
-    timing: str | None = None  # the method's family it was admitted under (roofline.selection): "cuda-graph", ...
+    timing: str | None = None  # the method's family it was admitted under (ceiling.roofline.selection): "cuda-graph", ...
     repetitions: int | None = None
     provenance: dict[str, Any] = Field(default_factory=dict)
 
@@ -64,11 +64,11 @@ class BestPoint(BaseModel):
     shape: dict[str, int] | None = None  # None: the default for shapes nobody tuned; may name part of a problem
     section: str | None = None  # the one kernel a measured point is for (sectioned families); None: the whole config
     config: dict[str, Value]
-    source: str  # "shipped config kernels/nvidia/configs/gemm.json", "records"
+    source: str  # "shipped config kernels/nvidia/tables/<device>/gemm.json", "records"
     measured: Measured | None = None
     predicted_s: float | None = None
     baseline: dict[str, Any] | None = None  # the vendor library on the same shape, when measured
-    unmeasured: str | None = None  # why a point's records were not cited (roofline.selection.REASONS keys)
+    unmeasured: str | None = None  # why a point's records were not cited (ceiling.roofline.selection.REASONS keys)
 
 
 class CostModel(BaseModel):

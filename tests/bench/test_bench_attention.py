@@ -1,8 +1,7 @@
 """Attention fwd and bwd against SDPA and FlashAttention: ``pytest tests/bench --benchmark`` on a GPU.
 
 Without ``--benchmark`` this file is a smoke test on tiny shapes on the CPU.
-The cases live in ``microbench.benchmarks.attention``; ours is skipped, with
-the reason, until ``kernels.attention`` exists.
+The cases live in ``ceiling.microbench.benchmarks.attention``.
 """
 
 OP = "attention"

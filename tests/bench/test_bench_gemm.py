@@ -2,7 +2,7 @@
 
 Without ``--benchmark`` this file is a smoke test: the tiny shapes on the CPU,
 our kernels interpreted, outputs checked, pytest-benchmark's timing disabled.
-The cases live in ``microbench.benchmarks.gemm``.
+The cases live in ``ceiling.microbench.benchmarks.gemm``.
 """
 
 OP = "gemm"

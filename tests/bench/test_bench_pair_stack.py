@@ -1,8 +1,8 @@
-"""One Boltz-2 PairformerLayer's pair stack, forward + backward, patched with kernels.triangle against
+"""One Boltz-2 PairformerLayer's pair stack, forward + backward, patched with ceiling.triangle against
 Boltz eager, torch.compile and cuEquivariance (Boltz's use_kernels=True).
 
 ``pytest tests/bench --benchmark`` on a GPU; without ``--benchmark`` a smoke test on the tiny
-suite on the CPU. The cases come from ``microbench.benchmarks.pair_stack``; they need Boltz
+suite on the CPU. The cases come from ``ceiling.microbench.benchmarks.pair_stack``; they need Boltz
 (``pip install --no-deps boltz==2.2.1 einops``): without it the benchmark is skipped with that
 command, and the test below fails where ``CEILING_REQUIRE_BOLTZ=1`` (CI).
 """

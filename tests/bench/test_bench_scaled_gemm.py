@@ -1,6 +1,6 @@
 """The FP8 GEMM against torch._scaled_mm (cuBLASLt) and dequantize-then-bf16-cuBLAS: ``pytest tests/bench
 --benchmark`` on a GPU. Without ``--benchmark`` a smoke test: the tiny shape on the CPU, every scaling,
-our kernels interpreted against the float64 oracle. The cases live in ``microbench.benchmarks.scaled_gemm``.
+our kernels interpreted against the float64 oracle. The cases live in ``ceiling.microbench.benchmarks.scaled_gemm``.
 """
 
 OP = "scaled_gemm"

@@ -14,14 +14,14 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from microbench.benchmarks import cases_for
-from microbench.benchmarks.cases import Case, Impl, error_ratio, skipped
-from microbench.benchmarks.pytest_json import convert
-from microbench.benchmarks.runner import clock_summary, records, rows, run_case
-from microbench.peaks import Ceiling, datasheet
-from microbench.records import Record, load
-from microbench.timing import HostTimer, TimingProtocol, measure, quantiles, rotation_sets
-from roofline.cli import app
+from ceiling.microbench.benchmarks import cases_for
+from ceiling.microbench.benchmarks.cases import Case, Impl, error_ratio, skipped
+from ceiling.microbench.benchmarks.pytest_json import convert
+from ceiling.microbench.benchmarks.runner import clock_summary, records, rows, run_case
+from ceiling.microbench.peaks import Ceiling, datasheet
+from ceiling.microbench.records import Record, load
+from ceiling.microbench.timing import HostTimer, TimingProtocol, measure, quantiles, rotation_sets
+from ceiling.roofline.cli import app
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -135,16 +135,16 @@ def test_error_ratio_rule():
     ref = a.double() @ b.double()
     framework = (a.half() @ b.half()).float()
     good = (a @ b).half()
-    assert error_ratio("ours", good, framework, ref, "float16").ok
+    assert error_ratio("ours", good, framework, ref, "float16").passed
     wrong = good.clone()
     wrong[3, 5] += 1.0
-    assert not error_ratio("ours", wrong, framework, ref, "float16").ok
+    assert not error_ratio("ours", wrong, framework, ref, "float16").passed
     nan = good.clone()
     nan[0, 0] = float("nan")
     check = error_ratio("ours", nan, framework, ref, "float16")
-    assert not check.ok and math.isinf(check.error)
-    assert error_ratio("ours", good, None, ref, "float16").ok
-    assert not error_ratio("ours", good + 0.05 * ref.abs().max().item(), None, ref, "float16").ok  # per-dtype tolerance path
+    assert not check.passed and math.isinf(check.error)
+    assert error_ratio("ours", good, None, ref, "float16").passed
+    assert not error_ratio("ours", good + 0.05 * ref.abs().max().item(), None, ref, "float16").passed  # per-dtype tolerance path
 
 
 def _toy_case(ours_make) -> Case:
@@ -210,7 +210,7 @@ def test_run_case_keeps_going_when_ours_is_wrong_or_crashes():
 
 
 def test_cases_carry_the_documented_counts():
-    from kernels.gemm import shapes
+    from ceiling.gemm import shapes
 
     assert [(c.shape["m"], c.shape["n"], c.shape["k"]) for c in cases_for("gemm", "default", "cpu")] == shapes.SUITES["gemm-llm"]
     gemm = {c.label: c for c in cases_for("gemm", "gemm-llm-wide", "cpu")}
@@ -242,7 +242,7 @@ def test_attention_reference_matches_sdpa_in_float64():
 
 
 def test_clock_summary_is_plain_data_with_or_without_nvml():
-    from microbench.clocks import ClockSampler
+    from ceiling.microbench.clocks import ClockSampler
 
     with ClockSampler() as sampler:
         pass
@@ -329,7 +329,7 @@ def test_device_check_refuses_without_a_gpu(tmp_path):
 
 MICROBENCH_STANDIN = """
 import sys
-from microbench.records import Record, append, host_provenance
+from ceiling.microbench.records import Record, append, host_provenance
 append(sys.argv[1], [Record(kind="microbench", op="hbm-bandwidth", name="copy", metric="bandwidth", value=1.0e12,
                             unit="B/s", provenance=host_provenance())])
 """
@@ -342,9 +342,9 @@ def test_device_check_end_to_end_with_the_gpu_gate_lifted(tmp_path, monkeypatch)
     part stops starting cases and the output cannot depend on how fast the machine is; the
     budget arithmetic itself is checked on a fake clock below.
     """
-    from roofline.commands import device_check as dc
+    from ceiling.roofline.commands import device_check as dc
 
-    cli = ("-m", "roofline.cli", "bench", "--shapes", "tiny", "--device", "cpu", "attention")
+    cli = ("-m", "ceiling.roofline.cli", "bench", "--shapes", "tiny", "--device", "cpu", "attention")
     hour = 3600.0
     parts = [
         dc.Part("correctness", hour, (*cli, "--check-only")),
@@ -377,7 +377,7 @@ def test_device_check_end_to_end_with_the_gpu_gate_lifted(tmp_path, monkeypatch)
 def test_device_check_budget_slices_carry_over_and_run_out(tmp_path, monkeypatch):
     """``run_parts`` on a fake clock: each part gets its share plus what the ones before left, a bench
     part is told to stop 25 s early, and a part with under 15 s left is not started."""
-    from roofline.commands import device_check as dc
+    from ceiling.roofline.commands import device_check as dc
 
     clock = [1000.0]
     took = {"a": 20.0, "b": 150.0, "c": 0.0, "d": 0.0}  # seconds each part's process runs
@@ -465,7 +465,7 @@ def fake_cuda(monkeypatch):
 
 
 def test_gpu_timers_control_flow_on_a_fake_cuda(fake_cuda):
-    from microbench.timing import EventTimer, GraphTimer
+    from ceiling.microbench.timing import EventTimer, GraphTimer
 
     ran: list[str] = []
 
@@ -510,10 +510,10 @@ def test_run_case_gpu_path_on_a_fake_cuda(fake_cuda):
 
 
 def test_triangle_adapter_builds_a_checked_case_from_plain_data():
-    """``kernels.triangle.bench`` cases (plain data) become harness cases with a one-precision-up oracle."""
+    """``ceiling.triangle.bench`` cases (plain data) become harness cases with a one-precision-up oracle."""
     from types import SimpleNamespace
 
-    from microbench.benchmarks.triangle import adapt
+    from ceiling.microbench.benchmarks.triangle import adapt
 
     def make_inputs(seed, device):
         g = torch.Generator().manual_seed(seed)
@@ -537,6 +537,6 @@ def test_triangle_adapter_builds_a_checked_case_from_plain_data():
     assert case.reference(case.make_inputs(0, "cpu")).dtype == torch.float64
     assert case.bytes == 2 * 2 * 5 * 5 * 8 * 4 and case.graphable
     result = run_case(case, "cpu", protocol=QUICK)
-    assert result.impls["ceiling:nvidia"].status == "measured" and result.impls["ceiling:nvidia"].check.ok
+    assert result.impls["ceiling:nvidia"].status == "measured" and result.impls["ceiling:nvidia"].check.passed
     assert result.impls["ceiling:nvidia"].impl.backend == "nvidia"
     assert result.impls["cuequivariance"].status == "skipped"

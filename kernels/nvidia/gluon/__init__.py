@@ -1,18 +1,18 @@
 """Warp-specialized Hopper kernels in Gluon (``triton.experimental.gluon``).
 
-* :mod:`~kernels.nvidia.gluon.attention_fwd`, :mod:`~kernels.nvidia.gluon.attention_bwd`: flash
+* :mod:`~ceiling.nvidia.gluon.attention_fwd`, :mod:`~ceiling.nvidia.gluon.attention_bwd`: flash
   attention forward and backward in FlashAttention-3's design (a TMA producer warp, two wgmma
   consumer warpgroups, register reallocation), beside the Triton kernels of
-  :mod:`kernels.triton.attention` (chosen by :mod:`kernels.nvidia.attention`);
-* :mod:`~kernels.nvidia.gluon.attention`: their host side (descriptors, grids, configs, which
+  :mod:`ceiling.triton.attention` (chosen by :mod:`ceiling.nvidia.attention`);
+* :mod:`~ceiling.nvidia.gluon.attention`: their host side (descriptors, grids, configs, which
   problems they take) and their compile specs;
-* :mod:`~kernels.nvidia.gluon.sass_facts`: what their SASS must show (tensor-core instructions in
+* :mod:`~ceiling.nvidia.gluon.sass_facts`: what their SASS must show (tensor-core instructions in
   both consumer partitions, TMA loads, register reallocation, no spills);
-* :mod:`~kernels.nvidia.gluon.static_check`: every shipped config compiled and checked;
-* :mod:`~kernels.nvidia.gluon.pinned_triton`: running those checks under the device's Triton 3.6
+* :mod:`~ceiling.nvidia.gluon.static_check`: every shipped config compiled and checked;
+* :mod:`~ceiling.nvidia.gluon.pinned_triton`: running those checks under the device's Triton 3.6
   from an environment with a newer Triton.
 
-The device sweep that tunes their table lives a layer up, in :mod:`kernels.tuning.attention.gluon`.
+The device sweep that tunes their table lives a layer up, in :mod:`ceiling.tuning.attention.gluon`.
 
 Gluon has no interpreter: on a CPU the kernels are compiled for sm_90a and their SASS is checked;
 their results are checked on a device against the interpreted Triton kernels' oracle.

@@ -10,7 +10,7 @@ places, each bound here once:
 * the TMA reduction into global memory is ``tma.async_atomic_add`` in 3.9; 3.6 has the
   operation in its IR builder but no Python wrapper, so :data:`tma_atomic_add` is that wrapper.
 
-Any other release is refused by :func:`kernels.nvidia.gluon.unsupported_reason` (the Triton
+Any other release is refused by :func:`ceiling.nvidia.gluon.unsupported_reason` (the Triton
 kernels then run) rather than tried; import this module only after that check passed.
 """
 

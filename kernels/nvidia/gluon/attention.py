@@ -1,95 +1,57 @@
-"""Host side of the Gluon Hopper attention: which problems it takes, its configs, and its launches.
-
-The Gluon kernels (:mod:`~kernels.nvidia.gluon.attention_fwd`, :mod:`~kernels.nvidia.gluon.attention_bwd`)
-are a second implementation of the nvidia attention backend beside the Triton kernels
-(:mod:`kernels.triton.attention`, chosen and launched by :mod:`kernels.nvidia.attention`). Which
-one runs a problem is decided by :func:`implementation_for`:
-
-* ``config={"implementation": "gluon"}`` asks for them; ``"triton"`` for the Triton kernels;
-* without it, the Triton kernels run, except on the problems ``configs/attention_gluon.json``
-  lists under ``"default"``: those a device run proved right (against float64, error-ratio rule)
-  and faster, each with its run's provenance. The list is empty until such a run.
-* problems the Gluon kernels do not cover run the Triton kernels even when Gluon is asked for,
-  and :func:`implementation_for` says why: CPU tensors (Gluon has no interpreter: the
-  interpreted Triton kernel, their oracle, runs instead), JAX arrays, a GPU other than Hopper,
-  a Triton release they are not checked under, float32, a bias or a boolean mask, head dims
-  without a shipped config (forward: 64, 128, 256; backward: 64, 128).
-
-The backward has two modes. By default (FA3's design) one kernel accumulates dQ in float32 by
-TMA reductions from every key block, in whatever order the CTAs run, so dQ varies in its last
-bits from run to run (dK and dV do not). ``config={"deterministic": True}`` runs the Triton
-dK/dV and dQ kernels instead, which are bitwise reproducible. The fast mode is the Gluon
-default because it is what the Gluon implementation exists for (five products per block pair
-instead of seven); determinism is a choice the caller makes.
-
-Tile overrides: ``config={"implementation": "gluon", "gluon": {"fwd": {"block_n": 64}, "bwd": {...}}}``
-over the table's entry for the head dim. The whole config is checked against the sm_90a attention
-space (``kernels/spaces/attention.json``, whose ``gluon`` key holds a config of
-``kernels/spaces/attention_gluon.json``) before anything is decided, and the merged tiles of the
-kernel about to run against the Gluon space's constraints (shared memory at this head dim) before
-it launches: a bad key or value is an ``InputError`` naming it (``gluon.fwd.block_n``).
-"""
+"""Host side of the Gluon Hopper attention, the nvidia backend's opt-in implementation: which
+problems it takes (``choice``, which :meth:`ceiling.op.Op.select` asks, and which
+``ceiling.attention.implementation_for`` reports), its tiles (``tables/sm_90a/attention_gluon.json``
+under ``config["gluon"]``, checked against ``kernels/spaces/attention_gluon.json``), the table
+entries that make it a problem's default (``"default": true``, written by a device run that
+proved it right and faster there), and the launches of its kernels
+(:mod:`~ceiling.nvidia.gluon.attention_fwd`, :mod:`~ceiling.nvidia.gluon.attention_bwd`)."""
 
 from __future__ import annotations
 
 import functools
 import math
-from typing import Any
+from collections.abc import Mapping
 
 import torch
 
-from kernels import spaces
-from kernels.nvidia.gluon import static_check, unsupported_reason
+from ceiling import spaces, tables
+from ceiling.constants import LOG2E
+from ceiling.nvidia.gluon import unsupported_reason
 
-LOG2E = 1.4426950408889634
 TARGET = "sm_90a"
 SPACE = "attention_gluon"  # the space of config["gluon"]
-CONFIG_KEYS = ("implementation", "deterministic", "gluon")  # the keys of an attention config read here
-KERNEL_DTYPES = (torch.float16, torch.bfloat16)
+DIRECTIONS = {"forward": "fwd", "backward": "bwd"}  # the op's directions -> this space's sections
+BLOCK_M = 128  # forward query tile: two consumer warpgroups of 64 rows
+BWD_BLOCK_N = 128  # backward key block: two consumer warpgroups of 64 keys
+DQ_PIECE = 64  # backward dQ columns per TMA reduction
+CONSUMER_REGS, PRODUCER_REGS = 240, 24  # FlashAttention-3's split of the register file
 
 
-def _table() -> dict:
-    return static_check.table()
+def shipped() -> dict[int, dict]:
+    """Head dim -> its shipped tiles per section (``fwd``, ``bwd``): the head dims the kernels take,
+    each an entry ``head_dim == D`` of the target's table (later ones, a point imported by
+    ``ceiling import-point``, over earlier ones)."""
+    table = tables.read(tables.path("nvidia", TARGET, SPACE))
+    out: dict[int, dict] = {}
+    for entry in table["entries"]:
+        if not entry.get("default"):
+            head_dim = int(entry["when"].split("==")[1])
+            out[head_dim] = spaces.merge(out.get(head_dim, {}), entry["config"])
+    return out
 
 
 def head_dims(direction: str) -> list[int]:
     """Head dims with a shipped Gluon config for ``direction`` ("fwd" or "bwd")."""
-    return sorted(int(d) for d, entry in _table()["sm90"].items() if direction in entry)
+    return sorted(d for d, entry in shipped().items() if direction in entry)
 
 
 # ----------------------------------------------------------------------------------------------
-# Configs
-# ----------------------------------------------------------------------------------------------
-
-
-def validate_config(config: dict | None) -> None:
-    """Raise ``InputError`` for a key or value the sm_90a attention space does not allow (the
-    Triton kernels' keys and, under ``"gluon"``, the Gluon kernels' tiles)."""
-    if config is not None:
-        spaces.check("attention", TARGET, config, partial=True)
-
-
-def tiles(head_dim: int, direction: str, config: dict | None = None, dtype_bytes: int = 2) -> dict:
-    """The shipped config of ``direction`` at ``head_dim`` with ``config["gluon"][direction]`` over
-    it, checked whole against the Gluon space at this head dim."""
-    entry = {direction: _table()["sm90"][str(head_dim)][direction]}
-    override = ((config or {}).get("gluon") or {}).get(direction)
-    nested = spaces.get(SPACE, TARGET)
-    try:
-        merged = spaces.resolve(SPACE, TARGET, entry, {direction: override} if override else None,
-                                {"head_dim": head_dim, "dtype_bytes": dtype_bytes})
-    except spaces.ConfigError as err:
-        raise err.under("gluon", [*nested.flat(), *nested.keys()]) from None
-    return merged[direction]
-
-
-# ----------------------------------------------------------------------------------------------
-# Which implementation a problem gets
+# Which problems it runs (ceiling.op asks ``choice``), and with which tiles
 # ----------------------------------------------------------------------------------------------
 
 
 def uncovered(problem, direction: str = "fwd") -> str | None:
-    """Why the Gluon kernels cannot run ``problem`` (a :class:`kernels.attention.AttentionProblem`)
+    """Why the Gluon kernels cannot run ``problem`` (a :class:`ceiling.attention.AttentionProblem`)
     here, or None when they can."""
     if problem.framework != "torch":
         return f"{problem.framework} arrays (the Gluon kernels are launched from PyTorch)"
@@ -98,9 +60,8 @@ def uncovered(problem, direction: str = "fwd") -> str | None:
     why = unsupported_reason()
     if why:
         return why
-    major, minor = torch.cuda.get_device_capability(torch.device(problem.device))
-    if (major, minor) != (9, 0):
-        return f"the Gluon kernels are built for Hopper (sm_90a); this GPU is sm_{major}{minor}"
+    if problem.arch != "sm_90":
+        return f"the Gluon kernels are built for Hopper (sm_90a); this GPU is {problem.arch}"
     if problem.dtype not in ("float16", "bfloat16"):
         return f"dtype {problem.dtype} (the Gluon kernels take float16 and bfloat16)"
     if problem.bias_shape is not None or problem.has_mask:
@@ -113,40 +74,66 @@ def uncovered(problem, direction: str = "fwd") -> str | None:
 
 
 def proven_default(problem, direction: str) -> dict | None:
-    """The ``"default"`` table entry that makes the Gluon kernels the default for ``problem``:
-    same head dim, causality and direction, measured on this GPU model."""
-    name = torch.cuda.get_device_name(torch.device(problem.device)) if str(problem.device).startswith("cuda") else None
-    for entry in _table().get("default", []):
-        if (entry["head_dim"] == problem.head_dim and entry["causal"] == problem.causal
-                and entry["direction"] == direction and entry["device"] == name):
-            return entry
-    return None
+    """The table entry marked ``"default"`` that makes the Gluon kernels the default for
+    ``problem`` in ``direction`` ("fwd" or "bwd"): measured right and faster on this GPU model."""
+    features = {**problem.features(), "direction": direction}
+    return tables.lookup("nvidia", SPACE, problem.gpu, TARGET, features).default
 
 
-def implementation_for(problem, config: dict | None = None, direction: str = "fwd") -> tuple[str, str]:
-    """("gluon" or "triton", why) for ``problem`` in ``direction`` ("fwd" or "bwd") with ``config``."""
-    validate_config(config)
-    config = config or {}
+def choice(problem, config, direction: str) -> tuple[bool, str]:
+    """(whether the Gluon kernels run ``problem`` in ``direction`` ("forward"/"backward"), why)."""
+    direction = DIRECTIONS.get(direction, direction)
+    config = config if isinstance(config, Mapping) else {}  # not a dict: refused where configs are resolved
     requested = config.get("implementation")
     if requested == "triton":
-        return "triton", "config asks for the Triton kernels"
+        return False, "config asks for the Triton kernels"
     if direction == "bwd" and config.get("deterministic"):
-        return "triton", "config asks for a deterministic backward (the Triton dK/dV + dQ kernels)"
+        return False, "config asks for a deterministic backward (the Triton dK/dV + dQ kernels)"
     why_not = uncovered(problem, direction)
     if requested == "gluon":
         if why_not is None:
-            return "gluon", "config asks for the Gluon kernels"
-        return "triton", f"config asks for the Gluon kernels, which do not take {why_not}: the Triton kernels run"
+            return True, "config asks for the Gluon kernels"
+        return False, f"config asks for the Gluon kernels, which do not take {why_not}: the Triton kernels run"
     if why_not is None:
         proven = proven_default(problem, direction)
         if proven is not None:
-            return "gluon", f"measured right and faster on {proven['device']} ({proven['provenance']})"
-    return "triton", ("the default: the Gluon kernels are opt-in (config={'implementation': 'gluon'}) until a "
-                      "device run proves them right and faster for a problem")
+            return True, f"measured right and faster on {proven['measured']['device']} ({proven['measured']['provenance']})"
+    return False, ("the default: the Gluon kernels are opt-in (config={'implementation': 'gluon'}) until a "
+                   "device run proves them right and faster for a problem")
+
+
+def features(problem, user=None) -> dict:
+    return {"direction": None}  # the "default" entries name a direction; the tiles do not
+
+
+def heuristic(problem, user=None) -> dict:
+    return {}  # the table has an entry for every head dim the kernels take (uncovered() refuses the rest)
+
+
+def own(user) -> dict | None:
+    """The Gluon tiles in an attention config: ``config["gluon"]``, after the whole config is
+    checked against the sm_90a attention space (whose ``gluon`` key names the Gluon space)."""
+    if user is None:
+        return None
+    spaces.check("attention", TARGET, user, partial=True)
+    return user.get("gluon")
+
+
+def resolve(problem, impl, user):
+    """The shipped tiles for the head dim, ``config["gluon"]`` over them, checked against the Gluon
+    space at this head dim; an error names the keys under ``gluon`` as the caller wrote them."""
+    from ceiling.op import resolve_tabled
+
+    nested = spaces.get(SPACE, TARGET)
+    tiles = own(user)
+    try:
+        return resolve_tabled(problem, impl, tiles)
+    except spaces.ConfigError as err:
+        raise err.under("gluon", [*nested.flat(), *nested.keys()]) from None
 
 
 def availability() -> tuple[str, str]:
-    """(mode, reason) of the Gluon implementation on this machine, for ``kernels.backends.report``."""
+    """(mode, reason) of the Gluon implementation on this machine, for ``ceiling.backends.report``."""
     why = unsupported_reason()
     if why:
         return "unavailable", why
@@ -156,7 +143,8 @@ def availability() -> tuple[str, str]:
     major, minor = torch.cuda.get_device_capability()
     if (major, minor) != (9, 0):
         return "unavailable", f"the Gluon kernels are built for Hopper (sm_90a); this GPU is sm_{major}{minor}"
-    defaults = len(_table().get("default", []))
+    table = tables.read(tables.path("nvidia", TARGET, SPACE))
+    defaults = sum(1 for e in table["entries"] if e.get("default"))
     return "native", (f"{torch.cuda.get_device_name()}: opt-in with config={{'implementation': 'gluon'}}; the default "
                       f"for {defaults} measured problem(s)")
 
@@ -164,6 +152,31 @@ def availability() -> tuple[str, str]:
 # ----------------------------------------------------------------------------------------------
 # Launches
 # ----------------------------------------------------------------------------------------------
+
+
+def fwd_constexprs(head_dim: int, causal: bool, knobs: dict) -> dict:
+    """The forward kernel's compile-time constants at ``knobs`` (a ``fwd`` section): what a launch
+    passes and the static check compiles."""
+    return dict(HEAD_DIM=head_dim, BLOCK_M=BLOCK_M, BLOCK_N=knobs["block_n"], NUM_STAGES=knobs["num_stages"],
+                CAUSAL=bool(causal), EXP2_SPLIT=bool(knobs.get("exp2_split", False)),
+                PINGPONG=bool(knobs.get("pingpong", True)), O_IN_Q=head_dim > 128,
+                CONSUMER_REGS=knobs.get("consumer_regs", CONSUMER_REGS),
+                PRODUCER_REGS=knobs.get("producer_regs", PRODUCER_REGS))
+
+
+def bwd_constexprs(head_dim: int, causal: bool, knobs: dict) -> dict:
+    """The backward kernel's compile-time constants at ``knobs`` (a ``bwd`` section)."""
+    return dict(HEAD_DIM=head_dim, BLOCK_M=knobs["block_m"], BLOCK_N=BWD_BLOCK_N, NUM_STAGES=knobs["num_stages"],
+                CAUSAL=bool(causal), CONSUMER_REGS=knobs.get("consumer_regs", CONSUMER_REGS),
+                PRODUCER_REGS=knobs.get("producer_regs", PRODUCER_REGS))
+
+
+def smem_layout(block: list[int], dtype: str):
+    """The NVMMA shared layout of a TMA block: the launch's descriptors and the static check's
+    signatures (:mod:`ceiling.nvidia.gluon.static_check`) use the same."""
+    from ceiling.nvidia.gluon.api import gl
+
+    return gl.NVMMASharedLayout.get_default_for(block, getattr(gl, dtype))
 
 
 def _empty(shape, like: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -188,19 +201,19 @@ def _rows_descriptor(t: torch.Tensor, rows: int, cols: int | None = None):
     """A TMA descriptor over (batch, seq, heads * head_dim) with blocks of ``rows`` sequence
     positions of one head (``cols`` columns, the head dim by default): the hardware zero-fills a
     block's rows past its own sequence on load and clips them on store."""
-    from kernels.nvidia.gluon.api import TensorDescriptor
+    from ceiling.nvidia.gluon.api import TensorDescriptor
 
     b, s, h, d = t.shape
     block = [1, rows, cols or d]
     return TensorDescriptor(t.view(b, s, h * d), [b, s, h * d], [s * h * d, h * d, 1], block,
-                            static_check.smem_layout(block, _gl_dtype(t)))
+                            smem_layout(block, _gl_dtype(t)))
 
 
 def _vector_descriptor(t: torch.Tensor, rows: int):
-    from kernels.nvidia.gluon.api import TensorDescriptor
+    from ceiling.nvidia.gluon.api import TensorDescriptor
 
     flat = t.view(-1)
-    return TensorDescriptor(flat, [flat.numel()], [1], [rows], static_check.smem_layout([rows], "float32"))
+    return TensorDescriptor(flat, [flat.numel()], [1], [rows], smem_layout([rows], "float32"))
 
 
 @functools.cache
@@ -208,10 +221,11 @@ def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
-def forward(q, k, v, causal: bool, scale: float, config: dict | None = None):
+def forward(problem, config, q, k, v, bias=None, mask=None):
     """(o, lse) by the Gluon forward: o like q, lse (batch, heads, q_len) float32, natural log."""
-    from kernels.nvidia.gluon.attention_fwd import attention_fwd_kernel
+    from ceiling.nvidia.gluon.attention_fwd import attention_fwd_kernel
 
+    causal, scale = problem.causal, problem.scale
     # The kernel takes the row max before scaling, which needs scale > 0 (0 * -inf is NaN):
     # softmax(s q k^T) = softmax(|s| q (-k)^T), and a zero scale gives the scores of a zero q.
     if scale < 0:
@@ -221,8 +235,7 @@ def forward(q, k, v, causal: bool, scale: float, config: dict | None = None):
     q, k, v = _tma_ready(q), _tma_ready(k), _tma_ready(v)
     batch, seqlen_q, heads, head_dim = q.shape
     seqlen_k, kv_heads = k.shape[1], k.shape[2]
-    knobs = tiles(head_dim, "fwd", config, q.element_size())
-    c = static_check.fwd_constexprs(head_dim, causal, knobs)
+    c = fwd_constexprs(head_dim, causal, config["fwd"])
     o = _empty(q.shape, q)
     lse = _empty((batch, heads, seqlen_q), q, torch.float32)
     n_mblocks = math.ceil(seqlen_q / c["BLOCK_M"])
@@ -239,8 +252,8 @@ def _delta(o: torch.Tensor, do: torch.Tensor) -> torch.Tensor:
     """rowsum(dO * O), (batch, heads, q_len) float32, by the Triton kernels' preprocess kernel."""
     import triton
 
-    from kernels.triton import attention as triton_attention
-    from kernels.triton_runtime import launcher
+    from ceiling.triton import attention as triton_attention
+    from ceiling.triton_runtime import launcher
 
     batch, seqlen_q, heads, head_dim = o.shape
     delta = _empty((batch, heads, seqlen_q), o, torch.float32)
@@ -251,18 +264,18 @@ def _delta(o: torch.Tensor, do: torch.Tensor) -> torch.Tensor:
     return delta
 
 
-def backward(do, q, k, v, o, lse, causal: bool, scale: float, config: dict | None = None):
-    """(dq, dk, dv) by the Gluon backward (dQ by float32 TMA reductions: not bitwise reproducible).
-    Any scale works here: the backward takes no row max."""
-    from kernels.nvidia.gluon.attention_bwd import attention_bwd_kernel
+def backward(problem, config, saved, grads, needs):
+    """(dq, dk, dv, None) by the Gluon backward (dQ by float32 TMA reductions: not bitwise
+    reproducible). Any scale works here: the backward takes no row max."""
+    from ceiling.nvidia.gluon.attention_bwd import attention_bwd_kernel
 
-    do, q, k, v, o = (_tma_ready(t) for t in (do, q, k, v, o))
-    lse = lse.contiguous()
+    causal, scale = problem.causal, problem.scale
+    do, q, k, v, o = (_tma_ready(t) for t in (grads["out"], saved["q"], saved["k"], saved["v"], saved["out"]))
+    lse = saved["lse"].contiguous()
     batch, seqlen_q, heads, head_dim = q.shape
     seqlen_k, kv_heads = k.shape[1], k.shape[2]
     group = heads // kv_heads
-    knobs = tiles(head_dim, "bwd", config, q.element_size())
-    c = static_check.bwd_constexprs(head_dim, causal, knobs)
+    c = bwd_constexprs(head_dim, causal, config["bwd"])
     delta = _delta(o, do)
     dq32 = torch.zeros((batch, seqlen_q, heads, head_dim), device=q.device, dtype=torch.float32)
     # Per query head; with GQA float32 slices, summed over each group below.
@@ -274,21 +287,10 @@ def backward(do, q, k, v, o, lse, causal: bool, scale: float, config: dict | Non
     attention_bwd_kernel[grid](
         _rows_descriptor(q, bm), _rows_descriptor(k, c["BLOCK_N"]), _rows_descriptor(v, c["BLOCK_N"]),
         _rows_descriptor(do, bm), _vector_descriptor(lse, bm), _vector_descriptor(delta, bm),
-        _rows_descriptor(dq32, bm, static_check.DQ_PIECE), dk, dv, seqlen_q, seqlen_k, heads, group,
+        _rows_descriptor(dq32, bm, DQ_PIECE), dk, dv, seqlen_q, seqlen_k, heads, group,
         float(scale) * LOG2E, float(scale), **c, num_warps=4)
     dq = dq32.to(q.dtype)
     if group > 1:
         dk = dk.view(batch, seqlen_k, kv_heads, group, head_dim).sum(3).to(k.dtype)
         dv = dv.view(batch, seqlen_k, kv_heads, group, head_dim).sum(3).to(v.dtype)
-    return dq, dk, dv
-
-
-def problem_of(q, k, bias, mask, causal: bool, scale: float) -> Any:
-    """The :class:`kernels.attention.AttentionProblem` of torch tensors the backend was handed."""
-    from kernels.attention.spec import AttentionProblem
-
-    batch, q_len, heads, head_dim = q.shape
-    return AttentionProblem(
-        framework="torch", batch=batch, q_len=q_len, k_len=k.shape[1], heads=heads, kv_heads=k.shape[2],
-        head_dim=head_dim, dtype=str(q.dtype).removeprefix("torch."), device=str(q.device), causal=bool(causal),
-        scale=float(scale), bias_shape=None if bias is None else tuple(bias.shape), has_mask=mask is not None)
+    return dq, dk, dv, None

@@ -1,45 +1,14 @@
-"""Flash attention backward for Hopper in Gluon: FlashAttention-3's one-kernel design.
-
-Inputs as :mod:`kernels.nvidia.gluon.attention_fwd` writes them: q, k, v, o, dO in (batch, seq,
-heads, head_dim), the log-sum-exp (batch, heads, q_len) float32 natural log, and
-``delta = rowsum(dO * O)`` from the Triton preprocess kernel, in the same layout.
-
-One CTA owns a block of ``BLOCK_N = 128`` keys of one (batch, query head) and loops over the
-query blocks that see them. Three partitions:
-
-* **producer** (one warp): loads the CTA's K and V block once, then for each query block Q_i
-  with its log-sum-exp and dO_i with its delta through a ring of ``NUM_STAGES`` slots ("ready"
-  mbarriers count TMA bytes; "empty" ones are released by both consumers).
-* **two consumers** (a warpgroup each): consumer ``WG`` owns keys ``[64 * WG, 64 * WG + 64)``
-  of the block and keeps their dK and dV (64 x head_dim float32 each) in registers. Per query
-  block, five products (FA3; the Triton pair of kernels spends seven):
-
-  1. ``S^T = K Q_i^T`` and 2. ``dP^T = V dO_i^T``, issued together, asynchronously;
-  then ``P^T = 2^(S^T * scale * log2 e - lse)`` (masked at the causal diagonal and the tails);
-  3. ``dV += P^T dO_i`` (P^T as a register operand), issued before waiting for dP^T;
-  ``dS^T = P^T (dP^T - delta)``;
-  4. ``dK += dS^T Q_i`` (register operand); meanwhile dS^T goes to shared memory; then every
-     product of the block has retired and both of its slots go back to the producer;
-  5. ``dQ_i += dS K``, with dS^T read back transposed as the A operand, in 64-column pieces (a
-     64 x 64 float32 accumulator at a time, which keeps dK, dV and the piece within the 240
-     registers); each piece goes through shared memory to a TMA reduction
-     (``cp.reduce.async.bulk.tensor.add``) into a float32 dQ in global memory, two buffers
-     deep, as FA3 adds its dQ.
-
-  Both consumers walk the same query blocks (the block's, not their own half's: they share
-  the slots), with masks where the causal diagonal, the ragged last query block or the key
-  tail needs them.
-
-The float32 dQ accumulator (zeroed by the caller; each element receives one addition per key
-block and consumer, in whatever order the CTAs run) is scaled in the kernel and cast by the
-caller. So dQ is not bitwise reproducible from run to run, dK and dV are; the
-Triton dK/dV + dQ kernels (``deterministic``) are. dK and dV are written with plain stores, per
-query head: with GQA the caller sums a group's float32 slices.
-"""
+"""Flash attention backward for Hopper in Gluon, FlashAttention-3's one-kernel design: one CTA per
+128-key block of one (batch, query head), a TMA producer streaming the query blocks that see it to
+two consumer warpgroups of 64 keys each, which keep dK and dV in registers and add dQ in float32
+by TMA reductions (so dQ is not bitwise reproducible; dK and dV are): five products per block
+pair. Inputs as :mod:`ceiling.nvidia.gluon.attention_fwd` writes them; the design in full:
+``docs/attention.md``."""
 
 from __future__ import annotations
 
-from kernels.nvidia.gluon.api import (
+from ceiling import constants
+from ceiling.nvidia.gluon.api import (
     fence_async_shared,
     gl,
     gluon,
@@ -50,9 +19,9 @@ from kernels.nvidia.gluon.api import (
     warpgroup_mma,
     warpgroup_mma_wait,
 )
-from kernels.nvidia.gluon.attention_fwd import mma_layout, step_zero
+from ceiling.nvidia.gluon.attention_fwd import mma_layout, step_zero
 
-LOG2E = gl.constexpr(1.4426950408889634)
+LOG2E = gl.constexpr(constants.LOG2E)
 # Keys per consumer warpgroup (the M of one wgmma) and head-dim columns per dQ piece.
 WG_N = gl.constexpr(64)
 DQ_PIECE = gl.constexpr(64)

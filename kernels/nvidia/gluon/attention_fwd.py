@@ -1,53 +1,16 @@
-"""Flash attention forward for Hopper in Gluon: FlashAttention-3's warp-specialized schedule.
-
-Layout (batch, seq, heads, head_dim) for q, k, v and o; the log-sum-exp is (batch, heads, q_len)
-float32, natural log, as the Triton kernels (:mod:`kernels.triton.attention`) write it.
-
-One persistent CTA per SM walks query tiles of ``BLOCK_M = 128`` rows of one (batch, head). It
-runs three partitions (``gl.warp_specialize``):
-
-* **producer** (one warp, few registers): TMA loads. Per tile it loads the two 64-row halves of
-  Q, then streams the K and V blocks the tile sees through a ring of ``NUM_STAGES`` shared-memory
-  slots, each slot guarded by a "ready" mbarrier (TMA transaction bytes) and an "empty" mbarrier
-  (released by both consumers). K of block j goes out before V of block j+1, the order in which
-  the consumers need them.
-* **two consumers** (a warpgroup each, 4 warps, the registers the producer gave up): consumer
-  ``WG`` owns rows ``[64 * WG, 64 * WG + 64)`` of the tile and keeps its 64 x head_dim float32
-  output accumulator in registers. Both read the same K/V slots. Consumer 0 is the default
-  partition (the kernel's own ``num_warps=4``), consumer 1 and the producer are workers;
-  ``setmaxnreg`` gives the producer's warpgroup 24 registers a thread and each consumer 240
-  (``PRODUCER_REGS``, ``CONSUMER_REGS``: FA3's split of the 64K-register file).
-
-Inside a consumer the key blocks run from the last to the first (the blocks that need masks -
-the causal diagonal and the ragged key tail - come first, so one peeled masked block and one
-masked loop precede the unmasked loop) and each step overlaps two blocks (FA3's intra-warpgroup
-overlap): it issues ``S_j = Q K_j^T`` and ``O += P_{j+1} V_{j+1}`` as asynchronous wgmma,
-waits only for ``S_j``, runs the online softmax of ``S_j`` while ``P V`` is still on the tensor
-cores, then waits for ``P V``, rescales ``O`` and converts ``P_j`` to the A operand of the next
-step's ``P V`` (a register operand: no shared-memory round trip).
-
-Between the consumers the issue of those products alternates (FA3's ping-pong): consumer 0
-issues its two wgmma, hands the turn to consumer 1, and runs its softmax while consumer 1's
-products occupy the tensor cores, and back. FA3 orders the warpgroups with named barriers
-(``bar.sync``/``bar.arrive``); Gluon 3.6 exposes no named-barrier operation, so the turn is
-passed through two single-arrival mbarriers, one per consumer (the same handshake, polled with
-``mbarrier.try_wait`` instead of ``bar.sync``).
-
-Causal attention is aligned to the bottom right (key j is seen by query i when
-``j <= i + k_len - q_len``); tiles are handed out heaviest first. Q, K, V and O go through 3-D
-TMA descriptors over (batch, seq, heads * head_dim), so a tile's rows past its sequence are
-zero-filled on load and clipped on store by the hardware, per batch. Keys past ``k_len`` are
-masked to ``-inf``; a query that sees no key gets output 0 and log-sum-exp ``-inf``. The output
-leaves through shared memory and a TMA store; at head dim 256 (``O_IN_Q``) through the
-consumer's Q buffer, which is handed back to the producer only once the store has read it
-(separate buffers for Q, O and two K/V stages would not fit in 227 KiB).
-"""
+"""Flash attention forward for Hopper in Gluon, FlashAttention-3's warp-specialized schedule: one
+persistent CTA per SM walks 128-row query tiles (heaviest first when causal); a one-warp TMA
+producer feeds a ring of K/V slots to two consumer warpgroups of 64 rows each (240/24 registers
+by ``setmaxnreg``), which overlap the softmax of one key block with the products of the next and
+take turns on the tensor cores (ping-pong). Layout and log-sum-exp as the Triton kernels write
+them; the design in full: ``docs/attention.md``."""
 
 from __future__ import annotations
 
 import triton.language as tl
 
-from kernels.nvidia.gluon.api import (
+from ceiling import constants
+from ceiling.nvidia.gluon.api import (
     fence_async_shared,
     gl,
     gluon,
@@ -59,7 +22,7 @@ from kernels.nvidia.gluon.api import (
     warpgroup_mma_wait,
 )
 
-LN2 = gl.constexpr(0.6931471805599453)
+LN2 = gl.constexpr(constants.LN2)
 
 # Rows per consumer warpgroup: the M of one wgmma (64 rows x 4 warps).
 WG_M = gl.constexpr(64)
@@ -166,7 +129,7 @@ def _fwd_producer(desc_q, desc_k, desc_v, q_smem, k_smem, v_smem, q_ready, q_emp
 @gluon.jit
 def exp2_fma(x):
     """2^x on the FMA and integer pipes instead of the MUFU unit (a Gluon twin of
-    :func:`kernels.triton.attention.exp2_fma`: MUFU ex2 runs at an eighth of the FMA rate on
+    :func:`ceiling.triton.attention.exp2_fma`: MUFU ex2 runs at an eighth of the FMA rate on
     Hopper, so the exponentials, not the tensor cores, can pace a step). x = n + f with
     n = round(x) from the low bits of x + 1.5 * 2^23 and f in [-0.5, 0.5]; 2^f by a cubic
     (relative error under 7.5e-5, below bf16's rounding of P) whose exponent field n is added

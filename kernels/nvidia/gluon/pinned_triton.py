@@ -6,10 +6,10 @@ in its own folder, installed once without dependencies (``pip install --no-deps 
 about 650 MB; the rest of the environment - PyTorch, this package - is shared), under
 ``$CEILING_CACHE_DIR`` or ``~/.cache/ceiling``::
 
-    python -m kernels.nvidia.gluon.pinned_triton install     # the folder, once
-    python -m kernels.nvidia.gluon.pinned_triton check       # the static check under it
+    python -m ceiling.nvidia.gluon.pinned_triton install     # the folder, once
+    python -m ceiling.nvidia.gluon.pinned_triton check       # the static check under it
 
-The check runs :mod:`kernels.nvidia.gluon.static_check` in a subprocess whose ``sys.path``
+The check runs :mod:`ceiling.nvidia.gluon.static_check` in a subprocess whose ``sys.path``
 starts with that folder, so ``import triton`` there is 3.6 whatever this process has. The
 install takes a file lock, so parallel test workers install it once; a failed install raises
 with the command to run by hand, never skips.
@@ -90,13 +90,13 @@ def run_json(version: str, module_args: list[str], *, timeout_s: float = 900) ->
 
 
 def static_check(version: str = DEVICE_TRITON) -> dict:
-    """:mod:`kernels.nvidia.gluon.static_check` of every shipped config under Triton ``version``: the
+    """:mod:`ceiling.nvidia.gluon.static_check` of every shipped config under Triton ``version``: the
     Triton version it saw, and per config its facts and the violations found."""
-    return run_json(version, ["-m", "kernels.nvidia.gluon.static_check"])
+    return run_json(version, ["-m", "ceiling.nvidia.gluon.static_check"])
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kernels.nvidia.gluon.pinned_triton", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m ceiling.nvidia.gluon.pinned_triton", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("action", choices=("install", "check"))
     parser.add_argument("--version", default=DEVICE_TRITON)

@@ -1,40 +1,41 @@
 """Compile the Gluon attention kernels for sm_90a on a CPU and check their SASS is the design.
 
-Every shipped config of ``configs/attention_gluon.json`` (forward: each head dim, causal and
-not; backward likewise where the table has one) is compiled with the running Triton
+Every shipped config of the Gluon table (``ceiling.nvidia.gluon.attention.shipped``; forward:
+each head dim, causal and not; backward likewise where the table has one) is compiled with the running Triton
 (``triton.compile(GluonASTSource(...), target=GPUTarget("cuda", 90, 32))``) and its
-:func:`kernels.nvidia.gluon.sass_facts.facts` are held to :data:`DESIGN`: HGMMA in both
+:func:`ceiling.nvidia.gluon.sass_facts.facts` are held to :data:`DESIGN`: HGMMA in both
 consumer partitions (the default one among them), UTMALDG in the one producer and nowhere
 else, consumers at >= 232 registers and the producer at <= 56 (``USETMAXREG``), no spills,
 shared memory within 227 KiB, 12 warps, no pointer loads, and (backward) dQ added to global
 memory by TMA reductions from the consumers.
 
-    python -m kernels.nvidia.gluon.static_check                # this Triton
-    python -m kernels.nvidia.gluon.pinned_triton check          # Triton 3.6, whatever this one is
+    python -m ceiling.nvidia.gluon.static_check                # this Triton
+    python -m ceiling.nvidia.gluon.pinned_triton check          # Triton 3.6, whatever this one is
 
-The launches in :mod:`kernels.nvidia.gluon.attention` build their descriptors with the same
-layouts (:func:`smem_layout`) as the signatures here, so the binaries checked are the ones run.
+The signatures here take their constants and descriptor layouts from the launcher
+(:mod:`ceiling.nvidia.gluon.attention`), so the binaries checked are the ones run.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
 import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kernels.nvidia.gluon import triton_release
-from kernels.nvidia.gluon.sass_facts import Design, facts, violations
-
-TABLE_FILE = Path(__file__).resolve().parents[1] / "configs" / "attention_gluon.json"
-BLOCK_M = 128  # forward query tile: two consumer warpgroups of 64 rows
-BWD_BLOCK_N = 128  # backward key block: two consumer warpgroups of 64 keys
-DQ_PIECE = 64  # backward dQ columns per TMA reduction
-CONSUMER_REGS, PRODUCER_REGS = 240, 24  # FlashAttention-3's split of the register file
+from ceiling.nvidia.gluon import triton_release
+from ceiling.nvidia.gluon.attention import (
+    BWD_BLOCK_N,
+    DQ_PIECE,
+    bwd_constexprs,
+    fwd_constexprs,
+    shipped as shipped_tiles,
+    smem_layout,
+)
+from ceiling.nvidia.gluon.sass_facts import Design, facts, violations
 
 FWD_DESIGN = Design()
 BWD_DESIGN = Design(atomics=True)
@@ -60,18 +61,6 @@ def known_spill_bytes(name: str) -> int:
 _TRITON_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 
-@functools.cache
-def table() -> dict:
-    return json.loads(TABLE_FILE.read_text())
-
-
-def smem_layout(block: list[int], dtype: str):
-    """The NVMMA shared layout of a TMA block (the launch's descriptors use the same)."""
-    from kernels.nvidia.gluon.api import gl
-
-    return gl.NVMMASharedLayout.get_default_for(block, getattr(gl, dtype))
-
-
 def _desc(dtype: str, block: list[int]) -> str:
     return f"tensordesc<{_TRITON_DTYPES[dtype]}[{', '.join(map(str, block))}],{smem_layout(block, dtype)!r}>"
 
@@ -93,10 +82,10 @@ class Spec:
     @property
     def fn(self):
         if self.kernel == "fwd":
-            from kernels.nvidia.gluon.attention_fwd import attention_fwd_kernel
+            from ceiling.nvidia.gluon.attention_fwd import attention_fwd_kernel
 
             return attention_fwd_kernel
-        from kernels.nvidia.gluon.attention_bwd import attention_bwd_kernel
+        from ceiling.nvidia.gluon.attention_bwd import attention_bwd_kernel
 
         return attention_bwd_kernel
 
@@ -104,20 +93,6 @@ class Spec:
     def config(self) -> dict[str, Any]:
         return {"kernel": self.kernel, "head_dim": self.head_dim, "causal": self.causal, "dtype": self.dtype,
                 **self.knobs}
-
-
-def fwd_constexprs(head_dim: int, causal: bool, knobs: dict) -> dict:
-    return dict(HEAD_DIM=head_dim, BLOCK_M=BLOCK_M, BLOCK_N=knobs["block_n"], NUM_STAGES=knobs["num_stages"],
-                CAUSAL=bool(causal), EXP2_SPLIT=bool(knobs.get("exp2_split", False)),
-                PINGPONG=bool(knobs.get("pingpong", True)), O_IN_Q=head_dim > 128,
-                CONSUMER_REGS=knobs.get("consumer_regs", CONSUMER_REGS),
-                PRODUCER_REGS=knobs.get("producer_regs", PRODUCER_REGS))
-
-
-def bwd_constexprs(head_dim: int, causal: bool, knobs: dict) -> dict:
-    return dict(HEAD_DIM=head_dim, BLOCK_M=knobs["block_m"], BLOCK_N=BWD_BLOCK_N, NUM_STAGES=knobs["num_stages"],
-                CAUSAL=bool(causal), CONSUMER_REGS=knobs.get("consumer_regs", CONSUMER_REGS),
-                PRODUCER_REGS=knobs.get("producer_regs", PRODUCER_REGS))
 
 
 def spec(kernel: str, head_dim: int, causal: bool, knobs: dict, dtype: str = "bfloat16") -> Spec:
@@ -152,9 +127,9 @@ def spec_name(kernel: str, head_dim: int, causal: bool) -> str:
 
 
 def _shipped_configs() -> list[tuple[str, int, bool, dict]]:
-    """(kernel, head dim, causal, knobs) of every shipped config: per head dim of the sm90 table,
-    its forward and backward, causal and not."""
-    return [(kernel, int(head_dim), causal, entry[kernel]) for head_dim, entry in table()["sm90"].items()
+    """(kernel, head dim, causal, knobs) of every shipped config: per head dim of the table, its
+    forward and backward, causal and not."""
+    return [(kernel, head_dim, causal, entry[kernel]) for head_dim, entry in shipped_tiles().items()
             for kernel in ("fwd", "bwd") if kernel in entry for causal in (False, True)]
 
 
@@ -190,7 +165,7 @@ def check(s: Spec) -> dict:
 def main(argv: list[str] | None = None) -> int:
     import triton
 
-    parser = argparse.ArgumentParser(prog="python -m kernels.nvidia.gluon.static_check", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m ceiling.nvidia.gluon.static_check", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", type=Path, help="write the facts and violations of every config here")
     parser.add_argument("--only", action="append", default=[], help="check only the specs of this name")

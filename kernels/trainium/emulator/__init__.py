@@ -13,17 +13,17 @@ It follows the NKI 0.6.0 API (Neuron SDK 2.32: ``import nki``, ``nki.language as
 
 Usage::
 
-    from kernels.trainium.emulator import emulate, jit, language as nl, isa as nisa
+    from ceiling.trainium.emulator import emulate, jit, language as nl, isa as nisa
 
     with emulate(target="trn2") as ctx:
         out = kernel(a, b)
     report = cost.estimate(ctx.trace, ctx.target, flops=...)
 """
 
-from kernels.trainium.emulator import cost, isa, language, targets
-from kernels.trainium.emulator.errors import EmulatorError, HardwareRuleError, NoTargetError, UninitializedReadError
-from kernels.trainium.emulator.jit import Kernel, ShapeDtype, jit
-from kernels.trainium.emulator.state import Context, emulate
+from ceiling.trainium.emulator import cost, isa, language, targets
+from ceiling.trainium.emulator.errors import EmulatorError, HardwareRuleError, NoTargetError, UninitializedReadError
+from ceiling.trainium.emulator.jit import Kernel, ShapeDtype, jit
+from ceiling.trainium.emulator.state import Context, emulate
 
 __all__ = [
     "Context",

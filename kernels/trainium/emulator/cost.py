@@ -36,7 +36,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import asdict, dataclass, field
 
-from kernels.trainium.emulator.targets import Target
+from ceiling.trainium.emulator.targets import Target
 
 ENGINES = ("tensor", "vector", "scalar", "gpsimd", "dma")
 ACCESS_OVERHEAD_CYCLES = 60  # fixed SBUF/PSUM access bubble per engine instruction

@@ -34,6 +34,6 @@ class UninitializedReadError(EmulatorError):
 class NoTargetError(EmulatorError):
     def __init__(self):
         super().__init__(
-            "no Trainium target: run the kernel inside kernels.trainium.emulator.emulate(target='trn1'|'trn2') "
+            "no Trainium target: run the kernel inside ceiling.trainium.emulator.emulate(target='trn1'|'trn2') "
             "or pass target= to the jitted kernel; the emulator never picks the newer chip by itself"
         )

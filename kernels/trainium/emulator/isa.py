@@ -12,8 +12,8 @@ from enum import Enum
 
 import numpy as np
 
-from kernels.trainium.emulator import cost, ops, rules, state
-from kernels.trainium.emulator.memory import Tensor, dtype_name
+from ceiling.trainium.emulator import cost, ops, rules, state
+from ceiling.trainium.emulator.memory import Tensor, dtype_name
 
 
 class engine(Enum):

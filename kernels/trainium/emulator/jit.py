@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kernels.trainium.emulator import memory, rules, state
-from kernels.trainium.emulator.memory import Tensor
+from ceiling.trainium.emulator import memory, rules, state
+from ceiling.trainium.emulator.memory import Tensor
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from kernels.trainium.emulator import isa, memory, ops, state
-from kernels.trainium.emulator.memory import Tensor
+from ceiling.trainium.emulator import isa, memory, ops, state
+from ceiling.trainium.emulator.memory import Tensor
 
 # Buffers (NKI names them as objects; the emulator uses their names).
 sbuf = "sbuf"

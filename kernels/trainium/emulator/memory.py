@@ -19,8 +19,8 @@ try:  # numpy 2 moved it
 except ImportError:  # numpy 1.x
     _byte_bounds = np.byte_bounds
 
-from kernels.trainium.emulator import state
-from kernels.trainium.emulator.errors import HardwareRuleError, UninitializedReadError
+from ceiling.trainium.emulator import state
+from ceiling.trainium.emulator.errors import HardwareRuleError, UninitializedReadError
 
 HBM_BUFFERS = ("hbm", "shared_hbm", "private_hbm")
 ON_CHIP = ("sbuf", "psum")

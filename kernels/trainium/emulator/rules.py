@@ -11,9 +11,9 @@ import math
 
 import numpy as np
 
-from kernels.trainium.emulator import state
-from kernels.trainium.emulator.errors import HardwareRuleError
-from kernels.trainium.emulator.memory import ON_CHIP, Tensor, dtype_name
+from ceiling.trainium.emulator import state
+from ceiling.trainium.emulator.errors import HardwareRuleError
+from ceiling.trainium.emulator.memory import ON_CHIP, Tensor, dtype_name
 
 # nc_matmul input dtypes on NeuronCore-v2/-v3 (fp8 e4m3/e5m2, bf16, fp16, tf32, fp32).
 MATMUL_INPUT_DTYPES = ("float8_e4m3fn", "float8_e5m2", "bfloat16", "float16", "float32")

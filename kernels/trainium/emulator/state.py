@@ -7,8 +7,8 @@ import contextlib
 import threading
 from dataclasses import dataclass, field
 
-from kernels.trainium.emulator import targets
-from kernels.trainium.emulator.errors import HardwareRuleError, NoTargetError
+from ceiling.trainium.emulator import targets
+from ceiling.trainium.emulator.errors import HardwareRuleError, NoTargetError
 
 
 @dataclass

@@ -1,6 +1,6 @@
-"""The tuning sweeps behind ``kernels/nvidia/configs/attention.json`` (sm90) and
-``kernels/nvidia/configs/triangle_attention.json`` (H200): time every statically checked candidate
-(``kernels.tuning.space``) of each kernel on this GPU, next to the baseline, and pick the fastest.
+"""The tuning sweeps behind ``kernels/nvidia/tables/sm_90a/attention.json`` (Hopper) and
+``kernels/nvidia/tables/H200/triangle_attention.json``: time every statically checked candidate
+(``ceiling.tuning.space``) of each kernel on this GPU, next to the baseline, and pick the fastest.
 
 One run fits a lease of minutes:
 
@@ -25,11 +25,11 @@ Rows are plain dicts (JSON). The modules, one job each:
 * ``problems``: the groups (problem shapes), the shipped config and candidate list of each kernel,
   inputs, one candidate's launch, FLOP counts;
 * ``checks``: float32 and framework references, the error check, the worker-side candidate check;
-* ``sweep``: the loop of steps 1-3 (:class:`~kernels.tuning.attention.sweep.Sweep`);
+* ``sweep``: the loop of steps 1-3 (:class:`~ceiling.tuning.attention.sweep.Sweep`);
 * ``results``: winners per group and kernel, speedups, and ``apply_*``, which write the winners
-  into the config files with the provenance the caller measured.
+  into the tables with the provenance the caller measured.
 
-``gluon`` is the device sweep of the Gluon Hopper attention (``kernels/nvidia/gluon/``) behind
-``kernels/nvidia/configs/attention_gluon.json``: its candidates held to the Gluon design by SASS,
-each checked against float64 and timed next to the Triton kernels, applied only where it wins.
+``gluon`` is the device sweep of the Gluon Hopper attention (``kernels/nvidia/gluon/``): its
+candidates held to the Gluon design by SASS, each checked against float64 and timed next to the
+Triton kernels, applied (to the GPU model's ``attention_gluon`` table) only where it wins.
 """

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import time
 
-from kernels.tuning.attention.problems import (
+from ceiling.tuning.attention.problems import (
     Group,
     attention_inputs,
     attention_saved,
@@ -23,7 +23,7 @@ def references(group: Group, x: dict, saved) -> dict:
     if group.op == "attention":
         import torch.nn.functional as F
 
-        from kernels.attention import reference as R
+        from ceiling.attention import reference as R
 
         d = x["q"].shape[-1]
         scale = 1.0 / math.sqrt(d)
@@ -39,14 +39,15 @@ def references(group: Group, x: dict, saved) -> dict:
         dq16, dk16, dv16 = (g.transpose(1, 2) for g in g16)
         return {"fwd": ((o32, lse32), (o16, None)), "dkdv": ((dk32, dv32), (dk16, dv16)), "dq": ((dq32,), (dq16,)),
                 "dkdv_dq": ((dq32, dk32, dv32), (dq16, dk16, dv16))}
-    from kernels.triangle import reference as R
-    from kernels.triangle.bench import eager_triangle_attention
+    from ceiling.triangle.attention_reference import attention
+    from ceiling.triangle.bench import eager_triangle_attention
 
     scale = 1.0 / math.sqrt(x["q"].shape[-1])
-    f32 = {n: x[n].float() for n in ("q", "k", "v", "bias", "do")}
-    o32, lse32 = R.attention(f32["q"], f32["k"], f32["v"], f32["bias"], x["mask"], scale)
-    dq32, dk32, dv32, db32 = R.attention_bwd(f32["q"], f32["k"], f32["v"], f32["bias"], x["mask"], scale, o32, lse32,
-                                             f32["do"])
+    f32 = [x[n].detach().float().requires_grad_() for n in ("q", "k", "v", "bias")]
+    with torch.enable_grad():
+        o32, lse32 = attention(*f32, x["mask"], scale)
+        dq32, dk32, dv32, db32 = torch.autograd.grad(o32, f32, x["do"].float())
+    o32 = o32.detach()
     leaves = [x[n].detach().requires_grad_() for n in ("q", "k", "v", "bias")]
     with torch.enable_grad():
         o16 = eager_triangle_attention(*leaves, x["mask"])

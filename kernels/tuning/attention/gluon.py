@@ -1,12 +1,12 @@
-"""The device sweep behind ``configs/attention_gluon.json``: every statically sound Gluon config,
-checked and timed on this GPU next to the Triton kernels, and applied only where it wins.
+"""The device sweep of the Gluon Hopper attention: every statically sound Gluon config, checked and
+timed on this GPU next to the Triton kernels, and applied only where it wins.
 
-    python -m kernels.tuning.attention.gluon --out DIR --budget-s 150 [--apply]
+    python -m ceiling.tuning.attention.gluon --out DIR --budget-s 150 [--apply]
 
 1. **Candidates**: per kernel and head dim, the points of the Gluon space's search grid
-   (``kernels/spaces/attention_gluon.json``) that ``python -m kernels.tuning.space attention_gluon``
+   (``kernels/spaces/attention_gluon.json``) that ``python -m ceiling.tuning.space attention_gluon``
    kept in ``kernels/spaces/candidates/attention_gluon.sm_90a.json``: compiled for sm_90a (causal)
-   under Triton 3.6 and 3.9 and held to the design (:mod:`kernels.nvidia.gluon.static_check`), so
+   under Triton 3.6 and 3.9 and held to the design (:mod:`ceiling.nvidia.gluon.static_check`), so
    the device compiles only what it times; nearest the shipped config first (it, then one knob
    changed, ...).
 2. **Per group** (head dim 128 and 64 at S = 4096, B * H * D fixed as in the benchmark suite;
@@ -14,12 +14,13 @@ checked and timed on this GPU next to the Triton kernels, and applied only where
    candidate run once on fresh random inputs at a small shape of the same specialization and are
    compared with float64 by the error-ratio rule (error <= 2 x the error of PyTorch's own bf16
    computation + 2e-3 x max|ref|); the correct ones are timed by CUDA-graph replay
-   (``kernels.tuning.timers.time_graph``), forward and backward separately, each group in an equal
+   (``ceiling.timers.time_graph``), forward and backward separately, each group in an equal
    share of ``budget_s``.
-3. **Apply** (``--apply``): where the fastest correct candidate beats the Triton kernels, its
-   knobs replace the table's for that head dim and direction, and the problem (head dim,
-   causality, direction, this GPU) joins ``"default"`` with the run's provenance; nothing is
-   written where the Triton kernels are as fast.
+3. **Apply** (``--apply``): where the fastest correct candidate beats the Triton kernels, this
+   GPU model's table (``kernels/nvidia/tables/H200/attention_gluon.json`` on an H200) gets its
+   knobs for that head dim, causality and direction, and an entry with ``"default": true`` that
+   makes the Gluon kernels the default there, both ``measured`` with the run's provenance;
+   nothing is written where the Triton kernels are as fast.
 
 Rows (JSON, one per timed or failed candidate) go to ``DIR/gluon-attention-rows.json``.
 """
@@ -36,9 +37,9 @@ import sys
 import time
 from pathlib import Path
 
-from kernels import spaces
-from kernels.nvidia.gluon import static_check
-from kernels.tuning import space as candidate_filter
+from ceiling import spaces, tables
+from ceiling.nvidia.gluon import attention as gluon
+from ceiling.tuning import space as candidate_filter
 
 FAMILY = "attention_gluon"
 
@@ -50,7 +51,7 @@ def candidates(kernel: str, head_dim: int) -> list[dict]:
     """The statically checked candidates of ``kernel`` at ``head_dim``, nearest the shipped config
     first: the shipped one, then those that change one knob (exp2_split, pingpong, ...), then two,
     and so on; a budget cut keeps the informative ones."""
-    shipped = static_check.table()["sm90"].get(str(head_dim), {}).get(kernel) or {}
+    shipped = gluon.shipped().get(head_dim, {}).get(kernel) or {}
     found = [{k: v for k, v in c.items() if k != "static"}
              for c in candidate_filter.candidates(FAMILY, str(head_dim), kernel)]
     return sorted(found, key=lambda c: sum(c.get(k) != v for k, v in shipped.items()))
@@ -59,9 +60,9 @@ def candidates(kernel: str, head_dim: int) -> list[dict]:
 def sound_candidates(head_dims) -> dict[tuple, list[dict]]:
     """(kernel, head dim, causal) -> the candidates to time, in priority order, where the table
     has a config of that kernel at that head dim."""
-    table = static_check.table()["sm90"]
+    table = gluon.shipped()
     return {(kernel, d, causal): candidates(kernel, d) for d in head_dims for causal in (False, True)
-            for kernel in ("fwd", "bwd") if kernel in table.get(str(d), {})}
+            for kernel in ("fwd", "bwd") if kernel in table.get(d, {})}
 
 
 def _inputs(b, s, h, d, seed):
@@ -71,14 +72,15 @@ def _inputs(b, s, h, d, seed):
     return [torch.randn(b, s, h, d, device="cuda", generator=g).to(torch.bfloat16) for _ in range(4)]
 
 
-def _correct(run, b, s, h, d, causal) -> tuple[bool, float]:
-    """Whether ``run(q, k, v, do) -> (out, dq, dk, dv)`` meets the error-ratio rule at one shape."""
+def _correct(config: dict, b, s, h, d, causal) -> tuple[bool, float]:
+    """Whether the implementation ``config`` runs meets the error-ratio rule at one shape."""
     import torch
 
-    from kernels.attention import reference
+    from ceiling.attention import reference
 
     q, k, v, do = _inputs(b, s, h, d, seed=1)
     scale = 1.0 / math.sqrt(d)
+    run, _, _ = _implementation(config, causal, q, k, v)
     ours = run(q, k, v, do)
     ex_out, ex_lse = reference.attention_fwd(q, k, v, None, None, causal, scale, compute_dtype=torch.float64)
     ex = (ex_out, *reference.attention_bwd(do, q, k, v, ex_out, ex_lse, None, None, causal, scale, False,
@@ -96,31 +98,38 @@ def _correct(run, b, s, h, d, causal) -> tuple[bool, float]:
     return worst <= 1.0, worst
 
 
-def _implementation(config: dict, causal: bool):
-    from kernels.nvidia import attention as flash
+def _implementation(config: dict, causal: bool, q, k, v):
+    """(run, fwd, bwd) for inputs shaped like ``q``, ``k``, ``v``: the launchers of the
+    implementation the nvidia backend chooses under ``config`` (the Triton or the Gluon kernels),
+    with the config it resolves, decided once: ``run(q, k, v, do) -> (out, dq, dk, dv)``,
+    ``fwd(q, k, v) -> (out, lse)``, ``bwd(do, q, k, v, out, lse) -> (dq, dk, dv, None)``."""
+    from ceiling.attention.op import ATTENTION
+    from ceiling.attention.spec import check
 
-    def run(q, k, v, do):
-        scale = 1.0 / math.sqrt(q.shape[-1])
-        out, lse = flash.attention_fwd(q, k, v, None, None, causal, scale, config=config)
-        dq, dk, dv, _ = flash.attention_bwd(do, q, k, v, out, lse, None, None, causal, scale, False, config=config)
-        return out, dq, dk, dv
+    call = ATTENTION.select(check(q, k, v, causal=causal, backend="nvidia"), "nvidia", config)
+    forward, backward = call.forward.implementation.load(), call.backward.implementation.load()
 
     def fwd(q, k, v):
-        return flash.attention_fwd(q, k, v, None, None, causal, 1.0 / math.sqrt(q.shape[-1]), config=config)
+        return forward.forward(call.problem, call.forward.config, q, k, v, None, None)
 
     def bwd(do, q, k, v, out, lse):
-        return flash.attention_bwd(do, q, k, v, out, lse, None, None, causal, 1.0 / math.sqrt(q.shape[-1]), False,
-                                   config=config)
+        saved = {"q": q, "k": k, "v": v, "bias": None, "mask": None, "out": out, "lse": lse}
+        return backward.backward(call.problem, call.backward.config, saved, {"out": do}, {"bias": False})
+
+    def run(q, k, v, do):
+        out, lse = fwd(q, k, v)
+        dq, dk, dv, _ = bwd(do, q, k, v, out, lse)
+        return out, dq, dk, dv
 
     return run, fwd, bwd
 
 
 def _time(config: dict, shape, causal: bool, rep_ms: int) -> dict:
-    from kernels.tuning.timers import time_graph
+    from ceiling.timers import time_graph
 
     b, s, h = shape[0], shape[1], shape[2]
     q, k, v, do = _inputs(b, s, h, shape[3], seed=0)
-    _, fwd, bwd = _implementation(config, causal)
+    _, fwd, bwd = _implementation(config, causal, q, k, v)
     out, lse = fwd(q, k, v)
     f = time_graph(lambda: fwd(q, k, v), rep_ms)
     g = time_graph(lambda: bwd(do, q, k, v, out, lse), rep_ms)
@@ -143,8 +152,7 @@ def sweep(out: Path, budget_s: float, rep_ms: int) -> list[dict]:
         shape = (*timed, d)
         base = {"head_dim": d, "causal": causal, "shape": list(shape)}
         triton_cfg = {"implementation": "triton"}
-        run, _, _ = _implementation(triton_cfg, causal)
-        ok, ratio = _correct(run, *checked, d, causal)
+        ok, ratio = _correct(triton_cfg, *checked, d, causal)
         rows.append({**base, "impl": "triton", "config": None, "correct": ok, "error_ratio": ratio,
                      **_time(triton_cfg, shape, causal, rep_ms)})
         print(json.dumps(rows[-1]), flush=True)
@@ -156,8 +164,7 @@ def sweep(out: Path, budget_s: float, rep_ms: int) -> list[dict]:
             tiles = {k: v for k, v in (("fwd", fwd_knobs), ("bwd", bwd_knobs)) if v}
             cfg = {"implementation": "gluon", "gluon": tiles}
             try:
-                run, _, _ = _implementation(cfg, causal)
-                ok, ratio = _correct(run, *checked, d, causal)
+                ok, ratio = _correct(cfg, *checked, d, causal)
                 row = {**base, "impl": "gluon", "config": tiles, "correct": ok, "error_ratio": ratio}
                 if ok:
                     row.update(_time(cfg, shape, causal, rep_ms))
@@ -192,7 +199,8 @@ def winners(rows: list[dict]) -> list[dict]:
     return out
 
 
-def _provenance() -> str:
+def _provenance() -> dict:
+    """Where and with what this run measured: the table entries' ``measured``."""
     import torch
     import triton
 
@@ -200,41 +208,53 @@ def _provenance() -> str:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                 cwd=Path(__file__).parent).stdout.strip()
     except OSError:
-        commit = "unknown"
-    return (f"{_dt.date.today().isoformat()} {torch.cuda.get_device_name()} triton {triton.__version__} "
-            f"torch {torch.__version__} commit {commit}")
+        commit = ""
+    return {"device": torch.cuda.get_device_name(), "date": _dt.date.today().isoformat(),
+            "git_commit": commit or "unknown", "triton": triton.__version__, "torch": torch.__version__}
+
+
+ABOUT = ("Gluon Hopper attention entries measured on this GPU model by the device sweep "
+         "(python -m ceiling.tuning.attention.gluon --apply): per head dim, causality and direction where the "
+         "fastest correct Gluon config beat the Triton kernels, its knobs, and an entry with \"default\": true that "
+         "makes the Gluon kernels the default for those problems.")
 
 
 def apply(wins: list[dict]) -> dict:
-    """Write ``wins`` into ``configs/attention_gluon.json``: the knobs of each head dim's
-    direction, and a ``"default"`` entry per problem with its provenance."""
-    import torch
-
-    table = json.loads(static_check.TABLE_FILE.read_text())
-    device, provenance = torch.cuda.get_device_name(), _provenance()
+    """Write ``wins`` into this GPU model's Gluon table: per win, its knobs for the head dim,
+    causality and direction, and the entry that makes the Gluon kernels the default there, each
+    with the run's provenance (a win replaces the entries of an earlier run for the same problem
+    and direction). Returns the table written."""
+    prov = _provenance()
+    device = tables.model("nvidia", prov["device"])
+    path = tables.path("nvidia", device, FAMILY)
+    table = tables.read(path) if path.exists() else {"family": FAMILY, "device": device, "about": ABOUT, "entries": []}
+    entries = list(table["entries"])
     for w in wins:
-        spaces.check(FAMILY, candidate_filter.TARGET, {w["direction"]: w["knobs"]},
+        direction = w["direction"]
+        spaces.check(FAMILY, candidate_filter.TARGET, {direction: w["knobs"]},
                      {"head_dim": w["head_dim"], "dtype_bytes": 2})
-        table["sm90"][str(w["head_dim"])][w["direction"]] = w["knobs"]
-        table["default"] = [e for e in table.get("default", []) if not (
-            e["head_dim"] == w["head_dim"] and e["causal"] == w["causal"] and e["direction"] == w["direction"]
-            and e["device"] == device)]
-        table["default"].append({
-            "head_dim": w["head_dim"], "causal": w["causal"], "direction": w["direction"], "device": device,
-            "provenance": (f"{provenance}: {w['ms']:.3f} ms vs Triton {w['triton_ms']:.3f} ms at S=4096, "
-                           f"error ratio {w['error_ratio']:.2f} of the bound")})
-    static_check.TABLE_FILE.write_text(json.dumps(table, indent=2) + "\n")
-    static_check.table.cache_clear()
+        problem = f"head_dim == {w['head_dim']} and {'' if w['causal'] else 'not '}causal"
+        default = f"{problem} and direction == '{direction}'"
+        measured = {**prov, "median_ms": round(w["ms"], 4), "triton_ms": round(w["triton_ms"], 4),
+                    "provenance": (f"{prov['date']} {prov['device']} triton {prov['triton']} commit "
+                                   f"{prov['git_commit']}: {w['ms']:.3f} ms vs Triton {w['triton_ms']:.3f} ms at "
+                                   f"S=4096, error ratio {w['error_ratio']:.2f} of the bound")}
+        entries = [e for e in entries if e.get("when") != default
+                   and not (e.get("when") == problem and list(e.get("config", {})) == [direction])]
+        entries += [{"when": problem, "config": {direction: w["knobs"]}, "source": "measured", "measured": measured},
+                    {"when": default, "default": True, "source": "measured", "measured": measured}]
+    table = {**table, "entries": entries}
+    tables.write(path, table)
     return table
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kernels.tuning.attention.gluon", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m ceiling.tuning.attention.gluon", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--budget-s", type=float, default=150.0)
     parser.add_argument("--rep-ms", type=int, default=10)
-    parser.add_argument("--apply", action="store_true", help="write the winners into configs/attention_gluon.json")
+    parser.add_argument("--apply", action="store_true", help="write the winners into this GPU model's Gluon table")
     opts = parser.parse_args(argv)
     import torch
 
@@ -251,8 +271,8 @@ def main(argv: list[str] | None = None) -> int:
     if not wins:
         print("no Gluon config beat the Triton kernels: nothing to apply")
     if opts.apply and wins:
-        apply(wins)
-        print(f"applied {len(wins)} winners to {static_check.TABLE_FILE}")
+        table = apply(wins)
+        print(f"applied {len(wins)} winners to {tables.path('nvidia', table['device'], FAMILY)}")
     return 0
 
 

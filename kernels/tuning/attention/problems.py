@@ -54,13 +54,9 @@ def triangle_groups() -> list[Group]:
 def shipped(op: str, key: str, kernel: str, causal: bool = False) -> dict:
     """The config the kernels would use today, for the sweep to time first and compare with."""
     if op == "attention":
-        from kernels.nvidia import attention as A
-        from kernels.triton import attention as flash
+        from ceiling.triton import attention as flash
 
-        tuned = dict(A._tuned().get("sm90", {}).get(key, {}))
-        tuned.pop("narrow", None)
-        causal_only = tuned.pop("causal", None)
-        cfg = flash.merge_config(A.heuristic(int(key)), tuned, causal_only if causal else None)
+        cfg = hopper_config(int(key), causal)
         section = {**cfg["dkdv"], "dq_atomic": True} if kernel == "dkdv_dq" else dict(cfg[kernel])
         if kernel == "fwd":
             knobs = flash.fwd_knobs(cfg)
@@ -73,11 +69,53 @@ def shipped(op: str, key: str, kernel: str, causal: bool = False) -> dict:
     return table[kernel]
 
 
-def triangle_table(key: str) -> dict:
-    """The H200 table's triangle-attention configs for head-dim key ``key``, as shipped."""
-    from kernels.nvidia import triangle_attention as T
+def hopper_config(head_dim: int, causal: bool) -> dict:
+    """The config the nvidia backend resolves on an H200 for a benchmark-shaped problem at
+    ``head_dim`` (bf16, no bias or mask: TMA, so the table's ``narrow`` entries do not hold)."""
+    from ceiling.attention.op import ATTENTION
+    from ceiling.attention.spec import shipped_problem
+    from ceiling.nvidia.attention_specs import H200
+    from ceiling.op import resolve_config
 
-    return T.config_for("H200", int(key), "bfloat16")
+    problem = shipped_problem(head_dim, "bfloat16", causal=causal, **H200)
+    return resolve_config(problem, ATTENTION.implementation("nvidia"), None).as_dict()
+
+
+def attention_config(x: dict, causal: bool) -> dict:
+    """The config the nvidia backend resolves for the problem of the inputs ``x`` on this GPU."""
+    from ceiling.attention.op import ATTENTION
+    from ceiling.attention.spec import check
+    from ceiling.op import resolve_config
+
+    problem = check(x["q"], x["k"], x["v"], causal=causal, backend="nvidia")
+    return resolve_config(problem, ATTENTION.implementation("nvidia"), None).as_dict()
+
+
+def triangle_problem(shape, dtype: str = "bfloat16"):
+    """The triangle-attention problem of ``shape`` (batch, n, heads, head_dim) on an H200, masked."""
+    from ceiling.triangle.spec import shipped_attention_problem
+
+    b, n, h, d = shape
+    return shipped_attention_problem(d, dtype, target="sm_90a", batch=b, n=n, heads=h)
+
+
+def triangle_table(key: str, dtype: str = "bfloat16", gpu: str | None = None) -> dict:
+    """The triangle-attention configs the tables give an H200 (or the GPU named ``gpu``) at head
+    dim ``key``, as shipped."""
+    import dataclasses
+
+    from ceiling.op import get, resolve_config
+
+    problem = triangle_problem((1, 384, 4, int(key)), dtype)
+    problem = dataclasses.replace(problem, gpu=gpu) if gpu else problem
+    return resolve_config(problem, get("triangle_attention").implementation("nvidia"), None).as_dict()
+
+
+def triangle_config(cfgs: dict):
+    """``cfgs`` (every kernel's section) as the launcher takes a config: on sm_90a."""
+    from ceiling.spaces.config import Config
+
+    return Config(cfgs, "triangle_attention", "sm_90a", "a sweep candidate")
 
 
 def same_config(a: dict, b: dict) -> bool:
@@ -89,7 +127,7 @@ def candidate_list(group: Group, kernel: str) -> list[dict]:
     """The shipped config first (marked), then the statically checked candidates, nearest the
     shipped config first (fewest keys that differ), so that a short budget times each knob's
     step away from what ships before the far corners of the grid."""
-    from kernels.tuning.space import candidates
+    from ceiling.tuning.space import candidates
 
     current = shipped(group.op, group.key, kernel, group.causal)
     rest = [c for c in candidates(group.op, group.key, kernel) if not same_config(c, current)]
@@ -127,51 +165,63 @@ def triangle_inputs(shape, seed: int = 0):
 
 def attention_saved(x, causal: bool):
     """(o, lse) of the shipped forward, which the backward kernels read."""
-    from kernels.nvidia import attention as A
+    import ceiling
 
-    d = x["q"].shape[-1]
-    return A.attention_fwd(x["q"], x["k"], x["v"], None, None, causal, 1.0 / math.sqrt(d))
+    return ceiling.attention(x["q"], x["k"], x["v"], causal=causal, backend="nvidia", return_lse=True)
+
+
+def _triangle_shape(x) -> tuple:
+    b, n, h, _, d = x["q"].shape
+    return (b, n, h, d)
 
 
 def triangle_saved(x):
-    from kernels.nvidia import triangle_attention as T
-    from kernels.triton.triangle_attention import default_scale
+    """(out, lse) of the shipped forward, which the backward kernels read."""
+    from ceiling.triton import triangle_attention as T
 
-    return T.triangle_attention_fwd(x["q"], x["k"], x["v"], x["bias"], x["mask"], default_scale(x["q"].shape[-1]))
+    shape = _triangle_shape(x)
+    return T.forward(triangle_problem(shape), triangle_config(triangle_table(str(shape[3]))), x["q"], x["k"], x["v"],
+                     x["bias"], x["mask"])
+
+
+def _triangle_backward(x, saved, cfgs: dict, only: str | None = None):
+    from ceiling.triton import triangle_attention as T
+
+    out, lse = saved
+    arrays = {"q": x["q"], "k": x["k"], "v": x["v"], "bias": x["bias"], "mask": x["mask"], "out": out, "lse": lse}
+    needs = {"q": True, "k": True, "v": True, "bias": True}
+    return lambda: T.backward(triangle_problem(_triangle_shape(x)), triangle_config(cfgs), arrays, {"out": x["do"]},
+                              needs, only=only)
 
 
 def thunk(group: Group, kernel: str, cfg: dict, x: dict, saved):
     """A no-argument launch of ``kernel`` at ``cfg`` on inputs ``x``; returns what it computes."""
     cfg = plain(cfg)
     if group.op == "attention":
-        from kernels.nvidia import attention as A
-        from kernels.triton import attention as flash
+        from ceiling.triton import attention as flash
 
         d = x["q"].shape[-1]
         scale = 1.0 / math.sqrt(d)
         if kernel == "dkdv_dq":  # the dK/dV launch then writes dQ too
             kernel, cfg = "dkdv", {**cfg, "dq_atomic": True}
-        full = flash.merge_config(A.select_config(d, x["q"].device, causal=group.causal), {kernel: cfg})
+        full = flash.merge_config(attention_config(x, group.causal), {kernel: cfg})
         if kernel == "fwd":
             return lambda: flash.forward(x["q"], x["k"], x["v"], None, None, group.causal, scale, full, True)
         o, lse = saved
         return lambda: flash.backward(x["do"], x["q"], x["k"], x["v"], o, lse, None, None, group.causal, scale, False,
                                       full, True, only=kernel)
-    from kernels.nvidia import triangle_attention as T
-    from kernels.triton.triangle_attention import default_scale
+    from ceiling.triton import triangle_attention as T
 
-    d = x["q"].shape[-1]
-    scale = default_scale(d)
-    full = T.config_for("H200", d, "bfloat16")
+    shape = _triangle_shape(x)
+    full = triangle_table(str(shape[3]))
     if kernel in ("fwd", "fwd_rows"):
         full["fwd"] = cfg
-        return lambda: T.triangle_attention_fwd(x["q"], x["k"], x["v"], x["bias"], x["mask"], scale, full)
+        problem, config = triangle_problem(shape), triangle_config(full)
+        return lambda: T.forward(problem, config, x["q"], x["k"], x["v"], x["bias"], x["mask"])
     if kernel in ("bwd_dkdv", "bwd_dkdv_dq"):  # with DQ_ATOMIC the dK/dV launch writes dQ too
         kernel, cfg = "bwd_dkdv", {**cfg, "DQ_ATOMIC": kernel == "bwd_dkdv_dq"}
     full[kernel] = cfg
-    out, lse = saved
-    return lambda: T.triangle_attention_bwd(x["q"], x["k"], x["v"], x["bias"], x["mask"], scale, out, lse, x["do"], full,
-                                            only=kernel)
+    return _triangle_backward(x, saved, full, only=kernel)
 
 
 def outputs_of(group: Group, kernel: str, result) -> tuple:
@@ -203,19 +253,11 @@ def flops(group: Group, kernel: str) -> float:
 def full_backward(g: Group, cfgs: dict, x: dict, saved):
     """A no-argument launch of the whole backward of group ``g`` at the kernel configs ``cfgs``."""
     if g.op == "attention":
-        from kernels.nvidia import attention as A
-        from kernels.triton import attention as flash
+        from ceiling.triton import attention as flash
 
         d = x["q"].shape[-1]
-        full = flash.merge_config(A.select_config(d, x["q"].device, causal=g.causal), cfgs)
+        full = flash.merge_config(attention_config(x, g.causal), cfgs)
         o, lse = saved
         return lambda: flash.backward(x["do"], x["q"], x["k"], x["v"], o, lse, None, None, g.causal,
                                       1.0 / math.sqrt(d), False, full, True)
-    from kernels.nvidia import triangle_attention as T
-    from kernels.triton.triangle_attention import default_scale
-
-    d = x["q"].shape[-1]
-    full = {**T.config_for("H200", d, "bfloat16"), **cfgs}
-    out, lse = saved
-    return lambda: T.triangle_attention_bwd(x["q"], x["k"], x["v"], x["bias"], x["mask"], default_scale(d), out, lse,
-                                            x["do"], full)
+    return _triangle_backward(x, saved, {**triangle_table(str(_triangle_shape(x)[3])), **cfgs})

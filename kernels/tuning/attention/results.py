@@ -1,9 +1,9 @@
 """The sweep's results: the winners per group and kernel, the speedups against the baselines,
-and the config-file entries they become (``apply_attention``, ``apply_triangle``)."""
+and the table entries they become (``apply_attention``, ``apply_triangle``)."""
 
 from __future__ import annotations
 
-from kernels.tuning.attention.problems import (
+from ceiling.tuning.attention.problems import (
     ATTENTION_KERNELS,
     TRIANGLE_KERNELS,
     attention_groups,
@@ -95,55 +95,66 @@ def attention_entries(rows: list[dict]) -> dict:
     return entries
 
 
-def apply_attention(rows: list[dict], provenance: str, path=None) -> dict:
-    """Write the winners into the sm90 entries of ``configs/attention.json``. The ``"narrow"``
-    overrides (bias, mask, pointer loads) are pinned to what they resolved to before, so the
-    untimed biased/masked kernels keep the configs that were checked for spills."""
-    import json
+def apply_attention(rows: list[dict], about: str, measured: dict) -> dict:
+    """Write the winners into the Hopper table (``tables/sm_90a/attention.json``) and return it.
 
-    from kernels.nvidia import attention as A
-    from kernels.triton import attention as flash
+    Per padded head dim that was timed, after the table's entry for it: an entry with the winning
+    kernels and one for causal attention where its winners differ (replacing an earlier run's),
+    each ``measured`` (``measured``: the device, date, commit, ... of this run). The ``narrow``
+    entry (a bias or mask tile, or pointer loads: kernels the sweep does not time) is pinned to
+    what those problems resolved to before, the tiles checked for spills, with the kernel switches
+    off. ``about`` becomes the table's description."""
+    from ceiling import tables
+    from ceiling.attention.op import ATTENTION
+    from ceiling.attention.spec import shipped_problem
+    from ceiling.nvidia.attention_specs import H200
+    from ceiling.op import resolve_config
 
-    path = path or A.CONFIG_FILE
-    table = json.loads(path.read_text())
-    sm90 = table.setdefault("sm90", {})
+    path = tables.path("nvidia", "sm_90a", "attention")
+    table = tables.read(path)
+    entries = list(table["entries"])
+    impl = ATTENTION.implementation("nvidia")
     for key, fresh in attention_entries(rows).items():
-        old = sm90.get(key, {})
-        old_narrow = flash.merge_config(A.heuristic(int(key)), A.heuristic_narrow(int(key)),
-                                        {k: v for k, v in old.items() if k not in ("narrow", "causal")},
-                                        old.get("narrow"))
-        entry = {k: v for k, v in old.items() if k not in ("narrow", "causal")}
-        for k in ATTENTION_KERNELS:
-            if k in fresh:
-                entry[k] = fresh[k]
-        if fresh.get("causal"):
-            entry["causal"] = fresh["causal"]
-        narrow = {k: dict(old_narrow[k]) for k in ATTENTION_KERNELS}
-        narrow["fwd"].update({"pre_load_v": bool(old_narrow.get("pre_load_v", False)), "warp_specialize": False,
-                              "exp2_split": False})
+        base = f"head_dim_pad == {key}"
+        before = resolve_config(shipped_problem(int(key), "bfloat16", causal=False, biased=True, **H200), impl, None)
+        narrow = {k: dict(before[k]) for k in ATTENTION_KERNELS}
+        narrow["fwd"].update(pre_load_v=bool(narrow["fwd"].get("pre_load_v", False)), warp_specialize=False,
+                             exp2_split=False)
         narrow["dkdv"]["dq_atomic"] = False  # its narrow tiles were never checked with the extra dot
-        entry["narrow"] = narrow
-        sm90[key] = entry
-    table["_about"] = provenance
-    _write_json(path, table, indent=2)
-    A._tuned.cache_clear()
+        causal, narrowed = f"{base} and causal", f"{base} and narrow"
+        timed = [{"when": base, "config": {k: fresh[k] for k in ATTENTION_KERNELS if k in fresh},
+                  "source": "measured", "measured": measured}]
+        if fresh.get("causal"):
+            timed.append({"when": causal, "config": fresh["causal"], "source": "measured", "measured": measured})
+        # an earlier run's entries give way; a causal entry this run did not find is dropped
+        entries = [e for e in entries if e.get("when") != causal
+                   and not (e.get("when") == base and e.get("source") == "measured")]
+        at = max((i for i, e in enumerate(entries) if e.get("when") == base), default=len(entries) - 1) + 1
+        entries[at:at] = timed  # after the head dim's own entry, before its narrow ones
+        pinned = {"when": narrowed, "config": narrow, "source": "prior",
+                  "why": f"the tiles these problems ran with before the sweep of {measured['date']}, which did not "
+                         "time them: checked for spills on sm_90a"}
+        old = [i for i, e in enumerate(entries) if e.get("when") == narrowed]
+        if old:
+            entries[old[0]] = pinned
+        else:
+            entries.insert(at + len(timed), pinned)
+    table = {**table, "about": about, "entries": entries}
+    tables.write(path, table)
     return table
 
 
-def apply_triangle(rows: list[dict], provenance: str, device_key: str = "H200", path=None) -> dict:
-    """Write the winners of N = 384 into ``configs/triangle_attention.json`` under ``device_key``
-    (head dims up to 32). ``fwd`` takes the faster of the plain and the row-sharing forward;
-    ``bwd_dkdv`` gets ``DQ_ATOMIC`` when the dK/dV kernel with dQ in it beat dK/dV plus dQ
-    (:func:`backward_choice`). Each section keeps its float32 overrides, and where the bf16
-    config changed they are pinned to the float32 config that was in force, which the sweep did
-    not measure (the knobs ROWS, DQ_ATOMIC, ROW_SPLIT off unless they were on)."""
-    import json
+def apply_triangle(rows: list[dict], provenance: str, measured: dict | None = None, device_key: str = "H200") -> dict:
+    """Write the winners of N = 384 into the ``device_key`` table of triangle attention
+    (``kernels/nvidia/tables/H200/triangle_attention.json``) for head dims up to 32, with
+    ``provenance`` and ``measured`` (device, date, commit). ``fwd`` takes the faster of the plain
+    and the row-sharing forward; ``bwd_dkdv`` gets ``DQ_ATOMIC`` when the dK/dV kernel with dQ in
+    it beat dK/dV plus dQ (:func:`backward_choice`). The float32 entry of each written kernel is
+    pinned to the float32 config that was in force, which the sweep did not measure (the knobs
+    ROWS, DQ_ATOMIC, ROW_SPLIT off unless they were on). Returns the written table."""
+    from ceiling import tables
+    from ceiling.tuning.attention.problems import triangle_table
 
-    from kernels.nvidia import triangle_attention as T
-    from kernels.triton import triangle_attention as triangle
-
-    path = path or T.CONFIG_FILE
-    table = json.loads(path.read_text())
     g = triangle_groups()[0]
     best = winners([r for r in rows if r["group"] == g.name])
     if "fwd_rows" in best and ("fwd" not in best or best["fwd_rows"]["median_ms"] < best["fwd"]["median_ms"]):
@@ -151,18 +162,32 @@ def apply_triangle(rows: list[dict], provenance: str, device_key: str = "H200", 
     picked = {k: plain(r["config"]) for k, r in best.items() if k in TRIANGLE_KERNELS}
     if "bwd_dkdv" in picked:
         picked["bwd_dkdv"] = backward_choice(best, picked["bwd_dkdv"], TRIANGLE_DKDV, "DQ_ATOMIC")
-    entry = table.setdefault(device_key, {}).setdefault("d<=32", {})
-    old_f32 = T.config_for(device_key, 32, "float32", path)
+    old_f32 = triangle_table("32", "float32", gpu=device_key)
+    f32 = {}
     for k, cfg in picked.items():
-        f32 = dict(old_f32[k])
+        f32[k] = dict(old_f32[k])
         for knob, off in (("ROWS", 1), ("DQ_ATOMIC", False), ("ROW_SPLIT", 1)):
             if knob in cfg:  # the float32 entry overrides key by key: say the knob even where it was off
-                f32.setdefault(knob, off)
-        entry[k] = {**cfg, "float32": f32}
-    key = "_doc" if "_doc" in table else "_about"
-    table[key] = provenance
-    _write_json(path, table, indent=1)
-    triangle._table.cache_clear()
+                f32[k].setdefault(knob, off)
+    path = tables.path("nvidia", device_key, "triangle_attention")
+    table = tables.read(path) if path.exists() else {
+        "family": "triangle_attention", "device": device_key,
+        "about": f"The {device_key}'s triangle-attention tiles, merged over the sm_90a entries.", "entries": []}
+    written = {"head_dim <= 32": {"config": picked, "source": "measured", "why": provenance},
+               "head_dim <= 32 and dtype == 'float32'": {
+                   "config": f32, "source": "derived",
+                   "why": "the float32 configs in force before the sweep, which timed 16-bit inputs only"}}
+    if measured:
+        written["head_dim <= 32"]["measured"] = measured
+    entries = list(table["entries"])
+    for when, entry in written.items():
+        at = next((i for i, e in enumerate(entries) if e.get("when") == when), None)
+        if at is None:
+            entries.append({"when": when, **entry})
+        else:  # the kernels not written keep their sections
+            entries[at] = {"when": when, **entry, "config": {**entries[at]["config"], **entry["config"]}}
+    table = {**table, "entries": entries}
+    tables.write(path, table)
     return table
 
 

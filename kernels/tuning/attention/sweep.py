@@ -9,8 +9,8 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from kernels.tuning.attention.checks import check_candidate
-from kernels.tuning.attention.problems import (
+from ceiling.tuning.attention.checks import check_candidate
+from ceiling.tuning.attention.problems import (
     Group,
     attention_groups,
     attention_inputs,
@@ -27,8 +27,8 @@ from kernels.tuning.attention.problems import (
     triangle_saved,
     triangle_table,
 )
-from kernels.tuning.attention.results import TRIANGLE_DKDV, backward_choice, winners
-from kernels.tuning.timers import time_events, time_graph
+from ceiling.tuning.attention.results import TRIANGLE_DKDV, backward_choice, winners
+from ceiling.timers import time_events, time_graph
 
 def _pool(workers: int):
     return cf.ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
@@ -170,7 +170,7 @@ class Sweep:
                 rows.append(dict(base, kernel="bwd", impl="sdpa", method="cuda-events", median_ms=ms, p20_ms=p20,
                                  p80_ms=p80, tflops=2.5 * flops(g, "fwd") / ms / 1e9))
             else:
-                from kernels.triangle.bench import eager_triangle_attention
+                from ceiling.triangle.bench import eager_triangle_attention
 
                 ms, p20, p80 = time_graph(
                     lambda: eager_triangle_attention(x["q"], x["k"], x["v"], x["bias"], x["mask"]), self.rep_ms)
