@@ -27,6 +27,65 @@ from typing import Any
 _twins: dict[int, Any] = {}
 
 
+# The target whose tensor-core arithmetic interpreted tl.dot calls follow (None: float32 sums).
+_tensor_core_target: str | None = None
+
+
+@contextlib.contextmanager
+def tensor_core_numerics(target: str | None):
+    """Inside the block, every interpreted ``tl.dot`` on bf16, fp16 or FP8 operands with a float32
+    accumulator computes what ``target``'s tensor cores compute, bit for bit, through
+    :func:`ceiling.numerics.mma` (block FMAs, truncated alignment, the target's rounding), so a CPU
+    run predicts the device's output bits. Off by default: the model costs far more than NumPy's
+    matmul. ``None`` turns it off inside an enclosing block. Other dots (tf32, integer, float16
+    accumulators) keep the interpreter's arithmetic. Not thread-safe, like the interpreter.
+    """
+    global _tensor_core_target
+    if target is not None:
+        from ceiling.numerics import canonical_target
+
+        target = canonical_target(target)
+    previous, _tensor_core_target = _tensor_core_target, target
+    try:
+        yield
+    finally:
+        _tensor_core_target = previous
+
+
+_MODEL_KINDS = {"fp8e4nv": "e4m3", "fp8e5": "e5m2", "bf16": "bf16", "fp16": "fp16"}
+
+
+def _model_dot(a, b, d):
+    """The tensor-core model's ``a @ b + d`` as a float32 handle, or None where it does not apply."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    from ceiling.numerics import Unpublished, mma
+
+    names = (a.dtype.scalar.name, b.dtype.scalar.name)
+    if names[0] not in _MODEL_KINDS or names[1] not in _MODEL_KINDS or d.data.dtype != np.float32:
+        return None
+    if names[0] != names[1]:
+        raise Unpublished("kind", f"{_MODEL_KINDS[names[0]]} x {_MODEL_KINDS[names[1]]}",
+                          "the published models take one input format for both operands")
+
+    def values(h):
+        if _fp8_torch_dtype(h.dtype):
+            return _fp8_decode(h).data
+        if h.dtype.scalar.name == "bf16" and h.data.dtype == np.uint16:
+            return (h.data.astype(np.uint32) << 16).view(np.float32)
+        return h.data
+
+    x, y, acc = values(a), values(b), d.data
+    kind = _MODEL_KINDS[names[0]]
+    if x.ndim == 2:
+        out = mma(x, y, acc, kind, _tensor_core_target)
+    else:
+        out = np.stack([mma(x[i], y[i], acc[i], kind, _tensor_core_target) for i in range(x.shape[0])])
+    return interpreter.TensorHandle(out, tl.float32)
+
+
 _patch_depth = 0
 
 
@@ -103,6 +162,10 @@ def _interpreter_fixes() -> None:
         return original_cast(self, src, dst_type)
 
     def create_dot_fp8(self, a, b, d, input_precision, max_num_imprecise_acc):
+        if _tensor_core_target is not None:
+            modelled = _model_dot(a, b, d)
+            if modelled is not None:
+                return modelled
         if _fp8_torch_dtype(a.dtype) or _fp8_torch_dtype(b.dtype):
             a, b = _fp8_decode(a), _fp8_decode(b)
         return create_dot(self, a, b, d, input_precision, max_num_imprecise_acc)

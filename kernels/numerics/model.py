@@ -96,8 +96,12 @@ def mma(a, b, c=None, kind: str = "bf16", target: str = "h100") -> np.ndarray:
     NumPy array (M, N). Unknown targets, kinds and bad shapes raise InputError; a target or kind
     without a published model raises ``Unpublished`` (an InputError) saying what is missing.
     """
-    p = lookup(target, kind)
-    fmt = FORMATS[kind]
+    return run(lookup(target, kind), a, b, c)
+
+
+def run(p: Parameters, a, b, c=None) -> np.ndarray:
+    """:func:`mma` under explicit parameters (a hypothesis, or a target's published set)."""
+    fmt = FORMATS[p.kind]
     a64, b64 = as_float64("a", a), as_float64("b", b)
     if a64.shape[1] != b64.shape[0]:
         raise InputError("b", f"({a64.shape[1]}, N) to match a's K", f"shape {b64.shape}")
