@@ -14,8 +14,13 @@ from ceiling.roofline.tables import key_table
 
 def microbench(
     suites: Optional[List[str]] = typer.Argument(
-        None, help="Suites to run: bank-conflicts, occupancy, clocks, ceilings, host (default: all)."
+        None, help="Suites to run: bank-conflicts, occupancy, clocks, ceilings, host (default: all); or, alone, "
+        "numerics (the tensor-core feature probes against the published models, on the CPU) or numerics-device "
+        "(the same probes and a bit-equality check on this GPU)."
     ),
+    target: Optional[str] = typer.Option(None, "--target", help="numerics: the model to run (h100, b200, b200-rn; "
+                                         "default all); numerics-device: the model to compare with (default: "
+                                         "the one this GPU's name implies)."),
     device: str = typer.Option("auto", "--device", help="'auto' / 'cuda' / 'cuda:N' for GPU suites, 'cpu' for none."),
     out: str = typer.Option("records/microbench", "--out", help="Record store (folder) to append to."),
     quick: bool = typer.Option(False, "--quick", help="Smaller sizes and fewer repeats (smoke runs)."),
@@ -30,7 +35,12 @@ def microbench(
     from ceiling.microbench import summary
     from ceiling.microbench.runner import run
     from ceiling.microbench.suites import ORDER
+    from ceiling.roofline.commands import numerics
 
+    if suites and any(s in numerics.SUITES for s in suites):
+        return numerics.run(list(suites), target, as_json)
+    if target is not None:
+        raise typer.BadParameter("only the numerics suites take a target", param_hint="--target")
     names = suites or list(ORDER)
     unknown = [s for s in names if s not in ORDER]
     if unknown:
