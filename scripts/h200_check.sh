@@ -55,9 +55,17 @@
 #            into the GPU model's table (kernels/nvidia/tables/H200/attention_gluon.json), with
 #            provenance, only where correct and faster than the Triton kernels (copy in OUTDIR's
 #            tune/attention_gluon-table-after.json).
+#   numerics (under 3 minutes): the tensor cores' arithmetic against the published bit-exact model
+#         (ceiling.numerics): 1. `ceiling microbench numerics-device --json` (the feature probes as
+#         Triton tl.dot kernels for fp16, bf16, tf32, e4m3 and e5m2, which hypothesis each feature
+#         follows, and random FP8/bf16/fp16 GEMMs against the model, every bit) into
+#         OUTDIR's numerics/device.json; 2. the tests marked `gpu` in tests/test_numerics_device.py
+#         (the same, larger GEMMs, and the project's FP8 kernel against the interpreter's model).
+#         A mismatch is a finding: it corrects kernels/numerics/parameters.json. Without a GPU the
+#         part says so and exits 2 before installing anything.
 # A later command starts from the tree as committed, not from what an earlier one applied on the
 # machine: commit the tables a run returns before relying on them in another.
-# Usage: scripts/h200_check.sh OUTDIR [main|gemm|gemm-fp8|check|pair|attention-gluon]  -> OUTDIR/log.txt and
+# Usage: scripts/h200_check.sh OUTDIR [main|gemm|gemm-fp8|check|pair|attention-gluon|numerics]  -> OUTDIR/log.txt and
 # OUTDIR/results.tgz, refreshed after every stage so that a run cut short still returns what it finished.
 # Knobs: TEST_BUDGET_S (90), ATTN_TUNE_BUDGET_S (100), TRI_TUNE_BUDGET_S (35), TRIMUL_TUNE_BUDGET_S (40),
 # GEMM_TUNE_SHAPES (gemm-llm-skinny), TUNE_BUDGET_S (40), FP8_TUNE_BUDGET_S (100), SWEEP_GUARD_S
@@ -65,9 +73,10 @@
 # (150 for main, 120 for gemm, 160 for gemm-fp8, 400 for check), MICROBENCH=--microbench (check only);
 # for pair: PAIR_DEPS (.pair-deps), PAIR_TEST_BUDGET_S (90), TRI_TUNE_BUDGET_S (40) and TRIMUL_TUNE_BUDGET_S
 # (25), PAIR_BENCH_BUDGET_S (140), TRI_BENCH_BUDGET_S (35); for attention-gluon: GLUON_TEST_BUDGET_S (120),
-# GLUON_BENCH_BUDGET_S (120), GLUON_TUNE_BUDGET_S (110).
+# GLUON_BENCH_BUDGET_S (120), GLUON_TUNE_BUDGET_S (110); for numerics: NUMERICS_BUDGET_S (100),
+# NUMERICS_TEST_BUDGET_S (60).
 set -uo pipefail
-dest=${1:?usage: $0 OUTDIR [main|gemm|gemm-fp8|check|pair|attention-gluon]}
+dest=${1:?usage: $0 OUTDIR [main|gemm|gemm-fp8|check|pair|attention-gluon|numerics]}
 part=${2:-main}
 work=$(mktemp -d)
 mkdir -p "$dest" "$work/tune"
@@ -97,6 +106,12 @@ check() {  # check BUDGET_S [device-check args]
   python3 -m ceiling.roofline.cli device-check --out "$work/device-check" --budget-s "$budget" "$@" 2>&1 | log
   save
 }
+
+if [[ $part == numerics ]] && ! python3 -c "import torch, sys; sys.exit(not torch.cuda.is_available())" 2>/dev/null; then
+  echo "numerics: no CUDA GPU is visible here" | log
+  save
+  exit 2
+fi
 
 # The import name is `ceiling` (pyproject.toml maps this tree's folders onto it): an editable
 # install, offline (--no-deps, no build isolation: setuptools comes with torch on Python 3.12), so the
@@ -168,8 +183,19 @@ case "$part" in
       || echo "no Gluon config beat the Triton kernels: no H200 Gluon table was written" | log
     save
     ;;
+  numerics)
+    mkdir -p "$work/numerics"
+    timeout "${NUMERICS_BUDGET_S:-100}" python3 -m ceiling.roofline.cli microbench numerics-device --json \
+      > "$work/numerics/device.json" 2> >(log)
+    python3 -c "import json, sys; d = json.load(open(sys.argv[1])); print('numerics:', d['device'], 'follows', d['target'],
+'published:', d['follows_published'], '| bit-equal GEMMs:', d['bit_equal'])" "$work/numerics/device.json" 2>&1 | log
+    save
+    timeout "${NUMERICS_TEST_BUDGET_S:-60}" python3 -m pytest tests/test_numerics_device.py -m gpu -q -p no:cacheprovider \
+      -rs -o addopts="" --junitxml="$work/numerics/gpu-tests.xml" 2>&1 | tail -30 | log
+    save
+    ;;
   *)
-    echo "part: expected main, gemm, gemm-fp8, check, pair or attention-gluon, got $part" | log
+    echo "part: expected main, gemm, gemm-fp8, check, pair, attention-gluon or numerics, got $part" | log
     exit 2
     ;;
 esac

@@ -1,0 +1,94 @@
+"""The device side of the numerics suite: the probes and random GEMMs as Triton kernels. On a CPU the
+kernels run interpreted through the model (the plumbing); on an NVIDIA GPU (tests marked gpu,
+scripts/h200_check.sh numerics) they measure the tensor cores against the published model."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import ceiling
+from ceiling.numerics import device, suite
+from ceiling.triton_runtime import tensor_core_numerics
+
+ROOT = Path(__file__).resolve().parents[1]
+MODELLED = ["fp16", "bf16", "e4m3", "e5m2"]  # the interpreter ladder leaves tf32 dots in float32
+
+
+def test_the_probe_kernel_interpreted_through_the_model_reads_the_published_table():
+    with tensor_core_numerics("h100"):
+        rows = suite.table("h100", device.backend("cpu"), MODELLED)
+    assert all(r["differs"] == [] for r in rows), rows
+
+
+def test_bit_equality_interpreted_through_the_model_finds_no_mismatch_and_would_find_one():
+    with tensor_core_numerics("b200"):
+        same = device.bit_equality("b200", "cpu", kinds=("e4m3", "bf16"), m=64, n=64, k=128)
+        other = device.bit_equality("h100", "cpu", kinds=("e4m3",), m=64, n=64, k=128)
+    assert [r["mismatches"] for r in same] == [0, 0]
+    assert other[0]["mismatches"] > 0 and other[0]["first"]["device"] != other[0]["first"]["model"]
+
+
+def test_device_names_map_to_their_published_targets():
+    assert device.target_of("NVIDIA H200") == "h100" and device.target_of("NVIDIA H100 80GB HBM3") == "h100"
+    assert device.target_of("NVIDIA B200") == "b200" and device.target_of("NVIDIA GB200") == "b200"
+    assert device.target_of("AMD Instinct MI300X") is None
+
+
+def test_the_h200_check_part_refuses_cleanly_without_a_gpu(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible: the part runs instead")
+    venv_bin = str(Path(os.sys.executable).parent)
+    env = {**os.environ, "PATH": f"{venv_bin}:{os.environ['PATH']}"}
+    proc = subprocess.run(["bash", str(ROOT / "scripts/h200_check.sh"), str(tmp_path / "out"), "numerics"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "numerics: no CUDA GPU" in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert (tmp_path / "out" / "log.txt").read_text().strip().endswith("is visible here")
+
+
+gpu = pytest.mark.skipif(ceiling.backends.gpu_vendor() != "nvidia", reason="needs an NVIDIA GPU; the CPU tests "
+                         "above check the same kernels interpreted through the model")
+
+
+def _target():
+    target = device.target_of(torch.cuda.get_device_name())
+    if target is None:
+        pytest.skip(f"no published tensor-core model for {torch.cuda.get_device_name()}")
+    return target
+
+
+@pytest.mark.gpu
+@gpu
+def test_device_follows_the_published_feature_table():
+    target = _target()
+    rows = suite.table(target, device.backend("cuda"))
+    assert all(r["differs"] == [] for r in rows), [(r["kind"], r["features"]) for r in rows if r["differs"]]
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("kind", device.BIT_EQUALITY_KINDS)
+def test_device_gemm_equals_the_model_in_every_bit(kind):
+    (row,) = device.bit_equality(_target(), "cuda", kinds=(kind,), m=256, n=256, k=2048, seed=7)
+    assert row["mismatches"] == 0, row
+
+
+@pytest.mark.gpu
+@gpu
+def test_device_fp8_gemm_kernel_equals_the_interpreted_ladder():
+    """The project's FP8 kernel on the device against the same kernel interpreted through the model."""
+    from tests.test_numerics_ladder import fp8_case
+
+    a, b, one, cfg = fp8_case(256, 128, 1024, promote=0)
+    got = ceiling.scaled_gemm(a.cuda(), b.cuda(), one.cuda(), one.cuda(), out_dtype=torch.float32,
+                              backend="nvidia", config=cfg).cpu()
+    with tensor_core_numerics(_target()):
+        want = ceiling.scaled_gemm(a, b, one, one, out_dtype=torch.float32, backend="nvidia", config=cfg)
+    np.testing.assert_array_equal(got.numpy().view(np.uint32), want.numpy().view(np.uint32))
