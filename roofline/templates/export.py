@@ -35,6 +35,7 @@ from ceiling.roofline import devices, model as _model
 from ceiling.roofline import selection as _selection
 from ceiling.roofline.machine import Machine, from_ceilings
 from ceiling.roofline.templates import families as _families
+from ceiling.roofline.templates import numerics as _numerics
 from ceiling.roofline.templates.schema import BestPoint, CostModel, Constraint, Measured, Parameter, Template, config_key
 from ceiling.roofline.work import normalize_shape, record_dtype
 
@@ -140,6 +141,11 @@ def build(family: str, target: str, records: list[Record], perf: _model.PerfMode
                     "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                     "author": f"hand-tuned kernels; space and constraints from kernels/spaces/{family}.json"},
     )
+    if family == "gemm_fp8":
+        numerics, defaults, constraints = _numerics.fp8_promotion(target)
+        template.numerics = numerics
+        template.problem_defaults.update(defaults)
+        template.constraints.extend(constraints)
     # the model reads tiles for these (of the attention kernels, the Triton ones': it knows nothing of
     # the Gluon kernels' schedule); elsewhere it would rank every point alike
     modelled = (op == "gemm" and "BLOCK_M" in names) or (family == "attention" and backend in ("nvidia", "amd"))

@@ -107,6 +107,8 @@ class Template(BaseModel):
     measurements: dict[str, Any] = Field(default_factory=dict)
     records_file: str = "records.jsonl"
     provenance: dict[str, Any] = Field(default_factory=dict)
+    # what the tensor-core model says about the points (the FP8 GEMM's promotion error per setting)
+    numerics: dict[str, Any] = Field(default_factory=dict)
     _valid_cache: dict = PrivateAttr(default_factory=dict)  # the points that pass the constraints reading no axis
 
     # --- the questions -------------------------------------------------------------------------
