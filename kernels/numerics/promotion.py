@@ -93,9 +93,19 @@ def max_unpromoted_k(rows: list[dict[str, Any]]) -> int:
     return max(ok) if ok else 0
 
 
-def table(target: str = "h100", seed: int = 0) -> dict[str, Any]:
-    from ceiling.microbench.records import _git_commit
+def _git_commit() -> str | None:
+    """The commit the table was measured at (kernels sit below microbench, whose records helper says the same)."""
+    import subprocess
 
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                             cwd=Path(__file__).parent)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def table(target: str = "h100", seed: int = 0) -> dict[str, Any]:
     p = lookup(target, "e4m3")
     rows = errors(target, seed)
     return {
