@@ -13,12 +13,13 @@ from ceiling.numerics import mma
 from ceiling.triton_runtime import tensor_core_numerics
 
 
-def fp8_case(m: int, n: int, k: int, *, promote: int, block_k: int = 64):
-    """Random e4m3 operands (a: (m, k), b: (k, n) as a transposed view), unit tensor scales and a config."""
+def fp8_case(m: int, n: int, k: int, *, promote: int, block_k: int = 64, block: int = 32):
+    """Random e4m3 operands (a: (m, k), b: (k, n) as a transposed view), unit tensor scales and a
+    config of block x block output tiles."""
     g = torch.Generator().manual_seed(m * 7 + n * 3 + k + promote)
     a = (torch.randn(m, k, generator=g) * 4).to(torch.float8_e4m3fn)
     b = (torch.randn(n, k, generator=g) * 4).to(torch.float8_e4m3fn).mT
-    cfg = dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=block_k, PROMOTE_STEPS=promote, num_stages=2, num_warps=4, GROUP_M=1,
+    cfg = dict(BLOCK_M=block, BLOCK_N=block, BLOCK_K=block_k, PROMOTE_STEPS=promote, num_stages=2, num_warps=4, GROUP_M=1,
                STREAM_K=False, EPILOGUE_SUBTILE=False)
     return a, b, torch.tensor(1.0), cfg
 
