@@ -93,3 +93,34 @@ def test_device_fp8_gemm_kernel_equals_the_interpreted_ladder():
     with tensor_core_numerics(_target()):
         want = ceiling.scaled_gemm(a, b, one, one, out_dtype=torch.float32, backend="nvidia", config=cfg)
     np.testing.assert_array_equal(got.numpy().view(np.uint32), want.numpy().view(np.uint32))
+
+
+@pytest.mark.parametrize("as_json", [True, False])
+def test_the_device_command_reports_through_the_interpreter(as_json, monkeypatch, capsys):
+    """numerics-device's whole report, with the GPU stood in for by the interpreter through the model:
+    what the h200_check part reads from its JSON is there."""
+    import functools
+    import json
+    import sys
+
+    from ceiling.roofline.cli import main
+
+    run = device.run
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *_: "NVIDIA H200")
+    monkeypatch.setattr(device, "run", lambda *a, **k: run(*a, **{**k, "device": "cpu"}))
+    monkeypatch.setattr(device, "bit_equality", functools.partial(device.bit_equality, m=64, n=64, k=64))
+    monkeypatch.setattr(sys, "argv", ["ceiling", "microbench", "numerics-device"] + (["--json"] if as_json else []))
+    monkeypatch.setenv("COLUMNS", "200")
+    with tensor_core_numerics("h100"), pytest.raises(SystemExit) as exit_:
+        main()
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    if not as_json:
+        assert "measured on NVIDIA H200" in out and "every bit" in out and "differs" in out
+        return
+    report = json.loads(out)
+    assert report["device"] == "NVIDIA H200" and report["target"] == "h100" and report["bit_equal"] is True
+    rows = {r["kind"]: r for r in report["targets"][0]["rows"]}
+    assert all(rows[k]["differs"] == [] for k in MODELLED)
+    assert rows["tf32"]["differs"] and report["follows_published"] is False  # float32 interpreter dots
