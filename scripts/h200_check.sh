@@ -60,7 +60,8 @@
 #         Triton tl.dot kernels for fp16, bf16, tf32, e4m3 and e5m2, which hypothesis each feature
 #         follows, and random FP8/bf16/fp16 GEMMs against the model, every bit) into
 #         OUTDIR's numerics/device.json; 2. the tests marked `gpu` in tests/test_numerics_device.py
-#         (the same, larger GEMMs, and the project's FP8 kernel against the interpreter's model).
+#         (the feature table and the GEMMs again as assertions, and the project's FP8 kernel against
+#         its interpreted run through the model).
 #         A mismatch is a finding: it corrects kernels/numerics/parameters.json. Without a GPU the
 #         part says so and exits 2 before installing anything.
 # A later command starts from the tree as committed, not from what an earlier one applied on the
@@ -187,8 +188,8 @@ case "$part" in
     mkdir -p "$work/numerics"
     timeout "${NUMERICS_BUDGET_S:-100}" python3 -m ceiling.roofline.cli microbench numerics-device --json \
       > "$work/numerics/device.json" 2> >(log)
-    python3 -c "import json, sys; d = json.load(open(sys.argv[1])); print('numerics:', d['device'], 'follows', d['target'],
-'published:', d['follows_published'], '| bit-equal GEMMs:', d['bit_equal'])" "$work/numerics/device.json" 2>&1 | log
+    python3 -c "import json, sys; d = json.load(open(sys.argv[1])); print('numerics:', d['device'], '| model', d['target'],
+'| follows the published features:', d['follows_published'], '| bit-equal GEMMs:', d['bit_equal'])" "$work/numerics/device.json" 2>&1 | log
     save
     timeout "${NUMERICS_TEST_BUDGET_S:-60}" python3 -m pytest tests/test_numerics_device.py -m gpu -q -p no:cacheprovider \
       -rs -o addopts="" --junitxml="$work/numerics/gpu-tests.xml" 2>&1 | tail -30 | log
