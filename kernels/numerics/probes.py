@@ -1,26 +1,9 @@
-"""The feature-revealing probes, written out as data (``probes.json``), and how a feature is read
-from their outcomes.
-
-Each probe is one dot product of length ``LENGTH``, ``D = sum_i a_i * b_i + c``, run as the first
-row and column of a tensor-core MMA (every other element zero). For each hypothesis of its feature
-the probe carries the float32 bits that hypothesis predicts, derived here in closed form (exact
-binary fractions), not by the model: the model and a device are both judged by these. The probes
-follow the test-vector method of Fasi et al. (2021) and Khattak and Mikaitis (HPEC 2025):
-
-* ``subnormal_inputs``: the smallest subnormal operand times a power of two (kept, or flushed to 0);
-* ``subnormal_outputs``: a subnormal accumulator through a block of zero products (kept or flushed);
-* ``alignment_bits`` (probe w): c = 2^E and products summing to 2^(E-min(w,23)) made of terms
-  2^(E-w): kept when the aligned sum holds w bits below the largest exponent. The feature is the
-  largest w kept, reported as extra alignment bits w - 23;
-* ``accumulator_bits`` (probe k): c = 2^16 (1 + 2^-k) beside one tiny product: the bits of the
-  accumulator a block keeps (23 for a full float32 accumulator);
-* ``block`` (probe j): products +B, -B at positions 0 and 1 and a tiny t at position j: t survives
-  only when it is summed in a later block than the cancelling pair, so the first j where it
-  survives is the block FMA size;
-* ``rounding``: c = 2^E with products 0.75 ulp(c) above it, and the negated probe: the pair of
-  results names the rounding of the block sum (rz, rne, ru, rd);
-* ``accumulator_order``: c = t beside +B, -B in one block: c enters the alignment with the
-  products (t is lost, 0) or is added after them (t).
+"""The feature-revealing probes, written out as data (``probes.json``): each probe is one dot
+product of length ``LENGTH``, ``D = sum_i a_i * b_i + c``, run as the first row and column of a
+tensor-core MMA (every other element zero), and carries, for each hypothesis of its feature, the
+float32 bits that hypothesis predicts, derived here in closed form (exact binary fractions), never by
+the model, so the model and a device are both judged by them. The method is Fasi et al.'s (2021) and
+Khattak and Mikaitis' (HPEC 2025); ``FEATURES`` says what each probe holds and how a feature is read.
 """
 
 from __future__ import annotations
@@ -41,17 +24,33 @@ BLOCK_PROBES = range(2, LENGTH)
 BIG, TINY = 16, -12  # exponents of +-B and t: 28 binades apart, beyond any aligned sum probed
 
 FEATURES = {
-    "subnormal_inputs": {"hypotheses": ["kept", "flushed"], "read": "the hypothesis matched"},
-    "subnormal_outputs": {"hypotheses": ["kept", "flushed"], "read": "the hypothesis matched"},
-    "alignment_bits": {"hypotheses": ["kept", "dropped"],
-                       "read": "w - 23 for the largest w whose probes 1..w are all kept (extra alignment bits)"},
-    "accumulator_bits": {"hypotheses": ["kept", "dropped"],
-                         "read": "the largest k whose probes 1..k are all kept (fraction bits of the block result)"},
-    "block": {"hypotheses": ["same block", "later block"],
-              "read": "the first j in a later block, every later j too (the block FMA size)"},
-    "rounding": {"hypotheses": ["rz", "rne", "ru", "rd"], "read": "the hypothesis both probes match"},
-    "accumulator_order": {"hypotheses": ["with the products", "after the products"],
-                          "read": "the hypothesis matched"},
+    "subnormal_inputs": {
+        "hypotheses": ["kept", "flushed"], "read": "the hypothesis matched",
+        "probe": "the smallest subnormal operand times a power of two"},
+    "subnormal_outputs": {
+        "hypotheses": ["kept", "flushed"], "read": "the hypothesis matched",
+        "probe": "a subnormal accumulator (2^-127) through a block of zero products"},
+    "alignment_bits": {
+        "hypotheses": ["kept", "dropped"],
+        "read": "w - 23 for the largest w whose probes 1..w are all kept (extra alignment bits)",
+        "probe": "w: c = 2^E beside products 2^(E-w) (2^(w-23) of them past 23) summing to 2^(E-min(w,23)): "
+                 "kept when the aligned sum holds w bits below the largest exponent"},
+    "accumulator_bits": {
+        "hypotheses": ["kept", "dropped"],
+        "read": "the largest k whose probes 1..k are all kept (fraction bits of the block result)",
+        "probe": "k: c = 2^16 (1 + 2^-k) beside one tiny product: the bits of the accumulator a block keeps"},
+    "block": {
+        "hypotheses": ["same block", "later block"],
+        "read": "the first j in a later block, every later j too (the block FMA size)",
+        "probe": "j: products +B and -B at positions 0 and 1 and a tiny t at position j: t survives only when "
+                 "summed in a later block than the cancelling pair"},
+    "rounding": {
+        "hypotheses": ["rz", "rne", "ru", "rd"], "read": "the hypothesis both probes match",
+        "probe": "c = 2^E with products 0.75 ulp(c) above it, and the negated probe"},
+    "accumulator_order": {
+        "hypotheses": ["with the products", "after the products"], "read": "the hypothesis matched",
+        "probe": "c = t beside +B and -B in one block: c aligned with the products loses t (0), added after "
+                 "them keeps it"},
 }
 
 
@@ -115,7 +114,7 @@ def _kind_probes(kind: str) -> list[dict[str, Any]]:
 
 
 def build() -> dict[str, Any]:
-    return {"about": __doc__.split("\n\n")[0].replace("\n", " "), "length": LENGTH, "features": FEATURES,
+    return {"about": " ".join(__doc__.split()), "length": LENGTH, "features": FEATURES,
             "kinds": {kind: _kind_probes(kind) for kind in KINDS}}
 
 

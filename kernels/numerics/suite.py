@@ -1,10 +1,8 @@
 """Run the probes (``probes.json``) on a backend, read each feature from the outcomes, and compare
-with the published feature table of a target.
-
-A backend is a function ``(kind, a, b, c) -> d``: a (P, LENGTH), b (LENGTH, P) and c (P,) hold one
-probe per row/column, and d (P,) is each probe's float32 result (the diagonal of ``a @ b + diag(c)``).
-The model is one backend (:func:`model_backend`); a GPU's tensor cores, through Triton, are another
-(:mod:`ceiling.numerics.device`).
+with the published feature table of a target. A backend is a function ``(kind, a, b, c) -> d``: a
+(P, LENGTH), b (LENGTH, P) and c (P,) hold one probe per row and column, and d (P,) is each probe's
+float32 result (the diagonal of ``a @ b + diag(c)``); the model is one backend
+(:func:`model_backend`), a GPU's tensor cores through Triton another (:mod:`ceiling.numerics.device`).
 """
 
 from __future__ import annotations
