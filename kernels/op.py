@@ -339,8 +339,9 @@ def resolve_config(problem: Problem, impl: Implementation, user: Any) -> Any:
     device and the problem's features over it, the caller's ``config=`` over both, validated once
     against the implementation's space (:func:`ceiling.spaces.config.resolve`).
 
-    The launcher module gives ``heuristic(problem, user)`` and may give ``target(problem)`` (the
-    space's target where the implementation serves several: TPU generations, trn1/trn2),
+    The launcher module gives ``heuristic(problem, user)`` and may give ``target(problem, user)``
+    (the space's target where the implementation serves several: TPU generations, trn1/trn2, the
+    one the caller's config names),
     ``table_target(problem)`` (the target whose tables serve the problem, None for none: the
     interpreter runs the heuristic where the tables are for a device), ``features(problem,
     user)`` (names beyond the problem's fields for the tables' conditions and the space's
@@ -364,7 +365,7 @@ def resolve_tabled(problem: Problem, impl: Implementation, own: Any) -> Any:
     from ceiling.spaces.config import resolve
 
     module = impl.load()
-    target = impl.target or module.target(problem)
+    target = impl.target or module.target(problem, own)
     features = problem.features()
     if hasattr(module, "features"):
         features.update(module.features(problem, own))

@@ -20,15 +20,11 @@ from ceiling.triangle.spec import rows_attention
 def resolve(problem, impl, user):
     """The flash attention's config for the per-element problem: its table's entry for the head
     dim on the chip, a shipped config by ``name``, and ``config=``'s keys over it."""
-    import dataclasses
-
     from ceiling.attention.op import ATTENTION
     from ceiling.op import resolve_tabled
     from ceiling.spaces.config import Config
 
-    # the chip the caller names (the attention implementation's own hook does not see config=)
-    impl = dataclasses.replace(ATTENTION.implementation("trainium"), target=flash.default_target(user))
-    config = resolve_tabled(rows_attention(problem), impl, flash.own(user))
+    config = resolve_tabled(rows_attention(problem), ATTENTION.implementation("trainium"), flash.own(user))
     return Config(config.as_dict(), "triangle_attention", config.target, config.source)
 
 
