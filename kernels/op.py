@@ -319,7 +319,10 @@ class Op:
         where the arrays it was checked from are not at hand: a backward that saved other ones)."""
         if not key.startswith(DEFERRED):
             return Call.from_key(key)
-        return self._deferred_call(key, problem or self.problem_for(key, arrays))
+        problem = problem or self.problem_for(key, arrays)
+        if _symbolic(arrays) or _symbolic_problem(problem):  # a fake call under dynamic shapes
+            return self._deferred_call.__wrapped__(self, key, problem)
+        return self._deferred_call(key, problem)
 
     def problem_for(self, key: str, arrays: tuple) -> Problem:
         if not key.startswith(DEFERRED):
@@ -377,6 +380,15 @@ def resolve_tabled(problem: Problem, impl: Implementation, own: Any) -> Any:
 def _symbolic(arrays: tuple) -> bool:
     """Whether a shape is symbolic (a tracer's, as in an AOT-traced backward with dynamic shapes)."""
     return any(not isinstance(d, int) for x in arrays if x is not None for d in x.shape)
+
+
+def _symbolic_problem(problem: Problem) -> bool:
+    """Whether a problem holds symbolic sizes (and so cannot key a cache)."""
+    try:
+        hash(problem)
+    except TypeError:
+        return True
+    return False
 
 
 def _compiling() -> bool:
