@@ -1,11 +1,8 @@
-"""An op: one kernel family's problem, its implementations in a registry, and the one place that
-chooses which implementation runs a problem and with which config.
-
-The public functions (``ceiling.attention``, ``ceiling.gemm``, ...) check their arguments into a
-frozen :class:`Problem` once, ask :meth:`Op.select` for a :class:`Call` (the implementation and
-resolved config of each direction) and hand both to the framework front end
-(:mod:`ceiling.frontends`), which every op shares. Below that, nothing rebuilds the problem or
-resolves the config again: the launchers receive them.
+"""An op: one kernel family's problem, its implementations in a registry, and the one place
+(:meth:`Op.select`) that chooses which implementation runs a problem and with which config. The
+public functions check their arguments into a frozen :class:`Problem` once and hand it, with the
+:class:`Call` that ``select`` returns, to the front end every op shares (:mod:`ceiling.frontends`);
+below that nothing rebuilds the problem or resolves the config again (``docs/architecture.md``).
 """
 
 from __future__ import annotations
