@@ -113,3 +113,16 @@ def target_of(device_name: str) -> str | None:
         if key in device_name.upper():
             return target
     return None
+
+
+def summary(report: dict[str, Any]) -> str:
+    """One line of a ``numerics-device --json`` report, for a log."""
+    return (f"numerics: {report['device']} | model {report['target']} | follows the published features: "
+            f"{report['follows_published']} | bit-equal GEMMs: {report['bit_equal']}")
+
+
+if __name__ == "__main__":
+    import json
+    import sys
+
+    print(summary(json.loads(open(sys.argv[1]).read())))

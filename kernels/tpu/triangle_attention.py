@@ -1,12 +1,7 @@
-"""Triangle attention on TPU (v5e, v5p, v6e): the Pallas flash attention of
-:mod:`ceiling.tpu.attention` in the triangle's layout. Per batch element b it is an attention
-whose batch is the N rows i of the pair tensor, whose bias (1, H, N, N) is shared by all rows and
-whose mask (N, 1, 1, N) is a key mask per row: broadcast patterns the flash attention takes as
-they are (its backward sums the bias gradient over the rows in a float32 VMEM accumulator, so
-dbias never exists in HBM at more than the bias's size). This module resolves the flash
-attention's config once for that per-element problem and moves axes: q, k, v (B, N, H, N, D)
-become per-b (rows, keys, heads, D). A row with no valid key has log-sum-exp +inf here and -inf
-in the flash attention; it is mapped at the boundary. Head dims 32 to 256 (AlphaFold 3 uses 32).
+"""Triangle attention on TPU (v5e, v5p, v6e): the Pallas flash attention of :mod:`ceiling.tpu.attention`
+in the triangle's layout, one attention per batch element whose batch is the pair tensor's rows, its
+config resolved once and its axes moved at the boundary (``docs/triangle.md``). Head dims 32 to 256
+(AlphaFold 3 uses 32).
 """
 
 from __future__ import annotations
@@ -41,6 +36,7 @@ def forward_jax(problem, config, q, k, v, bias, mask):
         outs.append(jnp.swapaxes(o, 1, 2))
         lses.append(lse)
     lse = jnp.stack(lses)
+    # A row with no valid key: log-sum-exp +inf for the triangle op, -inf in the flash attention.
     return jnp.stack(outs), jnp.where(jnp.isneginf(lse), jnp.inf, lse)
 
 

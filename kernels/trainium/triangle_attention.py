@@ -1,12 +1,7 @@
-"""Triangle attention on Trainium: the NKI flash attention of :mod:`ceiling.trainium.attention` in
-the triangle's layout (on the emulator where no Neuron toolchain is installed). Per batch element
-b it is an attention whose batch is the N rows i of the pair tensor, whose bias (1, H, N, N) is
-shared by every row and whose mask (N, 1, 1, N) is a key mask per row: broadcast patterns the NKI
-flash attention takes as they are (its backward sums the bias gradient over the rows in float32
-inside the kernel). This module resolves the flash attention's config once for that per-element
-problem (the chip from ``config["target"]``, else the default) and moves axes: q, k, v (B, N, H,
-N, D) become per-b (rows, keys, heads, D). A row with no valid key has log-sum-exp +inf here and
--inf in the flash attention; it is mapped at the boundary.
+"""Triangle attention on Trainium: the NKI flash attention of :mod:`ceiling.trainium.attention` in the
+triangle's layout (on the emulator where no Neuron toolchain is installed), one attention per batch
+element whose batch is the pair tensor's rows, its config resolved once (the chip from
+``config["target"]``, else the default) and its axes moved at the boundary (``docs/triangle.md``).
 """
 
 from __future__ import annotations
@@ -20,15 +15,11 @@ from ceiling.triangle.spec import rows_attention
 def resolve(problem, impl, user):
     """The flash attention's config for the per-element problem: its table's entry for the head
     dim on the chip, a shipped config by ``name``, and ``config=``'s keys over it."""
-    import dataclasses
-
     from ceiling.attention.op import ATTENTION
     from ceiling.op import resolve_tabled
     from ceiling.spaces.config import Config
 
-    # the chip the caller names (the attention implementation's own hook does not see config=)
-    impl = dataclasses.replace(ATTENTION.implementation("trainium"), target=flash.default_target(user))
-    config = resolve_tabled(rows_attention(problem), impl, flash.own(user))
+    config = resolve_tabled(rows_attention(problem), ATTENTION.implementation("trainium"), flash.own(user))
     return Config(config.as_dict(), "triangle_attention", config.target, config.source)
 
 
@@ -47,6 +38,7 @@ def forward(problem, config, q, k, v, bias, mask):
         outs.append(out.transpose(1, 2))
         lses.append(lse)
     lse = torch.stack(lses)
+    # A row with no valid key: log-sum-exp +inf for the triangle op, -inf in the flash attention.
     return torch.stack(outs).contiguous(), torch.where(torch.isneginf(lse), torch.inf, lse)
 
 

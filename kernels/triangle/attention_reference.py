@@ -1,14 +1,9 @@
-"""Triangle attention's oracle and reference implementation: ``N`` independent attentions per
-batch element, one per row ``i`` of the pair tensor, sharing one learnable bias, in plain
-PyTorch/JAX math in float32 (float64 for float64 inputs)::
-
-    s[b,i,h,j,k] = scale * q[b,i,h,j,:] . k[b,i,h,k,:] + bias[b,0,h,j,k]   (k valid in row i)
-    p = softmax_k(s);  out[b,i,h,j,:] = sum_k p[b,i,h,j,k] v[b,i,h,k,:]
-
-A key ``k`` is valid in row ``i`` when ``mask[b,i,0,0,k]`` is True. A row whose keys are all
-masked has no distribution to average over: its output and every gradient that flows through
-it are exactly zero (never NaN), and its log-sum-exp is +inf. As an implementation its
-backward is autograd through :func:`forward` (``jax.vjp`` through :func:`forward_jax`).
+"""Triangle attention's oracle and reference implementation: ``N`` independent attentions per batch
+element, one per row of the pair tensor, sharing one learnable bias, in plain PyTorch/JAX math in
+float32 (float64 for float64 inputs), written out in ``docs/triangle.md``. A row whose keys are all
+masked gives exactly zero output and gradients (never NaN) and log-sum-exp +inf. As an
+implementation its backward is autograd through :func:`forward` (``jax.vjp`` through
+:func:`forward_jax`).
 """
 
 from __future__ import annotations
