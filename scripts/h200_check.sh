@@ -74,7 +74,7 @@
 # (150 for main, 120 for gemm, 160 for gemm-fp8, 400 for check), MICROBENCH=--microbench (check only);
 # for pair: PAIR_DEPS (.pair-deps), PAIR_TEST_BUDGET_S (90), TRI_TUNE_BUDGET_S (40) and TRIMUL_TUNE_BUDGET_S
 # (25), PAIR_BENCH_BUDGET_S (140), TRI_BENCH_BUDGET_S (35); for attention-gluon: GLUON_TEST_BUDGET_S (120),
-# GLUON_BENCH_BUDGET_S (120), GLUON_TUNE_BUDGET_S (110); for numerics: NUMERICS_BUDGET_S (100),
+# GLUON_BENCH_BUDGET_S (120), GLUON_TUNE_BUDGET_S (110); for numerics: NUMERICS_BUDGET_S (90),
 # NUMERICS_TEST_BUDGET_S (60).
 set -uo pipefail
 dest=${1:?usage: $0 OUTDIR [main|gemm|gemm-fp8|check|pair|attention-gluon|numerics]}
@@ -191,7 +191,7 @@ case "$part" in
     ;;
   numerics)
     mkdir -p "$work/numerics"
-    timeout "${NUMERICS_BUDGET_S:-100}" python3 -m ceiling.roofline.cli microbench numerics-device --json \
+    timeout "${NUMERICS_BUDGET_S:-90}" python3 -m ceiling.roofline.cli microbench numerics-device --json \
       > "$work/numerics/device.json" 2> >(log)
     python3 -m ceiling.numerics.device "$work/numerics/device.json" 2>&1 | log
     save
