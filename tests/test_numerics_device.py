@@ -107,3 +107,32 @@ def test_the_device_command_reports_through_the_interpreter(as_json, monkeypatch
     rows = {r["kind"]: r for r in report["targets"][0]["rows"]}
     assert all(rows[k]["differs"] == [] for k in MODELLED)
     assert rows["tf32"]["differs"] and report["follows_published"] is False  # float32 interpreter dots
+
+
+def test_a_kind_that_fails_on_the_device_is_reported_and_the_others_still_run(monkeypatch, capsys):
+    import functools
+    import json
+    import sys
+
+    from ceiling.roofline.cli import main
+
+    run = device.run
+
+    def flaky(kind, *a, **k):
+        if kind == "fp16":
+            raise RuntimeError("no fp16 kernel here")
+        return run(kind, *a, **{**k, "device": "cpu"})
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *_: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(device, "run", flaky)
+    monkeypatch.setattr(device, "BIT_EQUALITY_KINDS", ("fp16", "e4m3"))
+    monkeypatch.setattr(device, "bit_equality", functools.partial(device.bit_equality, m=64, n=64, k=64))
+    monkeypatch.setattr(sys, "argv", ["ceiling", "microbench", "numerics-device", "--json"])
+    with tensor_core_numerics("h100"), pytest.raises(SystemExit):
+        main()
+    report = json.loads(capsys.readouterr().out)
+    rows = {r["kind"]: r for r in report["targets"][0]["rows"]}
+    assert rows["fp16"]["error"] == "RuntimeError: no fp16 kernel here" and rows["e4m3"]["differs"] == []
+    assert [r.get("error", "") for r in report["bit_equality"]] == ["RuntimeError: no fp16 kernel here", ""]
+    assert report["bit_equal"] is False and report["follows_published"] is False

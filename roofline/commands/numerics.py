@@ -34,6 +34,9 @@ def _print(title: str, source: str, results: list[dict[str, Any]]) -> None:
     table = key_table(title, ["target", "kind"], [SHORT[f] for f in FEATURES] + ["published"], text=["published"])
     for r in results:
         for row in r["rows"]:
+            if "error" in row:
+                table.add_row(r["target"], row["kind"], *[""] * len(FEATURES), f"[red]{row['error']}[/]")
+                continue
             cells = []
             for f in FEATURES:
                 cell = str(row["features"][f])
@@ -65,18 +68,28 @@ def device_table(target: str | None, as_json: bool) -> None:
     if not torch.cuda.is_available():
         _fail("numerics-device runs the probes on a CUDA GPU's tensor cores; no GPU is visible here "
               "(`ceiling microbench numerics` runs them against the model on the CPU)")
-    from ceiling.numerics import canonical_target, device
+    from ceiling.numerics import canonical_target, device, kinds
     from ceiling.numerics.suite import table
 
     name = torch.cuda.get_device_name()
     chosen = canonical_target(target) if target else device.target_of(name)
     if chosen is None:
         _fail(f"no published tensor-core model for {name!r}; name one to compare with: --target h100 or b200")
-    rows = table(chosen, device.backend("cuda"))
-    equality = device.bit_equality(chosen, "cuda")
+    # one kind failing to compile or run on the device must not cost the others' results
+    rows, equality = [], []
+    for kind in kinds(chosen):
+        try:
+            rows.extend(table(chosen, device.backend("cuda"), [kind]))
+        except Exception as exc:  # noqa: BLE001 - reported per kind, the run goes on
+            rows.append({"kind": kind, "error": f"{type(exc).__name__}: {exc}"})
+    for kind in device.BIT_EQUALITY_KINDS:
+        try:
+            equality.extend(device.bit_equality(chosen, "cuda", kinds=(kind,)))
+        except Exception as exc:  # noqa: BLE001
+            equality.append({"kind": kind, "error": f"{type(exc).__name__}: {exc}"})
     result = {"suite": "numerics-device", "device": name, "target": chosen,
-              "follows_published": not any(r["differs"] for r in rows),
-              "bit_equal": all(r["mismatches"] == 0 for r in equality),
+              "follows_published": all(not r.get("error") and not r["differs"] for r in rows),
+              "bit_equal": all(not r.get("error") and r["mismatches"] == 0 for r in equality),
               "targets": [{"target": chosen, "source": name, "rows": rows}], "bit_equality": equality}
     if as_json:
         typer.echo(json.dumps(result, indent=2))
@@ -85,6 +98,9 @@ def device_table(target: str | None, as_json: bool) -> None:
     eq = key_table(f"random GEMMs on {name} against the {chosen} model, every bit", "kind",
                    ["shape", "elements", "mismatches", "first"], numeric=["elements", "mismatches"])
     for r in equality:
+        if "error" in r:
+            eq.add_row(r["kind"], "", "", "", f"[red]{r['error']}[/]")
+            continue
         first = r.get("first")
         eq.add_row(r["kind"], "x".join(map(str, r["shape"])), str(r["elements"]), str(r["mismatches"]),
                    f"{first['at']}: device {first['device']}, model {first['model']}" if first else "")
