@@ -1,6 +1,5 @@
-"""A bit-exact model of one tensor-core matrix multiply-accumulate, ``D = A @ B + C`` in float32.
-
-The block-FMA model of Fasi, Higham, Mikaitis and Pranesh (2021) and Khattak and Mikaitis (2025),
+"""A bit-exact model of one tensor-core matrix multiply-accumulate, ``D = A @ B + C`` in float32: the
+block-FMA model of Fasi, Higham, Mikaitis and Pranesh (2021) and Khattak and Mikaitis (2025),
 in integer arithmetic. K is cut into blocks of the target's size (zero-padded); for each block and
 output element the nonzero products are formed exactly, the products and the accumulator are
 aligned to the largest exponent among them (never below the target's minimum) on a grid of
