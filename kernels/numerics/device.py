@@ -1,10 +1,9 @@
-"""The probes and a bit-equality check on a GPU's tensor cores, through Triton's ``tl.dot``.
-
-One kernel serves both: ``D = A @ B + C`` over 64 x 64 output tiles (one Hopper warpgroup's wgmma
-shape with four warps), the K loop accumulating in the tensor core's own accumulator
-(``acc = tl.dot(a, b, acc)``, Triton's default of no extra float32 promotion for FP8). Every tile
-is computed (a GEMM) or only the diagonal ones (the probes, one per row and column). Off a GPU the
-same kernel runs under the Triton interpreter, whose ``tl.dot`` follows the model inside
+"""The probes and a bit-equality check on a GPU's tensor cores, through Triton's ``tl.dot``. One
+kernel serves both: ``D = A @ B + C`` over 64 x 64 output tiles (one Hopper warpgroup's wgmma shape
+with four warps), the K loop accumulating in the tensor core's own accumulator (``acc = tl.dot(a, b,
+acc)``, Triton's default of no extra float32 promotion for FP8). Every tile is computed (a GEMM) or
+only the diagonal ones (the probes, one per row and column). Off a GPU the same kernel runs under
+the Triton interpreter, whose ``tl.dot`` follows the model inside
 :func:`ceiling.triton_runtime.tensor_core_numerics`, which is how the CPU tests check this path.
 """
 

@@ -1,10 +1,8 @@
-"""The input formats a tensor core reads and the float32 accumulator, as exact integers.
-
-Each operand is decoded to a sign, an exponent and an integer significand with
-``value = (-1)**sign * significand * 2**(exponent - mantissa_bits)``, the exponent
-never below the format's smallest normal one (so a subnormal keeps the minimum
-exponent and a significand below ``2**mantissa_bits``). Values that the format cannot
-hold are refused, since the tensor core never sees them.
+"""The input formats a tensor core reads and the float32 accumulator, as exact integers. Each
+operand is decoded to a sign, an exponent and an integer significand with ``value = (-1)**sign *
+significand * 2**(exponent - mantissa_bits)``, the exponent never below the format's smallest normal
+one (so a subnormal keeps the minimum exponent and a significand below ``2**mantissa_bits``). Values
+that the format cannot hold are refused, since the tensor core never sees them.
 """
 
 from __future__ import annotations

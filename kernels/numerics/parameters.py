@@ -1,7 +1,6 @@
 """The published parameters of each tensor core (``parameters.json``), looked up by target and kind.
-
-A target or kind without a published bit-level model is refused with what is missing, never
-filled in: the CDNA3 MFMA and the block-scaled MX kinds are known and named as such.
+A target or kind without a published bit-level model is refused with what is missing, never filled
+in: the CDNA3 MFMA and the block-scaled MX kinds are known and named as such.
 """
 
 from __future__ import annotations

@@ -1,14 +1,13 @@
-"""The error of the FP8 GEMM's promotion interval, measured with the tensor-core model.
-
-The Hopper FP8 kernel (``ceiling.nvidia.gemm_fp8``) sums ``BLOCK_K * PROMOTE_STEPS`` of K in the
-wgmma accumulator, whose published model keeps 13 fraction bits, and then adds that partial into a
-float32 accumulator (``PROMOTE_STEPS = 0``: all of K in the wgmma accumulator). Here each
-interval's accumulation is run through :func:`ceiling.numerics.mma` on random e4m3 operands and
-compared with the exact float64 product of the same operands, so what is measured is the
-accumulation alone (the operands' own quantisation is not in it). ``python -m
-ceiling.numerics.promotion`` writes the table (``roofline/data/numerics/fp8_promotion.json``) that
-the FP8 search template carries, with the largest run of K the narrowed accumulator may sum before
-its error passes the tolerance (``max_unpromoted_k``, read by the template's constraint).
+"""The error of the FP8 GEMM's promotion interval, measured with the tensor-core model. The Hopper
+FP8 kernel (``ceiling.nvidia.gemm_fp8``) sums ``BLOCK_K * PROMOTE_STEPS`` of K in the wgmma
+accumulator, whose published model keeps 13 fraction bits, and then adds that partial into a float32
+accumulator (``PROMOTE_STEPS = 0``: all of K in the wgmma accumulator). Here each interval's
+accumulation is run through :func:`ceiling.numerics.mma` on random e4m3 operands and compared with
+the exact float64 product of the same operands, so what is measured is the accumulation alone (the
+operands' own quantisation is not in it). ``python -m ceiling.numerics.promotion`` writes the table
+(``roofline/data/numerics/fp8_promotion.json``) that the FP8 search template carries, with the
+largest run of K the narrowed accumulator may sum before its error passes the tolerance
+(``max_unpromoted_k``, read by the template's constraint).
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """``ceiling microbench numerics`` and ``numerics-device``: the tensor-core feature table.
-
 ``numerics`` runs the probes (``ceiling.numerics.probes``) against the bit-exact model of each
 published target on the CPU and prints the features they reveal beside the published ones;
-``numerics-device`` runs the same probes on this machine's GPU as Triton ``tl.dot`` kernels,
-records which hypothesis the device follows, and compares random FP8 and bf16 GEMMs with the
-model bit for bit.
+``numerics-device`` runs the same probes on this machine's GPU as Triton ``tl.dot`` kernels, records
+which hypothesis the device follows, and compares random FP8 and bf16 GEMMs with the model bit for
+bit.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
-"""What the tensor-core model says about a template's points: the FP8 GEMM's promotion interval.
-
-The Hopper FP8 template carries the modelled error of each promotion setting (the table
-``python -m ceiling.numerics.promotion`` wrote to ``roofline/data/numerics/fp8_promotion.json``) and a
+"""What the tensor-core model says about a template's points: the FP8 GEMM's promotion interval. The
+Hopper FP8 template carries the modelled error of each promotion setting (the table ``python -m
+ceiling.numerics.promotion`` wrote to ``roofline/data/numerics/fp8_promotion.json``) and a
 search-only constraint that refuses a point whose run of K in the narrowed wgmma accumulator (all of
 K when it never promotes, else ``BLOCK_K * PROMOTE_STEPS`` or K if shorter) is longer than the table
 allows (``max_unpromoted_k``). A target whose MMA arithmetic has no published model says so instead.
