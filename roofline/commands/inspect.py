@@ -8,8 +8,11 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from ceiling.roofline import tables
+from ceiling.roofline import arguments, tables
 from ceiling.roofline.tables import key_table
+
+# The library's argument names as this command spells them.
+HINTS = {"op": "OP", "target": "--target", "dtype": "--dtype", "config": "--config"}
 
 
 def inspect(
@@ -23,9 +26,13 @@ def inspect(
     registers, spills/scratch, shared memory/LDS, tensor-core instruction count (HGMMA, HMMA,
     v_mfma) and the instruction mix; for TPU the blocks, grid and VMEM estimate of the Mosaic
     lowering; for Trainium the hardware-rule checks and the cost-model estimate."""
+    from ceiling.errors import InputError
     from ceiling.isa import inspect_op
 
-    rows = inspect_op(op, target, dtype=dtype, config=json.loads(config) if config else None)
+    try:
+        rows = inspect_op(op, target, dtype=dtype, config=arguments.json_object(config, "--config") if config else None)
+    except InputError as err:
+        raise arguments.from_input_error(err, HINTS) from err
     _add_occupancy(rows, target)
     if as_json:
         typer.echo(json.dumps(rows, indent=2, default=str))
