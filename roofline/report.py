@@ -254,9 +254,12 @@ def _fmt(value: Any, digits: int = 3) -> str:
     return str(value)
 
 
-def _time(seconds: float | None) -> str:
+def duration(seconds: float | None) -> str:
+    """1.77e-3 -> "1.77 ms": three significant digits in s, ms, us or ns."""
     if seconds is None:
         return "-"
+    if seconds == 0:
+        return "0 s"
     for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
         if seconds >= scale:
             return f"{seconds / scale:.3g} {unit}"
@@ -331,9 +334,9 @@ def tables(data: ReportData, rel=str) -> dict[str, Table]:
         "kernels": Table("kernels-table", ["op", "problem", "dtype", "ours", "time", "TFLOP/s", "HBM floor", "of floor",
                                            "best baseline", "time ", "TFLOP/s ", "speedup", "timing", "measured"],
                          [_cells(r["op"], r["label"], _DTYPES.get(r["dtype"], r["dtype"]), r["ours"],
-                                 _time(r["ours_s"]), _tflops(r["ours_tflops"]), _time(r["hbm_floor_s"]),
+                                 duration(r["ours_s"]), _tflops(r["ours_tflops"]), duration(r["hbm_floor_s"]),
                                  "-" if r["hbm_fraction"] is None else f"{r['hbm_fraction']:.0%}",
-                                 r["baseline"], _time(r["baseline_s"]),
+                                 r["baseline"], duration(r["baseline_s"]),
                                  _tflops(r["baseline_tflops"]),
                                  Cell(_speedup(r["speedup"]), cls="" if r["speedup"] is None else
                                       ("faster" if r["speedup"] >= 1 else "slower")),
@@ -415,7 +418,7 @@ def context(data: ReportData, out: Path) -> dict[str, Any]:
         counts=dict(sorted(kinds.items())),
         here=here,
         fmt=_fmt,
-        time=_time,
+        time=duration,
     )
 
 
