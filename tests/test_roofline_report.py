@@ -210,7 +210,7 @@ def test_fit_and_export_commands(tmp_path):
 
 def test_kernels_table_puts_the_hbm_floor_beside_memory_bound_problems():
     """A decode-sized GEMM is under the memory roof: its floor is A + B + C over the measured HBM
-    bandwidth, and "of floor" our share of it; a 4096^3 GEMM is compute-bound and has none."""
+    bandwidth, and beside it our share of it; a 4096^3 GEMM is compute-bound and has none."""
     prov = Provenance(device="NVIDIA H200", git_commit="abc1234def", timestamp="2026-11-30T01:00:00+00:00")
     ours = random.uniform(1.2e-5, 2e-5)
 
@@ -229,5 +229,5 @@ def test_kernels_table_puts_the_hbm_floor_beside_memory_bound_problems():
     assert rows["16x4096x4096"]["hbm_fraction"] == pytest.approx(floor / ours)
     assert rows["4096x4096x4096"]["hbm_floor_s"] is None and rows["4096x4096x4096"]["hbm_fraction"] is None
     table = report.tables(report.ReportData(records=recs))["kernels"]
-    at = table.columns.index("of floor")
-    assert [row[at].text for row in table.rows] == [f"{floor / ours:.0%}", "-"]
+    at = table.columns.index("HBM floor (of ours)")
+    assert [row[at].text for row in table.rows] == [f"{report.duration(floor)} ({floor / ours:.0%})", "-"]
