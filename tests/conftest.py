@@ -10,7 +10,9 @@ def real_run(tmp_path_factory, worker_id):
     committed with the package and this machine's host ceilings, with the compile and smoke plan cut to
     one compile, one TPU export and one smoke check (the report's figures do not depend on the plan's
     length). Under pytest-xdist the workers share it: the first to take the lock runs it, the others
-    wait and read its folder. Returns the run folder."""
+    wait and read its folder. Returns the run folder (``.out``) and what the command printed (``.output``)."""
+    from types import SimpleNamespace
+
     import fcntl
 
     from typer.testing import CliRunner
@@ -32,4 +34,4 @@ def real_run(tmp_path_factory, worker_id):
                 result = CliRunner().invoke(app, ["run", "--out", str(out), "--jobs", "2"], env={"COLUMNS": "120"})
             assert result.exit_code == 0, result.output
             done.write_text(result.output)
-    return out
+    return SimpleNamespace(out=out, output=done.read_text())

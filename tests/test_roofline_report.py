@@ -238,7 +238,7 @@ def test_kernels_table_puts_the_hbm_floor_beside_memory_bound_problems():
 # ------------------------------------------------------------------ the real report of `ceiling run`
 
 def _real_report(real_run) -> tuple[Path, str]:
-    page = real_run / "report" / "index.html"
+    page = real_run.out / "report" / "index.html"
     return page, page.read_text()
 
 
@@ -297,7 +297,7 @@ def test_one_figure_per_kernel_and_problem_in_the_real_report(real_run):
     assert hovers and {re.search(r"([\d.]+) TFLOP/s", t).group(1) for t in hovers} == {tflops}, (hovers, tflops)
     assert all(timing in t for t in hovers)  # the same method and harness beside the same figure
     assert f"gemm layout NT 4096x4096x4096: {tflops} TFLOP/s" in svg  # the label of the fastest GEMM
-    template = json.loads((real_run / "report" / "templates" / "gemm" / "sm_90a" / "template.json").read_text())
+    template = json.loads((real_run.out / "report" / "templates" / "gemm" / "sm_90a" / "template.json").read_text())
     measured = [b["measured"] for b in template["best_points"] if b.get("measured")]
     assert measured and all(m["method"] and m["harness"] in ("tuning sweep", "benchmark harness") for m in measured)
 
