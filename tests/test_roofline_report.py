@@ -180,7 +180,7 @@ def test_the_overflow_probe_sees_a_table_that_does_not_fit(run_folder):
     assert layout["page"] > layout["room"] and any(o.startswith("planted ") for o in layout["over"]), layout
 
 
-def test_fit_and_export_commands(tmp_path):
+def test_fit_and_export_commands(tmp_path, capsys):
     recs = gemm_records(shapes=[{"M": 4096, "N": 4096, "K": 4096}, {"M": 2048, "N": 6144, "K": 4096},
                                 {"M": 8192, "N": 8192, "K": 2048}, {"M": 1024, "N": 1024, "K": 8192}], per_shape=30)
     bad = recs[0].model_dump() | {"value": float("nan")}
@@ -208,6 +208,15 @@ def test_fit_and_export_commands(tmp_path):
     assert not (tmp_path / "t" / "gemm" / "sm_90a").exists()
     res = runner.invoke(app, ["export-templates", "--op", "conv", "--out", str(tmp_path / "t")])
     assert res.exit_code != 0 and "gemm" in res.output
+    # a point outside the template's space: one line naming --config, from the program's entry point
+    from ceiling.roofline.cli import main
+
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        main(["import-point", str(tmp_path / "t" / "gemm" / "gfx942"), "--config", '{"BLOCK_M": 3}'])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and err.count("\n") == 1, err
+    assert err.startswith("Error: Invalid value for --config: expected a valid point of the gemm/gfx942 template"), err
 
 
 def test_kernels_table_puts_the_hbm_floor_beside_memory_bound_problems():

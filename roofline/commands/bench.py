@@ -174,7 +174,7 @@ def bench(
     out: Optional[Path] = typer.Option(None, "--out", help="Folder for the records (Parquet + JSONL) and the summary."),
     device: Optional[str] = typer.Option(None, help="cuda, cuda:1 or cpu (default: cuda when visible)."),
     check_only: bool = typer.Option(False, "--check-only", help="Only check outputs against the oracle; no timing."),
-    budget_s: Optional[float] = typer.Option(None, "--budget-s", help="Stop starting new cases after this many seconds."),
+    budget_s: Optional[float] = typer.Option(None, "--budget-s", min=0.001, help="Stop starting new cases after this many seconds."),
     ceilings: Optional[Path] = typer.Option(
         None, "--ceilings", help="JSON of measured ceilings to reuse; measured here (and saved there) when missing."
     ),

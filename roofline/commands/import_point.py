@@ -57,7 +57,7 @@ def import_point(
     try:
         result = importing.import_point(template_dir, point, _shape(shape, template.axes), provenance, device, table)
     except InputError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--config") from exc
+        raise arguments.from_input_error(exc, {"config": "--config", "shape": "--shape", "device": "--device"}) from exc
     typer.echo(f"{template.family}/{template.target}: {json.dumps(result.config)}")
     typer.echo(f"provenance: {result.provenance}")
     if apply:
