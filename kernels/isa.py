@@ -241,19 +241,47 @@ def inspect_targets(op: str) -> list[str]:
     return [t for (o, t) in INSPECTORS if o == op]
 
 
-def inspect_op(op: str, target: str, dtype: str = "bfloat16", config: dict | None = None) -> list[dict[str, Any]]:
-    """Static facts of every shipped config of ``op`` for ``target`` (or of one ``config``)."""
-    import importlib
+def inspect_ops() -> list[str]:
+    return sorted({o for o, _ in INSPECTORS})
 
+
+# The input dtypes a shipped specialization is compiled for; the FP8 GEMM also takes its operand formats
+# (an output dtype stands for e4m3 operands with that output).
+INSPECT_DTYPES = ("bfloat16", "float16", "float32")
+FP8_DTYPES = {"sm_90a": ("float8_e4m3fn", "float8_e5m2"), "gfx942": ("float8_e4m3fnuz", "float8_e5m2fnuz")}
+
+
+def inspect_dtypes(op: str, target: str) -> tuple[str, ...]:
+    return INSPECT_DTYPES + (FP8_DTYPES.get(target, ()) if op == "scaled_gemm" else ())
+
+
+def inspect_op(op: str, target: str, dtype: str = "bfloat16", config: dict | None = None) -> list[dict[str, Any]]:
+    """Static facts of every shipped config of ``op`` for ``target`` (or of one ``config``). A bad op,
+    target, dtype or config raises ``InputError`` naming it before anything compiles."""
+    import importlib
+    import inspect as _inspect
+
+    from ceiling.errors import InputError
+
+    if op not in inspect_ops():
+        raise InputError("op", f"one of {inspect_ops()}", repr(op))
     if (op, target) not in INSPECTORS:
-        raise ValueError(f"target: expected one of {inspect_targets(op)} for {op}, got {target!r}")
+        raise InputError("target", f"one of {inspect_targets(op)} for {op}", repr(target))
+    if dtype not in inspect_dtypes(op, target):
+        raise InputError("dtype", f"one of {list(inspect_dtypes(op, target))} for {op} on {target}", repr(dtype))
+    if config is not None and not isinstance(config, dict):
+        raise InputError("config", "a dict of config keys", repr(config))
     module_name, func_name = INSPECTORS[(op, target)].split(":")
     func = getattr(importlib.import_module(module_name), func_name)
     if target not in TARGETS:
+        if config and "config" not in _inspect.signature(func).parameters:
+            raise InputError("config", f"no config for {op} on {target} (its inspection covers every shipped "
+                             "config)", repr(config))
         return func(target, dtype=dtype, config=config) if config else func(target, dtype=dtype)
     specs = func(dtype=dtype)
     if config is not None:
         specs = [s for s in specs if all(s.config.get(k) == v for k, v in config.items())]
         if not specs:
-            raise ValueError(f"config: {config} is not among the shipped {op} configs for {target}")
+            raise InputError("config", f"one of the shipped {op} configs for {target} (or a part of one; "
+                             f"`ceiling inspect {op} --target {target} --json` lists them)", repr(config))
     return [profile(spec, target).as_dict() for spec in specs]

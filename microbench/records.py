@@ -15,6 +15,7 @@ import functools
 import json
 import os
 import platform
+import re
 import socket
 import subprocess
 import uuid
@@ -38,9 +39,20 @@ class Provenance(BaseModel):
     throttle_reasons: list[str] = Field(default_factory=list)
     versions: dict[str, str] = Field(default_factory=dict)
     runtime: str | None = None  # the library that ran the GPU work: "cupy 14.0.1", "pycuda 2026.1"
-    git_commit: str | None = None
+    git_commit: str | None = None  # a commit hash (7 to 40 hex digits), never a ref such as "HEAD"
     host: str = ""
     timestamp: str = Field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat())
+
+    @field_validator("git_commit")
+    @classmethod
+    def _a_hash(cls, v: str | None) -> str | None:
+        if v is not None and not is_commit_hash(v):
+            raise ValueError(f"git_commit must be a commit hash (7 to 40 hex digits), not {v!r}")
+        return v
+
+
+def is_commit_hash(text: str) -> bool:
+    return re.fullmatch(r"[0-9a-f]{7,40}", text) is not None
 
 
 class Record(BaseModel):
@@ -105,7 +117,10 @@ def _is_nan(v: Any) -> bool:
 def _git_commit() -> str | None:
     """The checkout's commit; ``CEILING_GIT_COMMIT`` names it where the tree was copied without .git."""
     if os.environ.get("CEILING_GIT_COMMIT"):
-        return os.environ["CEILING_GIT_COMMIT"]
+        commit = os.environ["CEILING_GIT_COMMIT"].strip().lower()
+        if not is_commit_hash(commit):
+            raise ValueError(f"CEILING_GIT_COMMIT: expected a commit hash (git rev-parse HEAD), got {commit!r}")
+        return commit
     try:
         out = subprocess.run(
             ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, cwd=Path(__file__).parent
@@ -113,7 +128,7 @@ def _git_commit() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     commit = out.stdout.strip()
-    return commit if out.returncode == 0 and all(c in "0123456789abcdef" for c in commit) and commit else None
+    return commit if out.returncode == 0 and is_commit_hash(commit) else None
 
 
 def library_versions() -> dict[str, str]:
@@ -182,14 +197,27 @@ def append(store: str | os.PathLike, items: Iterable[Record | dict[str, Any]]) -
     return len(good), refused
 
 
+COMMITS = "commits.json"  # in a store: {"parts": {part file: {value it names: the commit hash}}}
+
+
 def load(store: str | os.PathLike) -> list[Record]:
-    """Every record in a store (all part files, in name order)."""
+    """Every record in a store (all part files, in name order). A part whose records name their commit
+    by something other than a hash ("HEAD", from a tree copied without .git) is read through the store's
+    ``commits.json``, which maps that value to the hash; without an entry there it is refused."""
     import pandas as pd
 
     folder = Path(store)
+    commits = json.loads((folder / COMMITS).read_text())["parts"] if (folder / COMMITS).exists() else {}
     records: list[Record] = []
     for part in sorted(folder.glob("part-*.parquet")):
+        named = commits.get(part.name, {})
         for row in pd.read_parquet(part).to_dict("records"):
+            commit = row.get("prov_git_commit")
+            if isinstance(commit, str) and not is_commit_hash(commit):
+                if commit not in named:
+                    raise ValueError(f"{part}: git_commit {commit!r} is not a commit hash; name the commit it "
+                                     f"stands for in {folder / COMMITS}")
+                row = {**row, "prov_git_commit": named[commit]}
             records.append(Record.from_row(row))
     return records
 

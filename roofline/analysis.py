@@ -111,7 +111,9 @@ def analyze(records: list[Record], out: str | Path, families: list[str] | None =
         points = _plot.placements(records, key)
         png, svg = _plot.plot(dc, points, out / "plots" / _safe(key))
         kernels = _where([r for r in records if r.kind == "kernel" and _selection.device_key(r) == key], data.origins)
-        caption = (f"{len(points)} kernels (implementation and problem), " + "; ".join(sorted(kernels)) if points else
+        ours = sum(not p.baseline for p in points)
+        caption = (f"{ours} of our kernels and {len(points) - ours} baselines (one point per implementation and "
+                   "problem, the time the kernels table gives it), " + "; ".join(sorted(kernels)) if points else
                    "no kernel timings on this device; the roofs alone")
         data.plots.append({"device": dc.device, "png": png, "svg": svg, "caption": caption})
     for (device, op), rows in _by_device_op(_report.problems(records, data.origins)).items():

@@ -3,7 +3,9 @@
 Roofline: one roof per memory level, kernels placed by counted work. A kernel appears once
 per memory level it has a byte count for, at that level's arithmetic intensity (FLOPs /
 bytes at the level) and at its achieved FLOP/s; the markers of one kernel sit on one
-horizontal line. Colour says the op, marker shape the memory level. Only the fastest
+horizontal line. Colour says the op of our kernel, marker shape the memory level; a baseline
+(vendor library, framework) is a hollow grey marker with its own legend entry. Each
+implementation and problem has one point, the time the report's kernels table shows. Only the fastest
 kernel of each op is labelled in the plot (labels pushed apart so none overprints
 another); every point carries its full description as an SVG ``<title>``, which a browser
 shows on hover. Each roof's legend entry says whether the ceiling was measured or taken
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ceiling.microbench.records import Record
-from ceiling.roofline import devices, work
+from ceiling.roofline import selection, work
 from ceiling.roofline.ceilings import DeviceCeilings
 from ceiling.roofline.report import dims_label, rate
 
@@ -30,7 +32,8 @@ LEVEL_MARKERS = {"dram": "o", "hbm": "o", "l2": "s", "smem": "^", "l1": "v", "vm
 # Roofs in cool colours, ops in warm ones, so a point is never read as belonging to a roof.
 LEVEL_COLORS = {"dram": "#1f77b4", "hbm": "#1f77b4", "l2": "#17becf", "smem": "#2ca02c", "l1": "#7f7f7f",
                 "vmem": "#1f77b4", "sbuf": "#1f77b4"}
-OP_COLORS = ("#d62728", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#bcbd22", "#7f7f7f", "#000000")
+OP_COLORS = ("#d62728", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#bcbd22", "#000000")
+BASELINE_COLOR = "#7f7f7f"  # hollow grey markers: no op colour is grey
 
 
 
@@ -42,40 +45,35 @@ class Placement:
     name: str  # implementation (nvidia, torch.matmul, ...)
     op: str = ""
     detail: str = ""  # the hover text: config, time, where and when it was measured
+    baseline: bool = False  # a vendor library or framework, not one of our kernels
 
 
 def placements(records: Iterable[Record], device_key: str) -> list[Placement]:
     """The timed kernels of one device, placed by their counted work: one point per implementation and
-    problem (its best time, under that record's config), not one per config a tuning sweep tried."""
-    best: dict[tuple, tuple[float, Record]] = {}
-    for r in records:
-        if r.kind != "kernel" or r.metric != "time" or r.unit != "s":
-            continue
-        spec = devices.match(r.provenance.device)
-        if (spec.key if spec else r.provenance.device) != device_key:
-            continue
-        seconds = float(r.median if r.median is not None else r.value)
-        problem = {k: v for k, v in r.config.items() if k in ("direction", "causal", "triangle")}
-        key = (r.op, r.name, str(sorted(r.shape.items())), str(sorted(problem.items())))
-        if seconds > 0 and (key not in best or seconds < best[key][0]):
-            best[key] = (seconds, r)
+    problem, the very time the kernels table shows for it (``ceiling.roofline.report.problems``: each
+    implementation's best under the problem's one timing method), not one per config a sweep tried."""
+    from ceiling.roofline.report import problems
+
     out = []
-    for seconds, r in best.values():
-        w = work.count(r.op, r.shape, r.config, r.extra)
-        if w is None or not w.bytes:
+    for row in problems(list(records)):
+        if row["device"] != device_key:
             continue
-        dims = dims_label(r.op, r.shape)
-        config = ", ".join(f"{k}={v}" for k, v in sorted(r.config.items()) if k != "dtype")
-        p = r.provenance
-        detail = (f"{r.op} {r.name} {dims}" + (f" [{config}]" if config else "")
-                  + f": {seconds * 1e3:.4g} ms, {w.flops / seconds / 1e12:.3g} TFLOP/s; {r.method or 'method ?'}, "
-                  f"{p.device} {p.timestamp[:10]} commit {(p.git_commit or '?')[:7]}")
-        variant = " ".join(str(r.config[k]) for k in ("direction",) if k in r.config)
-        if r.config.get("causal"):
-            variant += " causal"
-        dims = f"{variant.strip()} {dims}".strip()
-        out.append(Placement(f"{r.op} {r.name} {dims}", w.flops / seconds,
-                             {lvl: w.flops / b for lvl, b in w.bytes.items() if b > 0}, r.name, r.op, detail))
+        chosen = [(row["ours_record"], False)] if row["ours_record"] else []
+        chosen += [(b, True) for b in row["baseline_records"].values()]
+        for r, baseline in chosen:
+            seconds = float(r.median if r.median is not None else r.value)
+            w = work.count(r.op, r.shape, r.config, r.extra)
+            if w is None or not w.bytes or not seconds > 0:
+                continue
+            dims = dims_label(r.op, r.shape)
+            config = ", ".join(f"{k}={v}" for k, v in sorted(r.config.items()) if k != "dtype")
+            p = r.provenance
+            detail = (("baseline " if baseline else "ours ") + f"{r.op} {r.name} {dims}" + (f" [{config}]" if config else "")
+                      + f": {seconds * 1e3:.4g} ms, {w.flops / seconds / 1e12:.3g} TFLOP/s; {selection.timing_label(r)}, "
+                      f"{p.device} {p.timestamp[:10]} commit {(p.git_commit or '?')[:7]}")
+            out.append(Placement(f"{r.op} {r.name} {row['label']}", w.flops / seconds,
+                                 {lvl: w.flops / b for lvl, b in w.bytes.items() if b > 0}, r.name, r.op, detail,
+                                 baseline))
     return out
 
 
@@ -157,21 +155,28 @@ def plot(dc: DeviceCeilings, points: list[Placement], out_stem: str | Path, dtyp
         roofs.append(ax.plot(x, roof, color=LEVEL_COLORS.get(level, "gray"), lw=1.6,
                              ls="-" if c.source == "measured" else "--",
                              label=f"{level.upper()} {rate(c.value, 'B/s')} ({c.source})")[0])
-    ops = sorted({p.op for p in points})
+    ops = sorted({p.op for p in points if not p.baseline})
     color = {op: OP_COLORS[i % len(OP_COLORS)] for i, op in enumerate(ops)}
     titles: dict[str, str] = {}
     for i, p in enumerate(sorted(points, key=lambda p: -p.flops_per_s)):
         xs = sorted(p.intensity.values())
-        ax.plot(xs, [p.flops_per_s] * len(xs), color=color[p.op], lw=0.5, alpha=0.5, zorder=2)
+        # a baseline is hollow and grey, so it is never read as one of our kernels of its op's colour
+        edge = BASELINE_COLOR if p.baseline else color[p.op]
+        ax.plot(xs, [p.flops_per_s] * len(xs), color=edge, lw=0.5, alpha=0.5, zorder=2,
+                ls=":" if p.baseline else "-")
         for level, ai in p.intensity.items():
             gid = f"{out_stem.name}-point-{i}-{level}"
-            dot = ax.scatter([ai], [p.flops_per_s], marker=LEVEL_MARKERS.get(level, "x"), color=color[p.op],
-                             edgecolor="black", linewidth=0.4, s=30, zorder=3)
+            if p.baseline:
+                dot = ax.scatter([ai], [p.flops_per_s], marker=LEVEL_MARKERS.get(level, "x"), facecolors="none",
+                                 edgecolors=BASELINE_COLOR, linewidth=0.9, s=30, zorder=3)
+            else:
+                dot = ax.scatter([ai], [p.flops_per_s], marker=LEVEL_MARKERS.get(level, "x"), color=color[p.op],
+                                 edgecolor="black", linewidth=0.4, s=30, zorder=3)
             dot.set_gid(gid)
             titles[gid] = f"{p.detail or p.label} (at {level.upper()} intensity {ai:.3g} FLOP/B)"
     # label our fastest kernel of each op (a baseline's where the op has none of ours), at its rightmost marker
     fastest: dict[str, Placement] = {}
-    for p in sorted(points, key=lambda p: (_ours(p), p.flops_per_s)):
+    for p in sorted(points, key=lambda p: (not p.baseline, p.flops_per_s)):
         fastest[p.op] = p
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -186,7 +191,10 @@ def plot(dc: DeviceCeilings, points: list[Placement], out_stem: str | Path, dtyp
     ax.grid(True, which="both", lw=0.3, alpha=0.5)
     levels = sorted({lvl for p in points for lvl in p.intensity})
     kernel_handles = [Line2D([], [], marker="o", ls="", color=color[op], markeredgecolor="black", markeredgewidth=0.4,
-                             label=op) for op in ops]
+                             label=f"{op} (ours)") for op in ops]
+    if any(p.baseline for p in points):
+        kernel_handles.append(Line2D([], [], marker="o", ls="", markerfacecolor="none", markeredgecolor=BASELINE_COLOR,
+                                     markeredgewidth=0.9, label="baselines (vendor library, framework)"))
     kernel_handles += [Line2D([], [], marker=LEVEL_MARKERS.get(lvl, "x"), ls="", color="0.7", markeredgecolor="black",
                               markeredgewidth=0.4, label=f"at {lvl.upper()} intensity") for lvl in levels]
     first = ax.legend(handles=roofs, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, title="roofs",
@@ -201,10 +209,6 @@ def plot(dc: DeviceCeilings, points: list[Placement], out_stem: str | Path, dtyp
                for p in sorted(fastest.values(), key=lambda p: -p.flops_per_s)[:max_labels]]
     _spread_labels(ax, anchors)
     return _save(fig, out_stem, titles)
-
-
-def _ours(p: Placement) -> bool:
-    return p.name.startswith("ceiling") or p.name in ("nvidia", "amd", "tpu", "trainium")
 
 
 def _short(label: str) -> str:

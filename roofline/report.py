@@ -35,6 +35,7 @@ from ceiling.roofline.ceilings import measured_where
 
 TEMPLATES = Path(__file__).parent / "report_templates"
 VENDOR_BACKENDS = ("nvidia", "amd", "tpu", "trainium")
+ZERO_WIDTH_SPACE = "\u200b"  # where a long name may break in the page
 # What defines a problem besides its dimensions (a kernel's own tile config does not).
 PROBLEM_KEYS = ("direction", "causal", "triangle", "layout")
 
@@ -117,7 +118,9 @@ def problems(records: list[Record], origins: dict[int, str] | None = None) -> li
     a kernel's tile config). Ours and the baselines are compared under one timing method,
     CUDA-graph replay where both were timed so (``selection.METHOD_PREFERENCE``); each
     implementation's best time under it counts. ``baselines`` holds every baseline's time and
-    our speedup over it, ``speedup`` the one over the fastest baseline.
+    our speedup over it, ``speedup`` the one over the fastest baseline; ``ours_record`` and
+    ``baseline_records`` are the records those times are, the ones the roofline plots too, so a
+    kernel and problem has one figure everywhere.
     """
     origins = origins or {}
     groups: dict[tuple, dict[str, dict[str, list[Record]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
@@ -159,7 +162,8 @@ def problems(records: list[Record], origins: dict[int, str] | None = None) -> li
             baseline_tflops=tflops(base),
             speedup=(_seconds(base) / _seconds(ours)) if (ours and base) else None,
             baselines={n: (_seconds(b), _seconds(b) / _seconds(ours) if ours else None) for n, b in sorted(best.items())},
-            method=anchor.method or "",
+            ours_record=ours, baseline_records=dict(sorted(best.items())),
+            method=selection.timing_label(anchor),
             measured=measured_where(anchor, origins.get(id(anchor))),
             where=short_where(anchor),
             hbm_floor_s=floor, hbm_fraction=(floor / _seconds(ours)) if (floor and ours) else None,
@@ -254,9 +258,12 @@ def _fmt(value: Any, digits: int = 3) -> str:
     return str(value)
 
 
-def _time(seconds: float | None) -> str:
+def duration(seconds: float | None) -> str:
+    """1.77e-3 -> "1.77 ms": three significant digits in s, ms, us or ns."""
     if seconds is None:
         return "-"
+    if seconds == 0:
+        return "0 s"
     for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
         if seconds >= scale:
             return f"{seconds / scale:.3g} {unit}"
@@ -284,7 +291,7 @@ def _speedup(x: float | None) -> str:
 
 def md_cell(value: Any) -> str:
     """A Markdown table cell: ``|`` escaped and line breaks folded, so a note cannot break the table."""
-    return re.sub(r"\s*\n\s*", " ", str(value)).replace("|", "\\|")
+    return re.sub(r"\s*\n\s*", " ", str(value)).replace("|", "\\|").replace(ZERO_WIDTH_SPACE, "")
 
 
 @dataclass
@@ -328,23 +335,29 @@ def tables(data: ReportData, rel=str) -> dict[str, Table]:
                        numeric={"seconds"}),
         "ceilings": _ceilings_table("ceilings-table", [c for c in data.ceilings if c["device"] in shown]),
         "published": _ceilings_table("published-table", [c for c in data.ceilings if c["device"] not in shown]),
-        "kernels": Table("kernels-table", ["op", "problem", "dtype", "ours", "time", "TFLOP/s", "HBM floor", "of floor",
-                                           "best baseline", "time ", "TFLOP/s ", "speedup", "timing", "measured"],
-                         [_cells(r["op"], r["label"], _DTYPES.get(r["dtype"], r["dtype"]), r["ours"],
-                                 _time(r["ours_s"]), _tflops(r["ours_tflops"]), _time(r["hbm_floor_s"]),
-                                 "-" if r["hbm_fraction"] is None else f"{r['hbm_fraction']:.0%}",
-                                 r["baseline"], _time(r["baseline_s"]),
+        "kernels": Table("kernels-table", ["op", "problem", "dtype", "ours", "our time", "our TFLOP/s",
+                                           "HBM floor (of ours)", "best baseline", "baseline time",
+                                           "baseline TFLOP/s", "speedup", "timing", "measured"],
+                         [_cells(_breakable(r["op"]), r["label"], _DTYPES.get(r["dtype"], r["dtype"]),
+                                 _breakable(r["ours"]), duration(r["ours_s"]), _tflops(r["ours_tflops"]),
+                                 "-" if r["hbm_floor_s"] is None else duration(r["hbm_floor_s"]) + (
+                                     "" if r["hbm_fraction"] is None else f" ({r['hbm_fraction']:.0%})"),
+                                 _breakable(r["baseline"]), duration(r["baseline_s"]),
                                  _tflops(r["baseline_tflops"]),
                                  Cell(_speedup(r["speedup"]), cls="" if r["speedup"] is None else
                                       ("faster" if r["speedup"] >= 1 else "slower")),
                                  r["method"], Cell(r["where"], title=r["measured"])) for r in compare],
-                         numeric={"time", "TFLOP/s", "HBM floor", "of floor", "time ", "TFLOP/s ", "speedup"},
+                         numeric={"our time", "our TFLOP/s", "HBM floor (of ours)", "baseline time",
+                                  "baseline TFLOP/s", "speedup"},
                          caption="Each implementation's best time under one timing method per problem "
                                  "(CUDA-graph replay where ours and the baseline were both timed so); GEMM problems "
                                  "are M x N x K, the others B(atch) S(equence) H(eads) D(head dim) N(pairs) c(hannels). "
                                  "The HBM floor of a memory-bound problem is its bytes (A + B + C) over the device's "
-                                 "HBM bandwidth (measured where the records have it); of floor: the floor over our time. "
-                                 "Measured: device, date, commit (hover for which records).",
+                                 "HBM bandwidth (measured where the records have it), with the floor over our time. "
+                                 "Timing: the method and the harness (the benchmark harness rotates inputs past twice "
+                                 "the L2 and interleaves ours with the baseline; a tuning sweep times one config at a "
+                                 "time), the same figure the roofline plots. Measured: device, date, commit (hover "
+                                 "for which records).",
                          empty="No kernel timings in this run or the records it read."),
         "model": Table("model-table", ["device | op", "mode", "train", "held out", "split", "MAPE", "Spearman",
                                        "top-1 regret", "worst regret", "timing spread"],
@@ -384,6 +397,12 @@ def _ceilings_table(table_id: str, rows: list[dict]) -> Table:
                  numeric={"value"})
 
 
+def _breakable(text: str) -> str:
+    """A name that may break after "_" (a zero-width space there), so one long word such as
+    triangle_multiplicative_update cannot make a table wider than the page."""
+    return text.replace("_", "_" + ZERO_WIDTH_SPACE)
+
+
 def _short_name(name: str) -> str:
     """A kernel name with its dtype spelled short (the config column has the rest)."""
     return name.replace("_bfloat16", "_bf16").replace("_float16", "_f16")
@@ -415,7 +434,7 @@ def context(data: ReportData, out: Path) -> dict[str, Any]:
         counts=dict(sorted(kinds.items())),
         here=here,
         fmt=_fmt,
-        time=_time,
+        time=duration,
     )
 
 

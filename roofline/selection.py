@@ -66,6 +66,21 @@ def method_family(method: str | None) -> str | None:
     return m
 
 
+def harness(r: Record) -> str | None:
+    """Which harness took a kernel timing, for naming beside its figure: one method (CUDA-graph replay,
+    say) gives different times in the benchmark harness (``ceiling bench`` / ``device-check``: the
+    dispatcher's config, inputs rotated past twice the L2, ours and the baseline interleaved) and in a
+    tuning sweep (``ceiling tune``: one config at a time on one set of inputs)."""
+    if r.kind != "kernel" or method_family(r.method) in (None, "synthetic"):
+        return None
+    return "benchmark harness" if "suite" in r.extra else "tuning sweep"
+
+
+def timing_label(r: Record) -> str:
+    """"cuda-graph, benchmark harness": the method and the harness of a timing."""
+    return ", ".join(x for x in (r.method or "method ?", harness(r)) if x)
+
+
 def device_key(r: Record) -> str:
     spec = devices.match(r.provenance.device)
     return spec.key if spec else r.provenance.device

@@ -4,6 +4,7 @@ column stays whole at 120 columns, no warning noise, and ``ceiling.backends.repo
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -121,3 +122,139 @@ def test_commands_compile_without_the_fp_fusion_warning(tmp_path):
 
         pytest.skip(f"Triton {triton.__version__} does not warn about the FP-fusion default")
     assert noisy.returncode != 0
+
+
+# ------------------------------------------------------------------ user errors: one line, exit status 2
+
+# (command line, what the one line must name): a bad op, target, dtype, config, JSON, path or number,
+# for every command that takes one. None of them reaches a compile, a GPU or a fit.
+BAD_INPUTS = [
+    (["inspect", "gemm", "--target", "sm_77x"], "--target"),
+    (["inspect", "nosuchop"], "OP"),
+    (["inspect", "gemm", "--dtype", "bogus"], "--dtype"),
+    (["inspect", "gemm", "--config", "{bad"], "--config"),
+    (["inspect", "gemm", "--config", "[1]"], "--config"),
+    (["inspect", "gemm", "--config", '{"BLOCK_M": 7}'], "--config"),  # not a shipped config
+    (["inspect", "gemm", "--target", "tpu-v5e", "--config", '{"x": 1}'], "--config"),
+    (["import-point", "/nonexistent-template", "--config", "{}"], "template_dir"),
+    (["import-point", "{empty}", "--config", "{bad"], "--config"),
+    (["import-point", "{empty}", "--config", "{}"], "TEMPLATE_DIR"),  # a folder without a template.json
+    (["fit", "--store", "/nonexistent-store"], "--store"),
+    (["fit", "--out", "{file}"], "--out"),
+    (["fit", "--folds", "0"], "--folds"),
+    (["fit", "--folds", "x"], "--folds"),
+    (["export-templates", "--store", "/nonexistent-store"], "--store"),
+    (["export-templates", "--out", "{file}"], "--out"),
+    (["export-templates", "--op", "conv"], "--op"),
+    (["export-templates", "--target", "sm_77x"], "--target"),
+    (["sweep", "--op", "conv"], "--op"),
+    (["sweep", "--target", "sm_77x"], "--target"),
+    (["sweep", "--limit", "0"], "--limit"),
+    (["sweep", "--store", "{file}"], "--store"),
+    (["bench", "gemm", "--budget-s", "-1"], "--budget-s"),
+    (["tune", "conv"], "OP"),
+    (["tune", "gemm", "--dtype", "bogus"], "--dtype"),
+    (["tune", "gemm", "--shapes", "nosuch"], "--shapes"),
+    (["tune", "gemm-fp8", "--scalings", "tensor,bogus"], "--scalings"),
+    (["tune", "trimul", "--n", "0"], "--n"),
+    (["bench", "conv"], "OPS"),
+    (["bench", "gemm", "--shapes", "nosuch"], "--shapes"),
+    (["bench", "gemm", "--device", "tpu"], "--device"),
+    (["device-check", "--op", "conv"], "--op"),
+    (["device-check", "--budget-s", "0"], "--budget-s"),
+    (["microbench", "nosuch"], "SUITES"),
+    (["microbench", "host", "--device", "tpu"], "--device"),
+    (["microbench", "host", "--runtime", "opencl"], "--runtime"),
+    (["run", "--jobs", "-1"], "--jobs"),
+    (["run", "--out", "{file}"], "--out"),
+    (["backends", "--bogus"], "--bogus"),
+]
+
+
+def _main(argv: list[str], capsys) -> tuple[int, str, str]:
+    """The program's entry point in this process: exit status, stdout, stderr."""
+    from ceiling.roofline.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    out, err = capsys.readouterr()
+    return exited.value.code, out, err
+
+
+@pytest.mark.parametrize("argv, names", BAD_INPUTS, ids=[" ".join(a) for a, _ in BAD_INPUTS])
+def test_a_user_error_is_one_line_naming_the_argument_with_exit_status_2(argv, names, tmp_path, capsys):
+    (tmp_path / "a-file").write_text("")
+    (tmp_path / "empty").mkdir()
+    places = {"{file}": str(tmp_path / "a-file"), "{empty}": str(tmp_path / "empty")}
+    argv = [places.get(a, a) for a in argv]
+    code, out, err = _main(argv, capsys)
+    assert code == 2, (code, out, err)
+    assert "Traceback" not in out + err
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and names in lines[0], err
+    assert "expected" in lines[0] or "does not exist" in lines[0] or "is a file" in lines[0] \
+        or "No such option" in lines[0] or "should be" in lines[0], lines[0]
+    assert out == ""
+
+
+def test_inspect_names_the_valid_ops_and_targets(capsys):
+    from ceiling.isa import inspect_ops, inspect_targets
+
+    _, _, err = _main(["inspect", "nosuchop"], capsys)
+    assert all(op in err for op in inspect_ops()) and "[]" not in err
+    _, _, err = _main(["inspect", "gemm", "--target", "sm_77x"], capsys)
+    assert all(t in err for t in inspect_targets("gemm")) and "'sm_77x'" in err
+
+
+def test_the_installed_program_reports_a_bad_argument_in_one_line(tmp_path):
+    """The entry point as a shell runs it (a fresh process), for the JSON case the report named."""
+    result = subprocess.run([sys.executable, "-c", "from ceiling.roofline.cli import main; main()", "import-point",
+                             str(tmp_path), "--config", "{bad"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and result.stdout == "", result
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("Error: Invalid value for --config: "), \
+        result.stderr
+
+
+def test_help_and_no_arguments_still_answer_as_before(capsys):
+    code, out, _ = _main(["backends", "--help"], capsys)
+    assert code == 0 and "Usage: ceiling backends" in out
+    code, out, err = _main([], capsys)
+    assert code == 2 and "Commands:" in out + err
+
+
+# ------------------------------------------------------------------ tables: numbers whole, floats rounded
+
+TRN2_ROW = {  # a row of `ceiling inspect gemm --target trn2 --json` (the emulator's cost model)
+    "config": "m16n2k8", "shape": [4096, 4096, 4096], "rules": "ok", "fraction_of_peak": 0.9877588593555665,
+    "estimated_s": 0.0017692847298852407, "bound_s": 0.0017476266666668471, "bottleneck": "tensor",
+    "instructions": {"tensor": 8192, "vector": 1024, "scalar": 256, "gpsimd": 0, "dma": 512, "total": 9984},
+    "busy_s": {"tensor": 0.0017476266666668471}, "dma_bytes": 201326592, "flops": 137438953472.0,
+    "sbuf_peak_bytes_per_partition": 184320, "psum_peak_banks": 2, "method": "cost model", "op": "gemm",
+    "target": "trn2", "dtype": "bfloat16"}
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_trainium_inspect_floats_are_rounded_to_what_they_mean(width):
+    rows = [TRN2_ROW, dict(TRN2_ROW, config="m8n4k8", rules="fail", fraction_of_peak=0.9865749614913744,
+                           estimated_s=0.0017714078857473075)]
+    text = _render(inspect_command.table(rows, "gemm on trn2 (bfloat16)"), width)
+    assert max(map(len, text.splitlines())) <= width
+    assert not re.search(r"\d\.\d{5,}", text), text  # no float printed with all its digits
+    for cell in ("98.8%", "98.7%", "1.77 ms", "1.75 ms", "9984", "4096x4096x4096", "m16n2k8", "m8n4k8"):
+        assert cell in text, (cell, text)
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_numbers_never_wrap_across_lines(width):
+    """A table too wide for the terminal wraps its text, never a number ("2490368", not "2490" over "368")."""
+    numbers = ["2490368", "213504", "8404992", "16777216", "137438953472", "1.77 ms", "98.8%"]
+    table = key_table("static facts", "triangle_multiplicative_update|fwdbwd",
+                      ["note", "regs", "smem B", "vmem B", "vmem limit B", "flops", "time", "of peak"],
+                      numeric=["regs", "smem B", "vmem B", "vmem limit B", "flops", "time", "of peak"], text=["note"])
+    for i in range(3):
+        table.add_row(f"tpu-v5e|trimul|row{i}", "the Mosaic lowering's scoped VMEM estimate, both directions",
+                      *numbers)
+    text = _render(table, width)
+    assert max(map(len, text.splitlines())) <= width
+    for n in numbers:
+        assert sum(line.count(n) for line in text.splitlines()) == 3, (n, text)

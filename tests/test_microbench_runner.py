@@ -164,3 +164,39 @@ def test_cpu_peak_bytes_follows_allocations_and_frees():
     if "bytes" not in peak:
         pytest.skip("this PyTorch's profiler exposes no memory events")
     assert peak["bytes"] == 10000
+
+
+def test_quick_host_arrays_stay_under_1_gb_on_any_cache(monkeypatch):
+    """`ceiling run` measures the host in quick mode everywhere: its two bandwidth arrays stay under 1 GB
+    even on a CPU reporting a 480 MiB last-level cache (4x that was 1920 MiB per array)."""
+    from ceiling.microbench.suites import host
+
+    monkeypatch.setattr(host, "available_memory_bytes", lambda: 512 * 2**30)
+    for llc in (8 * 2**20, 32 * 2**20, 105 * 2**20, 480 * 2**20, 2**31):
+        monkeypatch.setattr(host, "last_level_cache_bytes", lambda llc=llc: llc)
+        quick, full = host.working_set_bytes(True), host.working_set_bytes(False)
+        assert 2 * quick < 1e9, (llc, quick)
+        assert quick == min(4 * llc, host.QUICK_ARRAYS_BYTES // 2)  # 4x the cache where that fits
+        assert full >= 4 * llc  # the full run still sizes to the cache
+
+
+def test_the_quick_host_suite_allocates_what_it_says(monkeypatch):
+    """The arrays the suite allocates are the sizes above (traced by NumPy's allocator hooks), at a small
+    stand-in cache so the test stays fast."""
+    import tracemalloc
+
+    from ceiling.microbench.suites import host
+    from ceiling.microbench.suites.base import SuiteContext
+
+    monkeypatch.setattr(host, "last_level_cache_bytes", lambda: 2 * 2**20)
+    host.host_provenance()  # its imports (the library versions) before the tracing starts
+    tracemalloc.start()
+    try:
+        records = host._run(SuiteContext(quick=True))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    arrays = 2 * host.working_set_bytes(True)
+    bandwidth = [r for r in records if r.op == "host-memory-bandwidth"]
+    assert {r.shape["bytes"] for r in bandwidth} == {arrays // 2} and bandwidth[0].extra["llc_multiple"] == 4.0
+    assert arrays <= peak < arrays + 16 * 2**20, (peak, arrays)  # the two arrays and the small matmuls

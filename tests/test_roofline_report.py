@@ -8,6 +8,7 @@ import random
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -15,6 +16,7 @@ from typer.testing import CliRunner
 from ceiling.microbench import records as store
 from ceiling.microbench.records import Provenance, Record
 from ceiling.roofline import analysis, report
+from ceiling.roofline.store import EMBEDDED
 from ceiling.roofline.cli import app
 from tests.synthetic_records import gemm_records
 
@@ -178,7 +180,7 @@ def test_the_overflow_probe_sees_a_table_that_does_not_fit(run_folder):
     assert layout["page"] > layout["room"] and any(o.startswith("planted ") for o in layout["over"]), layout
 
 
-def test_fit_and_export_commands(tmp_path):
+def test_fit_and_export_commands(tmp_path, capsys):
     recs = gemm_records(shapes=[{"M": 4096, "N": 4096, "K": 4096}, {"M": 2048, "N": 6144, "K": 4096},
                                 {"M": 8192, "N": 8192, "K": 2048}, {"M": 1024, "N": 1024, "K": 8192}], per_shape=30)
     bad = recs[0].model_dump() | {"value": float("nan")}
@@ -206,11 +208,20 @@ def test_fit_and_export_commands(tmp_path):
     assert not (tmp_path / "t" / "gemm" / "sm_90a").exists()
     res = runner.invoke(app, ["export-templates", "--op", "conv", "--out", str(tmp_path / "t")])
     assert res.exit_code != 0 and "gemm" in res.output
+    # a point outside the template's space: one line naming --config, from the program's entry point
+    from ceiling.roofline.cli import main
+
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        main(["import-point", str(tmp_path / "t" / "gemm" / "gfx942"), "--config", '{"BLOCK_M": 3}'])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and err.count("\n") == 1, err
+    assert err.startswith("Error: Invalid value for --config: expected a valid point of the gemm/gfx942 template"), err
 
 
 def test_kernels_table_puts_the_hbm_floor_beside_memory_bound_problems():
     """A decode-sized GEMM is under the memory roof: its floor is A + B + C over the measured HBM
-    bandwidth, and "of floor" our share of it; a 4096^3 GEMM is compute-bound and has none."""
+    bandwidth, and beside it our share of it; a 4096^3 GEMM is compute-bound and has none."""
     prov = Provenance(device="NVIDIA H200", git_commit="abc1234def", timestamp="2026-11-30T01:00:00+00:00")
     ours = random.uniform(1.2e-5, 2e-5)
 
@@ -229,5 +240,115 @@ def test_kernels_table_puts_the_hbm_floor_beside_memory_bound_problems():
     assert rows["16x4096x4096"]["hbm_fraction"] == pytest.approx(floor / ours)
     assert rows["4096x4096x4096"]["hbm_floor_s"] is None and rows["4096x4096x4096"]["hbm_fraction"] is None
     table = report.tables(report.ReportData(records=recs))["kernels"]
-    at = table.columns.index("of floor")
-    assert [row[at].text for row in table.rows] == [f"{floor / ours:.0%}", "-"]
+    at = table.columns.index("HBM floor (of ours)")
+    assert [row[at].text for row in table.rows] == [f"{report.duration(floor)} ({floor / ours:.0%})", "-"]
+
+
+# ------------------------------------------------------------------ the real report of `ceiling run`
+
+def _real_report(real_run) -> tuple[Path, str]:
+    page = real_run.out / "report" / "index.html"
+    return page, page.read_text()
+
+
+@needs_chromium
+@pytest.mark.real_report
+@pytest.mark.parametrize("width", [1280, 390, 1920, 1024])
+def test_the_real_report_fits_the_screen(real_run, width):
+    """The page `ceiling run` writes, from the committed records, at a laptop, a phone and a desktop width:
+    nothing wider than the page or than its container (the kernels table was 1294 px at 1280)."""
+    page, _ = _real_report(real_run)
+    layout = _layout(page, width)
+    assert layout["width"] == width
+    assert layout["page"] <= layout["room"] and not layout["over"], layout
+
+
+@pytest.mark.real_report
+def test_the_real_roofline_draws_baselines_apart_and_counts_them_apart(real_run):
+    _, text = _real_report(real_run)
+    svg = re.search(r'<figure class="roofline-plot".*?</figure>', text, re.S).group(0)
+    assert "NVIDIA H200: hierarchical roofline" in svg
+    titles = re.findall(r"<title>([^<]*)</title>", svg)
+    ours = {t.split(" (at ")[0] for t in titles if t.startswith("ours ")}
+    baselines = {t.split(" (at ")[0] for t in titles if t.startswith("baseline ")}
+    assert ours and baselines and len(ours) + len(baselines) == len({t.split(" (at ")[0] for t in titles})
+    assert any("torch.matmul" in t or "sdpa" in t for t in baselines) and not any("ceiling" in t for t in baselines)
+    caption = re.search(r"<figcaption>NVIDIA H200: (.*?)</figcaption>", svg, re.S).group(1)
+    assert f"{len(ours)} of our kernels and {len(baselines)} baselines" in caption, caption
+    # a baseline's marker is hollow and grey: its group's path has no fill and a grey edge
+    group = re.search(r"<g id=\"[^\"]*-point-\d+-\w+\">\s*<title>baseline [^<]*</title>(.*?)</g>", svg, re.S).group(1)
+    assert "fill: none" in group and "#7f7f7f" in group, group[:400]
+    legend = re.search(r'<g id="legend_2">.*', svg, re.S).group(0)
+    assert "baselines (vendor library, framework)" in legend
+
+
+@pytest.mark.real_report
+def test_every_point_of_the_real_report_names_a_real_commit(real_run):
+    _, text = _real_report(real_run)
+    groups = re.findall(r"commits? ((?:[0-9A-Za-z]{4,40}(?:, )?)+)", text)
+    cited = {c.strip() for group in groups for c in group.split(",") if c.strip()}
+    assert cited and "HEAD" not in cited and all(re.fullmatch(r"[0-9a-f]{7}", c) for c in cited), cited
+    assert "9adc234" in cited  # the tuning sweep whose records said "HEAD", resolved through commits.json
+
+
+@pytest.mark.real_report
+def test_one_figure_per_kernel_and_problem_in_the_real_report(real_run):
+    """GEMM 4096^3 on the H200: the kernels table's TFLOP/s is the roofline's, and the template's best
+    point (a tuning sweep's time of one config) names its method and harness beside its figure."""
+    _, text = _real_report(real_run)
+    row = re.search(r'<tr><td data-label="op"[^>]*>gemm</td><td[^>]*>layout NT 4096x4096x4096</td>.*?</tr>', text, re.S)
+    cells = dict(re.findall(r'<td data-label="([^"]+)"[^>]*>([^<]*)</td>', row.group(0)))
+    tflops, timing = cells["our TFLOP/s"], cells["timing"]
+    assert "harness" in timing or "sweep" in timing, timing
+    svg = re.search(r'<figure class="roofline-plot".*?</figure>', text, re.S).group(0)
+    hovers = [t for t in re.findall(r"<title>([^<]*)</title>", svg)
+              if t.startswith("ours gemm ") and " 4096x4096x4096 " in t.split(": ")[0]]
+    assert hovers and {re.search(r"([\d.]+) TFLOP/s", t).group(1) for t in hovers} == {tflops}, (hovers, tflops)
+    assert all(timing in t for t in hovers)  # the same method and harness beside the same figure
+    assert f"gemm layout NT 4096x4096x4096: {tflops} TFLOP/s" in svg  # the label of the fastest GEMM
+    template = json.loads((real_run.out / "report" / "templates" / "gemm" / "sm_90a" / "template.json").read_text())
+    measured = [b["measured"] for b in template["best_points"] if b.get("measured")]
+    assert measured and all(m["method"] and m["harness"] in ("tuning sweep", "benchmark harness") for m in measured)
+
+
+@needs_chromium
+@pytest.mark.real_report
+def test_the_real_reports_phone_cards_say_whose_time_is_whose(real_run):
+    page, _ = _real_report(real_run)
+    dom = _dom(page.resolve().as_uri(), 390)
+    table = re.search(r'<table id="kernels-table">.*?</table>', dom, re.S).group(0)
+    for row in re.findall(r"<tr>(<td data-label.*?)</tr>", table, re.S)[:5]:
+        labels = re.findall(r'data-label="([^"]+)"', row)
+        assert len(labels) == len(set(labels)), labels  # no two "time:" lines on one card
+        assert {"our time", "our TFLOP/s", "baseline time", "baseline TFLOP/s"} <= set(labels), labels
+
+
+# ------------------------------------------------------------------ provenance names a commit
+
+def test_every_committed_record_names_a_commit_hash():
+    records = store.load(EMBEDDED)
+    commits = {r.provenance.git_commit for r in records}
+    assert commits and all(re.fullmatch(r"[0-9a-f]{7,40}", c) for c in commits), commits
+    assert "9adc23463d1bafed4ba95e2cd5ac056db3954cbd" in commits
+
+
+def test_records_refuse_a_commit_that_is_not_a_hash(tmp_path):
+    import pandas as pd
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="commit hash"):
+        Provenance(device="NVIDIA H200", git_commit="HEAD")
+    good = Record(kind="host", op="host-blas", name="x", metric="flops", value=1.0, unit="FLOP/s",
+                  provenance=Provenance(device="cpu", git_commit="abc1234"))
+    bad = good.model_dump() | {"provenance": {"device": "cpu", "git_commit": "HEAD"}}
+    written, refused = store.append(tmp_path / "s", [good, bad])
+    assert written == 1 and "git_commit" in refused[0][1]
+    # a part written before the rule, naming "HEAD": refused on load unless the store maps it to a hash
+    part = next((tmp_path / "s").glob("part-*.parquet"))
+    frame = pd.read_parquet(part)
+    frame["prov_git_commit"] = "HEAD"
+    frame.to_parquet(part, index=False)
+    with pytest.raises(ValueError, match="commits.json"):
+        store.load(tmp_path / "s")
+    (tmp_path / "s" / "commits.json").write_text(json.dumps({"parts": {part.name: {"HEAD": "0123abc"}}}))
+    assert store.load(tmp_path / "s")[0].provenance.git_commit == "0123abc"

@@ -101,16 +101,11 @@ def test_progress_is_a_live_display_in_a_terminal():
     assert "started" not in buffer.getvalue()  # bars, not log lines
 
 
-def test_ceiling_run_end_to_end_on_a_small_plan(tmp_path, monkeypatch):
-    """Every step on two workers, with the plan cut to one compile, one TPU export and one smoke check."""
-    monkeypatch.setattr(run_tasks, "isa_tasks", lambda full=False: [
-        run_tasks.Task("isa", "triangle_multiplicative_update", "sm_90a", "trimul_ln_out_bwd_bfloat16_cz128_c128"),
-        run_tasks.Task("isa", "gemm", "tpu-v5p")])
-    monkeypatch.setattr(run_tasks, "smoke_tasks", lambda: [run_tasks.Task("smoke", "gemm", "trainium")])
-    out = tmp_path / "run"
-    result = CliRunner().invoke(app, ["run", "--out", str(out), "--jobs", "2"], env={"COLUMNS": "120"})
-    assert result.exit_code == 0, result.output
-    lines = result.output.rstrip().splitlines()
+def test_ceiling_run_end_to_end_on_a_small_plan(real_run):
+    """Every step on two workers, with the plan cut to one compile, one TPU export and one smoke check
+    (the session's one real run, ``tests/conftest.py``, whose report the report tests render)."""
+    out = real_run.out
+    lines = real_run.output.rstrip().splitlines()
     # progress as plain lines while it ran, the table, and last the report's path
     assert any(re.match(r"\[\s*\d+\.\ds\] ISA of shipped configs \(representatives\): 2/2 ", line) for line in lines)
     assert any(re.match(r"\[\s*\d+\.\ds\] correctness smoke: 1/1 gemm trainium 2/2 within bounds", line)

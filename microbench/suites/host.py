@@ -54,12 +54,22 @@ def available_memory_bytes() -> int | None:
     return None
 
 
+# Both bandwidth arrays of a quick run together (``ceiling run`` runs it on every machine): under 1 GB
+# even where the last-level cache is hundreds of MiB, whose 4x would otherwise set each array's size.
+QUICK_ARRAYS_BYTES = 768 * 2**20
+
+
 def working_set_bytes(quick: bool) -> int:
+    """Bytes of each of the two bandwidth arrays: several times the last-level cache, so the traffic is
+    DRAM's; at most an eighth of the available memory each, and in quick mode at most half of
+    ``QUICK_ARRAYS_BYTES``."""
     llc = last_level_cache_bytes() or 32 * 1024**2
     size = 4 * llc if quick else max(8 * llc, 512 * 1024**2)
     avail = available_memory_bytes()
     if avail:  # two arrays for copy, and leave room for everyone else
         size = min(size, avail // 8)
+    if quick:
+        return min(size, QUICK_ARRAYS_BYTES // 2)
     return max(size, 4 * llc)
 
 
@@ -80,10 +90,13 @@ def _check(ctx: SuiteContext) -> str | None:
 def _run(ctx: SuiteContext) -> list[Record]:
     repeats = 3 if ctx.quick else 7
     provenance = host_provenance(device=f"cpu: {cpu_name()}")
-    common = {"threads": os.cpu_count(), "numpy": np.__version__, "llc_bytes": last_level_cache_bytes()}
+    nbytes = working_set_bytes(ctx.quick)
+    llc = last_level_cache_bytes()
+    # below 4x the cache (a quick run on a large-cache CPU), part of the traffic may be the cache's
+    common = {"threads": os.cpu_count(), "numpy": np.__version__, "llc_bytes": llc,
+              "llc_multiple": round(nbytes / llc, 2) if llc else None}
     records: list[Record] = []
 
-    nbytes = working_set_bytes(ctx.quick)
     n = nbytes // 8
     ctx.progress(f"host memory bandwidth on {nbytes / 2**20:.0f} MiB arrays")
     a = np.random.default_rng().random(n)

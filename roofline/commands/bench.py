@@ -128,7 +128,14 @@ def print_table(outcome, console: Console, *, title: str = "Speed against the ba
 
 
 def resolve_device(device: str | None) -> str:
+    """``device`` as torch names it ("cpu", "cuda", "cuda:1"), or a usage error naming --device."""
     if device:
+        from ceiling.microbench.runner import parse_device
+
+        try:
+            parse_device(device)
+        except ValueError as err:
+            raise typer.BadParameter(f"expected cpu, cuda or cuda:N, got {device!r}", param_hint="--device") from err
         return device
     try:
         import torch
@@ -167,7 +174,7 @@ def bench(
     out: Optional[Path] = typer.Option(None, "--out", help="Folder for the records (Parquet + JSONL) and the summary."),
     device: Optional[str] = typer.Option(None, help="cuda, cuda:1 or cpu (default: cuda when visible)."),
     check_only: bool = typer.Option(False, "--check-only", help="Only check outputs against the oracle; no timing."),
-    budget_s: Optional[float] = typer.Option(None, "--budget-s", help="Stop starting new cases after this many seconds."),
+    budget_s: Optional[float] = typer.Option(None, "--budget-s", min=0.001, help="Stop starting new cases after this many seconds."),
     ceilings: Optional[Path] = typer.Option(
         None, "--ceilings", help="JSON of measured ceilings to reuse; measured here (and saved there) when missing."
     ),
@@ -182,13 +189,12 @@ def bench(
 
     start = time.monotonic()
     console = console_for(stderr=as_json)
-    dev = resolve_device(device)
-    suite = shapes or ("default" if on_gpu(dev) else "tiny")
     chosen_ops = ops or list(OPS)
     unknown = [op for op in chosen_ops if op not in OPS]
     if unknown:
-        console.print(f"[red]no benchmark cases for {unknown}; there are cases for {sorted(OPS)}[/]")
-        raise typer.Exit(2)
+        raise typer.BadParameter(f"expected ops among {sorted(OPS)}, got {unknown}", param_hint="OPS")
+    dev = resolve_device(device)
+    suite = shapes or ("default" if on_gpu(dev) else "tiny")
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         handler = logging.FileHandler(out / f"{tag}.log")
@@ -197,11 +203,11 @@ def bench(
         logging.getLogger("ceiling").setLevel(logging.INFO)
     sink = Sink(out, tag)
     cases, missing = select_cases(chosen_ops, suite, dev)
+    if not cases:
+        raise typer.BadParameter(f"expected a shape suite of {chosen_ops}, got {suite!r} ({'; '.join(missing)})",
+                                 param_hint="--shapes")
     for m in missing:
         console.print(f"[yellow]{m}[/]")
-    if not cases:
-        console.print(f"[red]no cases: {'; '.join(missing)}[/]")
-        raise typer.Exit(2)
     # On a CPU the figures only show the harness works: keep the run short, and on
     # one thread (tiny ops on a busy machine spend their time waiting for a thread pool).
     if on_gpu(dev):

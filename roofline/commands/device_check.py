@@ -134,13 +134,18 @@ def device_check(
     """Correctness, benchmarks and microbenchmarks on this GPU, with all records in one folder."""
     from ceiling.roofline.commands.bench import console_for
 
+    from ceiling.microbench.benchmarks import OPS
+
+    unknown = [op for op in ops or () if op not in OPS]
+    if unknown:
+        raise typer.BadParameter(f"expected ops among {sorted(OPS)}, got {unknown}", param_hint="--op")
+    if not budget_s > 0:
+        raise typer.BadParameter(f"expected a positive number of seconds, got {budget_s}", param_hint="--budget-s")
     console = console_for(stderr=as_json)
     refusal = gpu_refusal()
     if refusal:
-        console.print(f"[red]ceiling device-check refuses to run: {refusal}[/]", highlight=False)
+        typer.echo(f"ceiling device-check refuses to run: {refusal}", err=True)
         raise typer.Exit(2)
-
-    from ceiling.microbench.benchmarks import OPS
 
     from ceiling.roofline.commands.bench import hbm_floor, print_table
 

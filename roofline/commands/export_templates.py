@@ -10,8 +10,8 @@ import typer
 def export_templates(
     op: list[str] = typer.Option([], "--op", help="Kernel family (default: all); repeatable."),
     target: list[str] = typer.Option([], "--target", help="Target such as sm_90a or gfx942 (default: all); repeatable."),
-    out: Path = typer.Option(Path("templates"), "--out", help="Output folder."),
-    store: list[Path] = typer.Option([], "--store", help="A records folder (Parquet parts); repeatable."),
+    out: Path = typer.Option(Path("templates"), "--out", file_okay=False, help="Output folder."),
+    store: list[Path] = typer.Option([], "--store", exists=True, file_okay=False, help="A records folder (Parquet parts); repeatable."),
     embedded: bool = typer.Option(True, "--embedded/--no-embedded", help="Include the measurements shipped with the package."),
 ) -> None:
     """Write <out>/<family>/<target>/template.json, records.jsonl and Kernel Tuner caches."""
@@ -22,6 +22,11 @@ def export_templates(
     for name in op:
         if name not in export.families():
             raise typer.BadParameter(f"expected one of {export.families()}, got {name!r}", param_hint="--op")
+    known = sorted({t for family in (op or export.families()) for t in export.targets(family)})
+    for name in target:
+        if name not in known:
+            raise typer.BadParameter(f"expected one of {known}" + (f" for {', '.join(op)}" if op else "")
+                                     + f", got {name!r}", param_hint="--target")
     records = _store.load(store, embedded=embedded)
     result = analysis.fit(records)
     accuracy = {k: e.as_dict() for k, e in result.evaluations.items()}

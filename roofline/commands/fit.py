@@ -11,10 +11,10 @@ from ceiling.roofline import tables
 
 
 def fit(
-    store: list[Path] = typer.Option([], "--store", help="A records folder (Parquet parts); repeatable."),
+    store: list[Path] = typer.Option([], "--store", exists=True, file_okay=False, help="A records folder (Parquet parts); repeatable."),
     embedded: bool = typer.Option(True, "--embedded/--no-embedded", help="Include the measurements shipped with the package."),
-    out: Path = typer.Option(Path("ceiling-fit"), "--out", help="Folder for model.json, evaluation.json, ceilings.json."),
-    folds: int = typer.Option(4, help="Folds of shapes: each shape is held out of the fit once."),
+    out: Path = typer.Option(Path("ceiling-fit"), "--out", file_okay=False, help="Folder for model.json, evaluation.json, ceilings.json."),
+    folds: int = typer.Option(4, min=2, help="Folds of shapes: each shape is held out of the fit once."),
     seed: int = typer.Option(0, help="Seed of the assignment of shapes to folds."),
     as_json: bool = typer.Option(False, "--json", help="Print the evaluation and the ceilings as JSON."),
 ) -> None:

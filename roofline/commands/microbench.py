@@ -44,10 +44,16 @@ def microbench(
     names = suites or list(ORDER)
     unknown = [s for s in names if s not in ORDER]
     if unknown:
-        raise typer.BadParameter(f"unknown suite(s) {unknown}; choose from {', '.join(ORDER)}", param_hint="SUITES")
+        raise typer.BadParameter(f"expected suites among {', '.join(ORDER)}, got {unknown}", param_hint="SUITES")
+    from ceiling.microbench.runner import parse_device
+
+    try:
+        parse_device(device)
+    except ValueError as err:
+        raise typer.BadParameter(f"expected auto, cpu, cuda or cuda:N, got {device!r}", param_hint="--device") from err
     runtime = runtime.strip().lower()
     if runtime not in ("auto", "cupy", "pycuda"):
-        raise typer.BadParameter(f"{runtime!r}; choose from auto, cupy, pycuda", param_hint="--runtime")
+        raise typer.BadParameter(f"expected auto, cupy or pycuda, got {runtime!r}", param_hint="--runtime")
     console = tables.console(stderr=True)
     colors = {"ok": "green", "unavailable": "yellow", "failed": "red"}
 

@@ -213,10 +213,10 @@ def _in_process(out: Path, summary: dict, progress: StepProgress, title: str,
 
 
 def run(
-    out: Path = typer.Option(Path("ceiling-run"), "--out", "-o", help="Folder for the results."),
+    out: Path = typer.Option(Path("ceiling-run"), "--out", "-o", file_okay=False, help="Folder for the results."),
     full_isa: bool = typer.Option(False, "--full-isa", help="Compile every shipped config for the ISA table, "
                                   "not one per kernel function and target (several times longer)."),
-    jobs: int = typer.Option(0, "--jobs", "-j", help="Worker processes for the compiles and the smoke "
+    jobs: int = typer.Option(0, "--jobs", "-j", min=0, help="Worker processes for the compiles and the smoke "
                              "(default: one per CPU core).", show_default=False),
     as_json: bool = typer.Option(False, "--json", help="Print the run's summary as JSON (progress goes to stderr)."),
 ) -> None:

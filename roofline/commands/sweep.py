@@ -19,13 +19,13 @@ def _shape(text: str | None, axes: list[str]) -> dict[str, int] | None:
 def sweep(
     op: str = typer.Option("gemm", "--op", help="Kernel family."),
     target: str = typer.Option("sm_90a", "--target", help="Compile target of the template."),
-    store: Path = typer.Option(Path("records"), "--store", help="Records folder the results are appended to."),
+    store: Path = typer.Option(Path("records"), "--store", file_okay=False, help="Records folder the results are appended to."),
     shape: str = typer.Option(None, "--shape", help="Only points valid for this shape (MxNxK); also the benchmark shape."),
-    limit: int = typer.Option(None, "--limit", help="At most this many points (in the model's predicted order)."),
+    limit: int = typer.Option(None, "--limit", min=1, help="At most this many points (in the model's predicted order)."),
     section: str = typer.Option(None, "--section", help="One kernel of a sectioned family (attention: fwd, dkdv, dq)."),
     benchmark: bool = typer.Option(False, "--benchmark", help="Also time every point, one task per GPU."),
     address: str = typer.Option(None, "--address", help="Ray cluster address ('auto' to join one); default: a local cluster."),
-    num_cpus: int = typer.Option(None, "--num-cpus", help="CPUs for a local cluster."),
+    num_cpus: int = typer.Option(None, "--num-cpus", min=1, help="CPUs for a local cluster."),
 ) -> None:
     """Compile every valid point of a template for its target and record its static facts (and timings)."""
     from rich.progress import Progress

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from ceiling.roofline import tables
+from ceiling.roofline import arguments, tables
 from ceiling.roofline.tables import key_table
 
 
@@ -42,9 +42,7 @@ def tune(
     from ceiling.tuning import gemm as gemm_sweep
     from ceiling.microbench.records import Record, append, host_provenance
 
-    if op not in ("gemm", "gemm-fp8", "attention", "triangle-attention", "trimul"):
-        raise typer.BadParameter(f"expected gemm, gemm-fp8, attention, triangle-attention or trimul, got {op!r}",
-                                 param_hint="op")
+    _check(op, shapes, scalings, dtype, layout, rep_ms, budget_s, n)
     if gpu_vendor() != "nvidia":
         typer.echo("ceiling tune needs an NVIDIA GPU: none is visible to PyTorch here.", err=True)
         raise typer.Exit(2)
@@ -94,6 +92,32 @@ def tune(
         table.add_row(*map(str, r["shape"]), f"{r['cublas_ms']:.4f}", f"{r['median_ms']:.4f}", f"{r['speedup']:.3f}",
                       f"{r['tflops']:.0f}", f"{c['BLOCK_M']}x{c['BLOCK_N']}x{c['BLOCK_K']} s{c['num_stages']} w{c['num_warps']}")
     tables.console().print(table)
+
+
+OPS = ("gemm", "gemm-fp8", "attention", "triangle-attention", "trimul")
+
+
+def _check(op: str, shapes: str | None, scalings: str, dtype: str, layout: str, rep_ms: int, budget_s: float,
+           n: int) -> None:
+    """Every argument checked before the GPU is asked for, so a typo is named wherever the command runs."""
+    from ceiling.gemm import shapes as gemm_shapes
+    from ceiling.scaled_gemm import shapes as fp8_shapes
+
+    arguments.choice(op, OPS, "OP")
+    suites = {"gemm": gemm_shapes.SUITES, "gemm-fp8": fp8_shapes.SUITES}.get(op)
+    if shapes is not None:
+        if suites is None:
+            raise typer.BadParameter(f"no shape suite for {op} (its sweep has its own problems), got {shapes!r}",
+                                     param_hint="--shapes")
+        arguments.choice(shapes, sorted(suites), "--shapes")
+    if op == "gemm-fp8":
+        for scaling in scalings.split(","):
+            arguments.choice(scaling, sorted(fp8_shapes.SCALINGS), "--scalings")
+    arguments.choice(dtype, ("bfloat16", "float16", "float32"), "--dtype")
+    arguments.choice(layout, ("NT", "NN"), "--layout")
+    for value, hint in ((rep_ms, "--rep-ms"), (budget_s, "--budget-s"), (n, "--n")):
+        if not value > 0:
+            raise typer.BadParameter(f"expected a positive number, got {value}", param_hint=hint)
 
 
 def tune_fp8(shapes: str, scalings: list[str], rep_ms: int, budget_s: float, out: Path, apply: bool,

@@ -66,7 +66,8 @@ def _measured(r: Record, flops: float | None, timing: str | None) -> Measured:
     median = float(r.median if r.median is not None else r.value)
     prov = r.provenance.model_dump()
     return Measured(median_s=median, p20_s=r.p20, p80_s=r.p80, tflops=(flops / median / 1e12) if flops else None,
-                    method=r.method, timing=timing, repetitions=r.repetitions, provenance=prov)
+                    method=r.method, timing=timing, harness=_selection.harness(r), repetitions=r.repetitions,
+                    provenance=prov)
 
 
 def cited(records: list[Record], op: str, backend: str, dtype: str, device: devices.DeviceSpec

@@ -56,6 +56,7 @@ class Measured(BaseModel):
     tflops: float | None = None
     method: str | None = None
     timing: str | None = None  # the method's family it was admitted under (ceiling.roofline.selection): "cuda-graph", ...
+    harness: str | None = None  # "tuning sweep" or "benchmark harness" (ceiling.roofline.selection.harness)
     repetitions: int | None = None
     provenance: dict[str, Any] = Field(default_factory=dict)
 
