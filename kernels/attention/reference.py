@@ -48,10 +48,16 @@ def _probs(q, k, bias, mask, causal, scale, ct):
     keep = _visible(q.shape[1], k.shape[1], causal, mask, torch, q.device)
     if keep is not None:
         s = s.masked_fill(~keep, float("-inf"))
-    lse = torch.logsumexp(s, dim=-1)
-    # A row that sees no key has lse -inf and gets p = 0; a +inf score (an Inf in q or k) keeps
-    # lse +inf, so its row is NaN, as the softmax's float math makes it.
-    p = torch.exp(s - torch.where(lse == float("-inf"), 0.0, lse).unsqueeze(-1))
+    # The row's max propagates NaN, and a +inf score (an Inf in q or k) gives inf - inf = NaN:
+    # such a row's probabilities and log-sum-exp are NaN, as the softmax's float math makes
+    # them (logsumexp would say +inf and leave the other keys' probabilities finite). A row that
+    # sees no key has lse -inf and gets p = 0.
+    m = s.amax(dim=-1, keepdim=True)
+    m = torch.where(m == float("-inf"), 0.0, m)
+    e = torch.exp(s - m)
+    total = e.sum(-1, keepdim=True)
+    lse = torch.where(total[..., 0] == 0, float("-inf"), torch.log(torch.where(total == 0, 1.0, total))[..., 0] + m[..., 0])
+    p = e / torch.where(total == 0, 1.0, total)
     return p, lse, qf, kf
 
 
