@@ -180,12 +180,18 @@ def triangle_attention_math(q, k, v, bias, mask=None, *, scale=None):
     return {"out": torch.einsum("bihjk,bihkd->bihjd", p, v), "lse": _lse(s, any_key)}
 
 
-def scaled_gemm_math(a, b, a_scale, b_scale, *, a_kind: str, b_kind: str):
-    """The dequantized operands' product in float32 (value = code x scale)."""
-    from ceiling.scaled_gemm.reference import dequantize_a, dequantize_b
+def scaled_gemm_math(a, b, a_scale, b_scale, *, a_kind: str, b_kind: str, infinite_codes: bool = True):
+    """The dequantized operands' product in float32 (value = code x scale). ``infinite_codes``
+    False: the backend's FP8 formats have no infinity (AMD's FNUZ, to which OCP operands are
+    mapped), so an infinite code is NaN."""
     import torch
 
-    return {"out": dequantize_a(a, a_scale, a_kind, torch.float32) @ dequantize_b(b, b_scale, b_kind, torch.float32)}
+    from ceiling.scaled_gemm.reference import dequantize_a, dequantize_b
+
+    a, b = a.float(), b.float()
+    if not infinite_codes:
+        a, b = (torch.where(t.isinf(), NAN, t) for t in (a, b))
+    return {"out": dequantize_a(a, a_scale, a_kind) @ dequantize_b(b, b_scale, b_kind)}
 
 
 def trimul_math(x, mask=None, *, direction: str, eps: float = 1e-5, **weights):

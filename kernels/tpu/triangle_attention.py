@@ -5,8 +5,11 @@ whose mask (N, 1, 1, N) is a key mask per row: broadcast patterns the flash atte
 they are (its backward sums the bias gradient over the rows in a float32 VMEM accumulator, so
 dbias never exists in HBM at more than the bias's size). This module resolves the flash
 attention's config once for that per-element problem and moves axes: q, k, v (B, N, H, N, D)
-become per-b (rows, keys, heads, D). A row with no valid key has log-sum-exp +inf here and -inf
-in the flash attention; it is mapped at the boundary. Head dims 32 to 256 (AlphaFold 3 uses 32).
+become per-b (rows, keys, heads, D). The key mask removes a key whole: the flash attention
+selects its scores out, and this module zeroes its k and v rows (which a product with a zero
+probability would otherwise carry as NaN; XLA fuses the select into the layout change) and its
+k and v gradients. A row with no valid key has log-sum-exp -inf. Head dims 32 to 256 (AlphaFold
+3 uses 32).
 """
 
 from __future__ import annotations
@@ -31,17 +34,27 @@ def _rows_major(t, b):
     return jnp.swapaxes(t[b], 1, 2)
 
 
+def _key_rows(mask, b: int):
+    """Row b's valid keys as (rows, keys, 1, 1), to select k, v and their gradients by."""
+    return mask[b, :, 0, 0, :, None, None]
+
+
+def _kept(t, mask, b: int):
+    """``t``'s rows-major slice b with the keys the mask removes set to 0."""
+    t = _rows_major(t, b)
+    return t if mask is None else jnp.where(_key_rows(mask, b), t, jnp.zeros((), t.dtype))
+
+
 def forward_jax(problem, config, q, k, v, bias, mask):
     """(out (B, N, H, N, D), lse (B, N, H, N) float32) on JAX arrays."""
     rows = rows_attention(problem)
     outs, lses = [], []
     for b in range(problem.batch):
-        o, lse = flash.forward_jax(rows, config, _rows_major(q, b), _rows_major(k, b), _rows_major(v, b), bias[b],
+        o, lse = flash.forward_jax(rows, config, _rows_major(q, b), _kept(k, mask, b), _kept(v, mask, b), bias[b],
                                    None if mask is None else mask[b])
         outs.append(jnp.swapaxes(o, 1, 2))
         lses.append(lse)
-    lse = jnp.stack(lses)
-    return jnp.stack(outs), jnp.where(jnp.isneginf(lse), jnp.inf, lse)
+    return jnp.stack(outs), jnp.stack(lses)
 
 
 def backward_jax(problem, config, saved, grads, needs):
@@ -50,11 +63,13 @@ def backward_jax(problem, config, saved, grads, needs):
     dout = grads["out"].astype(s["q"].dtype)
     out = []
     for b in range(problem.batch):
-        lse_b = jnp.where(jnp.isposinf(s["lse"][b]), -jnp.inf, s["lse"][b])
-        per_row = {"q": _rows_major(s["q"], b), "k": _rows_major(s["k"], b), "v": _rows_major(s["v"], b),
-                   "out": _rows_major(s["out"], b), "lse": lse_b, "bias": s["bias"][b],
-                   "mask": None if s["mask"] is None else s["mask"][b]}
+        mask = s["mask"]
+        per_row = {"q": _rows_major(s["q"], b), "k": _kept(s["k"], mask, b), "v": _kept(s["v"], mask, b),
+                   "out": _rows_major(s["out"], b), "lse": s["lse"][b], "bias": s["bias"][b],
+                   "mask": None if mask is None else mask[b]}
         dq, dk, dv, dbias = flash.backward_jax(rows, config, per_row, {"out": _rows_major(dout, b)}, {"bias": True})
+        if mask is not None:  # a removed key's gradients are 0 (0 times a NaN query is not)
+            dk, dv = (jnp.where(_key_rows(mask, b), g, jnp.zeros((), g.dtype)) for g in (dk, dv))
         out.append((jnp.swapaxes(dq, 1, 2), jnp.swapaxes(dk, 1, 2), jnp.swapaxes(dv, 1, 2), dbias))
     return tuple(jnp.stack(g) for g in zip(*out))
 

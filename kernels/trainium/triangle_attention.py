@@ -5,8 +5,10 @@ shared by every row and whose mask (N, 1, 1, N) is a key mask per row: broadcast
 flash attention takes as they are (its backward sums the bias gradient over the rows in float32
 inside the kernel). This module resolves the flash attention's config once for that per-element
 problem (the chip from ``config["target"]``, else the default) and moves axes: q, k, v (B, N, H,
-N, D) become per-b (rows, keys, heads, D). A row with no valid key has log-sum-exp +inf here and
--inf in the flash attention; it is mapped at the boundary.
+N, D) become per-b (rows, keys, heads, D). The key mask removes a key whole: the flash attention
+selects its scores out, and this module zeroes its k and v rows (which a product with a zero
+probability would otherwise carry as NaN) and its k and v gradients. A row with no valid key has
+log-sum-exp -inf.
 """
 
 from __future__ import annotations
@@ -37,17 +39,27 @@ def _rows_major(t: torch.Tensor, b: int) -> torch.Tensor:
     return t[b].transpose(1, 2)
 
 
+def _key_rows(mask, b: int):
+    """Row b's valid keys as (rows, keys, 1, 1), to select k, v and their gradients by."""
+    return mask[b, :, 0, 0, :, None, None]
+
+
+def _kept(t, mask, b: int):
+    """``t``'s rows-major slice b with the keys the mask removes set to 0."""
+    t = _rows_major(t, b)
+    return t if mask is None else torch.where(_key_rows(mask, b), t, 0)
+
+
 def forward(problem, config, q, k, v, bias, mask):
     """(out (B, N, H, N, D), lse (B, N, H, N) float32) through the NKI forward kernel."""
     rows = rows_attention(problem)
     outs, lses = [], []
     for b in range(problem.batch):
-        out, lse = flash.forward(rows, config, _rows_major(q, b), _rows_major(k, b), _rows_major(v, b), bias[b],
+        out, lse = flash.forward(rows, config, _rows_major(q, b), _kept(k, mask, b), _kept(v, mask, b), bias[b],
                                  None if mask is None else mask[b])
         outs.append(out.transpose(1, 2))
         lses.append(lse)
-    lse = torch.stack(lses)
-    return torch.stack(outs).contiguous(), torch.where(torch.isneginf(lse), torch.inf, lse)
+    return torch.stack(outs).contiguous(), torch.stack(lses)
 
 
 def backward(problem, config, saved, grads, needs):
@@ -56,11 +68,13 @@ def backward(problem, config, saved, grads, needs):
     dout = grads["out"].to(s["q"].dtype)
     out = []
     for b in range(problem.batch):
-        per_row = {"q": _rows_major(s["q"], b), "k": _rows_major(s["k"], b), "v": _rows_major(s["v"], b),
-                   "out": _rows_major(s["out"], b), "bias": s["bias"][b],
-                   "lse": torch.where(torch.isposinf(s["lse"][b]), -torch.inf, s["lse"][b]),
-                   "mask": None if s["mask"] is None else s["mask"][b]}
+        mask = s["mask"]
+        per_row = {"q": _rows_major(s["q"], b), "k": _kept(s["k"], mask, b), "v": _kept(s["v"], mask, b),
+                   "out": _rows_major(s["out"], b), "bias": s["bias"][b], "lse": s["lse"][b],
+                   "mask": None if mask is None else mask[b]}
         dq, dk, dv, dbias = flash.backward(rows, config, per_row, {"out": _rows_major(dout, b)}, {"bias": True})
+        if mask is not None:  # a removed key's gradients are 0 (0 times a NaN query is not)
+            dk, dv = (torch.where(_key_rows(mask, b), g, 0) for g in (dk, dv))
         out.append((dq.transpose(1, 2), dk.transpose(1, 2), dv.transpose(1, 2), dbias.float()))
     dq, dk, dv, dbias = (torch.stack(g).contiguous() for g in zip(*out))
     return dq, dk, dv, dbias.to(s["bias"].dtype)
