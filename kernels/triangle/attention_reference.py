@@ -28,6 +28,8 @@ def attention(q, k, v, bias, mask=None, scale=None, compute_dtype=None):
     """
     import torch
 
+    from ceiling.attention.reference import row_max
+
     compute = compute_dtype or torch.float32
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     qc, kc, vc, bc = (t.to(compute) for t in (q, k, v, bias))
@@ -43,7 +45,7 @@ def attention(q, k, v, bias, mask=None, scale=None, compute_dtype=None):
     # The max is a constant shift of each row: detach it so that autograd sees softmax's own
     # gradient. It propagates NaN (and +Inf gives inf - inf = NaN), so such a row's
     # probabilities are NaN as float math makes them; a row with no valid key is pinned at 0.
-    m = s.amax(dim=-1, keepdim=True).detach()
+    m = row_max(s).detach()
     if any_key is not None:
         m = torch.where(any_key, m, 0.0)
     e = torch.exp(s - m)
@@ -73,7 +75,7 @@ def attention_jax(q, k, v, bias, mask=None, scale=None):
     if mask is not None:
         s = jnp.where(mask, s, -jnp.inf)
         any_key = mask.any(axis=-1, keepdims=True)
-    m = jax.lax.stop_gradient(s.max(axis=-1, keepdims=True))
+    m = jax.lax.stop_gradient(s.max(axis=-1, keepdims=True, initial=-jnp.inf))
     if any_key is not None:
         m = jnp.where(any_key, m, 0.0)
     e = jnp.exp(s - m)
