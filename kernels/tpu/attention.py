@@ -780,9 +780,10 @@ def _prepare(q, k, v, bias, mask, causal, scale, config, target, interpret):
     if bias4 is not None:
         biasp = _pad_pair(bias4.astype(plan.bias_dtype), plan.bias_bcast, plan.q_pad, plan.k_pad, 0.0)
     if mask4 is not None:
-        # An additive 0 / -inf tile; padded positions are masked by the kernels' own bounds.
-        additive = jnp.where(mask4, 0.0, NEG_INF).astype(jnp.bfloat16)
-        maskp = _pad_pair(additive, plan.mask_bcast, plan.q_pad, plan.k_pad, 0.0)
+        # A 0 / -inf tile the kernels select by (0: attend); padded positions are masked by the
+        # kernels' own bounds.
+        tile = jnp.where(mask4, 0.0, NEG_INF).astype(jnp.bfloat16)
+        maskp = _pad_pair(tile, plan.mask_bcast, plan.q_pad, plan.k_pad, 0.0)
     return plan, qp, kp, vp, biasp, maskp
 
 
