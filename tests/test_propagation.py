@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import ceiling
-from ceiling.testing.propagation import (INF, NAN, Plant, assert_contract, attention_math, gemm_math,
-                                         scaled_gemm_math, triangle_attention_math, trimul_math)
+from ceiling.testing.propagation import (INF, NAN, Plant, assert_contract, attention_math, fp8_gemm_math,
+                                         gemm_math, scaled_gemm_math, triangle_attention_math, trimul_math)
 from ceiling.triangle.spec import TRIMUL_WEIGHTS
 
 BACKENDS = ["reference", "nvidia", "amd", "tpu", "trainium"]
@@ -74,6 +74,21 @@ def test_scaled_gemm(backend, kinds):
     # AMD runs OCP operands as FNUZ codes, which have no infinity (README: FP8 GEMM)
     math = functools.partial(scaled_gemm_math, a_kind=a_kind, b_kind=b_kind, infinite_codes=backend != "amd")
     assert_contract(run, math, inputs, plants)
+
+
+@pytest.mark.parametrize("backend", BACKENDS[:3])
+@pytest.mark.parametrize("recipe", ["tensor", "block"])
+def test_fp8_gemm(backend, recipe):
+    """The trainable FP8 GEMM, forward and backward (bf16 gradients through the saved FP8 operands)."""
+    M, N, K = 33, 40, 256
+    inputs = {"a": _randn(M, K, seed=1, dtype=torch.bfloat16), "b": _randn(K, N, seed=2, dtype=torch.bfloat16)}
+    plants = [Plant("a", (3, 5), NAN), Plant("b", (130, 7), NAN), Plant("a", (20, 200), INF), Plant("b", (9, 30), -INF)]
+
+    def run(a, b):
+        return {"out": ceiling.fp8_gemm(a, b, recipe=recipe, backend=backend)}
+
+    assert_contract(run, fp8_gemm_math, inputs, plants, grads=("a", "b"),
+                    dout={"out": _randn(M, N, seed=3, dtype=torch.bfloat16)})
 
 
 # ----------------------------------------------------------------------------- attention

@@ -194,6 +194,16 @@ def scaled_gemm_math(a, b, a_scale, b_scale, *, a_kind: str, b_kind: str, infini
     return {"out": dequantize_a(a, a_scale, a_kind) @ dequantize_b(b, b_scale, b_kind)}
 
 
+def fp8_gemm_math(a, b):
+    """``ceiling.fp8_gemm`` in float32, as far as NaN and Inf go: the operands are quantized to
+    e4m3, which has no infinity (an infinite input becomes NaN), with scales taken from the
+    finite values only (a NaN or Inf moves no other element)."""
+    import torch
+
+    a, b = (torch.where(t.isinf(), NAN, t.float()) for t in (a, b))
+    return {"out": a @ b}
+
+
 def trimul_math(x, mask=None, *, direction: str, eps: float = 1e-5, **weights):
     """The triangle multiplicative update in float32: its definition, in which the mask multiplies
     the gated projections (as AlphaFold 3 and cuEquivariance define it), so a NaN at a masked
