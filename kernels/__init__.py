@@ -1,11 +1,7 @@
-"""ceiling kernels: drop-in ops for PyTorch and JAX, one spec and several vendor backends each.
-
-    import ceiling
-    y = ceiling.gemm(a, b, bias=bias, activation="gelu")
-    y = ceiling.scaled_gemm(a8, w8.mT, a_scale, w_scale.mT)   # FP8 operands and their scales
-    y = ceiling.fp8_gemm(x, w.mT, recipe="block")            # bf16 in, FP8 inside, trainable
-    o = ceiling.attention(q, k, v, causal=True)   # (batch, seq, heads, head_dim)
-    ceiling.backends.report()   # which backends can run each op here, and why not
+"""ceiling: drop-in ops for PyTorch and JAX (``gemm``, ``scaled_gemm``, ``fp8_gemm``, ``attention``,
+``triangle_attention``, ``triangle_multiplicative_update``), one spec and several vendor backends
+each; ``ceiling.backends.report()`` says which backends can run each op here, and why not. The
+README shows how to call them.
 """
 
 from ceiling import backends

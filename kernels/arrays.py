@@ -1,8 +1,6 @@
-"""Framework-neutral facts about the arrays an op receives.
-
-The ops accept PyTorch tensors or JAX arrays and return the kind they got.
-Validation works on the small description here (shape, dtype name, device
-kind), so one spec serves both frameworks.
+"""Framework-neutral facts about the arrays an op receives. The ops accept PyTorch tensors or JAX arrays
+and return the kind they got. Validation works on the small description here (shape, dtype name,
+device kind), so one spec serves both frameworks.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
-"""``config="autotune"``: time an implementation's candidate configs for one problem on this GPU,
-keep the fastest, and remember it on disk, so a problem is tuned once per machine.
-
-The candidates are a family's hand-picked lists (``kernels/spaces/candidates/<family>.<target>.json``,
-each list with the ``when`` condition of the problems it serves) less the configs that are not
-points of the space at the problem. The cache is a JSON file per family and device under
-``$CEILING_CACHE_DIR`` (default ``~/.cache/ceiling``), keyed by the implementation's problem key.
-Timing is CUDA-graph replay (:func:`ceiling.timers.time_graph`, median), so a pick reflects device
-time. The winner comes back as a ``config=``, which the op validates like any other.
+"""``config="autotune"``: time an implementation's candidate configs for one problem on this GPU by
+CUDA-graph replay, keep the fastest, and remember it on disk, so a problem is tuned once per machine.
+The candidates are a family's hand-picked lists (``kernels/spaces/candidates/<family>.<target>.json``)
+less the configs that are not points of the space at the problem; the cache is a JSON file per family
+and device under ``$CEILING_CACHE_DIR`` (default ``~/.cache/ceiling``); the winner comes back as a
+``config=``, which the op validates like any other.
 """
 
 from __future__ import annotations

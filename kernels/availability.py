@@ -1,14 +1,8 @@
-"""How each backend would run on this machine, whatever the op.
-
-A backend is a vendor's kernels (``nvidia``, ``amd``, ``tpu``, ``trainium``) or the
-plain-framework ``reference``. It runs in one of these modes:
-
-* ``native``: on the vendor's device;
-* ``interpreted``: the same Triton or Pallas source under its interpreter on the CPU;
-* ``emulated``: the same NKI source on ``ceiling.trainium.emulator``;
-* ``unavailable``: it cannot run here; ``reason`` says why.
-
-:mod:`ceiling.backends` adds each op's view (whether it has a kernel there).
+"""How each backend (a vendor's kernels, or the plain-framework ``reference``) would run on this
+machine, whatever the op: ``native`` on the vendor's device, ``interpreted`` (the same Triton or
+Pallas source under its interpreter on the CPU), ``emulated`` (the same NKI source on
+``ceiling.trainium.emulator``) or ``unavailable``, with the reason; :mod:`ceiling.backends` adds each
+op's view (whether it has a kernel there).
 """
 
 from __future__ import annotations

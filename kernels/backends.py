@@ -1,8 +1,6 @@
-"""Which backends can run each op on this machine, and how (``ceiling backends``).
-
-Each op's implementations are in its registry entry (:mod:`ceiling.op`); how a backend runs here,
-whatever the op, is :mod:`ceiling.availability`. An op without a kernel on a backend says why
-(its ``missing``).
+"""Which backends can run each op on this machine, and how (``ceiling backends``). Each op's
+implementations are in its registry entry (:mod:`ceiling.op`); how a backend runs here, whatever the
+op, is :mod:`ceiling.availability`. An op without a kernel on a backend says why (its ``missing``).
 """
 
 from __future__ import annotations

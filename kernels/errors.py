@@ -1,8 +1,6 @@
-"""The one error type that bad input gets.
-
-Every op validates its arguments before any kernel launches and raises
-:class:`InputError` with the argument's name and what was expected. It derives
-from ``ValueError`` so callers that already catch that keep working.
+"""The one error type that bad input gets. Every op validates its arguments before any kernel launches
+and raises :class:`InputError` with the argument's name and what was expected. It derives from
+``ValueError`` so callers that already catch that keep working.
 """
 
 

@@ -1,12 +1,8 @@
-"""Compile Triton kernels for real targets on a CPU machine and read their ISA.
-
-``compile_for(spec, "sm_90a")`` produces a cubin (SASS read with the
-``cuobjdump`` that the Triton wheel ships); ``compile_for(spec, "gfx942")`` an
-hsaco with its AMDGCN text. :func:`profile` turns either into a
-:class:`StaticProfile`: registers, spills, shared memory or LDS, the count of
-tensor-core instructions (HGMMA, FP8's QGMMA, HMMA, v_mfma), and the instruction mix. These
-are facts about the real ISA, computed without a GPU; CI checks them, and the
-performance model and search templates consume them.
+"""Compile Triton kernels for real targets on a CPU machine and read their ISA: ``compile_for(spec,
+"sm_90a")`` gives a cubin (SASS read with the ``cuobjdump`` the Triton wheel ships), ``"gfx942"`` an
+hsaco with its AMDGCN text; :func:`profile` turns either into a :class:`StaticProfile` (registers,
+spills, shared memory or LDS, tensor-core instruction counts, the instruction mix), facts that CI
+checks and the performance model and search templates consume.
 """
 
 from __future__ import annotations

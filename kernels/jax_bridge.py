@@ -1,13 +1,8 @@
-"""JAX arrays to the Triton kernels: a host callback on the CPU, jax-triton on a GPU.
-
-The Triton backends' launchers are written against PyTorch tensors. On a CPU, a
-JAX caller reaches the same kernel (interpreted) through ``jax.pure_callback``:
-arrays go to numpy, become CPU tensors (bfloat16 through its bits), run, and come
-back. On a GPU this bridge is refused: a host round trip per call is not a GPU
-kernel. There the ops' JAX launchers call the same kernel sources on the device
-through jax-triton (:func:`triton_call`), with jax-triton's argument order
-(inputs, then outputs) and pointer loads, since jax-triton cannot build TMA
-descriptors.
+"""JAX arrays to the Triton kernels, whose launchers take PyTorch tensors: on a CPU through
+``jax.pure_callback`` (arrays to numpy, then CPU tensors, bfloat16 through its bits, and back); on a
+GPU that bridge is refused (a host round trip per call is not a GPU kernel) and the ops' JAX
+launchers call the same kernel sources through jax-triton (:func:`triton_call`), with pointer loads,
+since jax-triton cannot build TMA descriptors.
 """
 
 from __future__ import annotations

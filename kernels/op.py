@@ -1,11 +1,8 @@
-"""An op: one kernel family's problem, its implementations in a registry, and the one place that
-chooses which implementation runs a problem and with which config.
-
-The public functions (``ceiling.attention``, ``ceiling.gemm``, ...) check their arguments into a
-frozen :class:`Problem` once, ask :meth:`Op.select` for a :class:`Call` (the implementation and
-resolved config of each direction) and hand both to the framework front end
-(:mod:`ceiling.frontends`), which every op shares. Below that, nothing rebuilds the problem or
-resolves the config again: the launchers receive them.
+"""An op: one kernel family's problem, its implementations in a registry, and the one place
+(:meth:`Op.select`) that chooses which implementation runs a problem and with which config. The
+public functions check their arguments into a frozen :class:`Problem` once and hand it, with the
+:class:`Call` that ``select`` returns, to the front end every op shares (:mod:`ceiling.frontends`);
+below that nothing rebuilds the problem or resolves the config again (``docs/architecture.md``).
 """
 
 from __future__ import annotations
@@ -342,7 +339,10 @@ class Op:
         where the arrays it was checked from are not at hand: a backward that saved other ones)."""
         if not key.startswith(DEFERRED):
             return Call.from_key(key)
-        return self._deferred_call(key, problem or self.problem_for(key, arrays))
+        problem = problem or self.problem_for(key, arrays)
+        if _symbolic(arrays) or _symbolic_problem(problem):  # a fake call under dynamic shapes
+            return self._deferred_call.__wrapped__(self, key, problem)
+        return self._deferred_call(key, problem)
 
     def problem_for(self, key: str, arrays: tuple) -> Problem:
         if not key.startswith(DEFERRED):
@@ -362,8 +362,9 @@ def resolve_config(problem: Problem, impl: Implementation, user: Any) -> Any:
     device and the problem's features over it, the caller's ``config=`` over both, validated once
     against the implementation's space (:func:`ceiling.spaces.config.resolve`).
 
-    The launcher module gives ``heuristic(problem, user)`` and may give ``target(problem)`` (the
-    space's target where the implementation serves several: TPU generations, trn1/trn2),
+    The launcher module gives ``heuristic(problem, user)`` and may give ``target(problem, user)``
+    (the space's target where the implementation serves several: TPU generations, trn1/trn2, the
+    one the caller's config names),
     ``table_target(problem)`` (the target whose tables serve the problem, None for none: the
     interpreter runs the heuristic where the tables are for a device), ``features(problem,
     user)`` (names beyond the problem's fields for the tables' conditions and the space's
@@ -414,7 +415,7 @@ def resolve_tabled(problem: Problem, impl: Implementation, own: Any) -> Any:
     from ceiling.spaces.config import resolve
 
     module = impl.load()
-    target = impl.target or module.target(problem)
+    target = impl.target or module.target(problem, own)
     features = problem.features()
     if hasattr(module, "features"):
         features.update(module.features(problem, own))
@@ -426,6 +427,15 @@ def resolve_tabled(problem: Problem, impl: Implementation, own: Any) -> Any:
 def _symbolic(arrays: tuple) -> bool:
     """Whether a shape is symbolic (a tracer's, as in an AOT-traced backward with dynamic shapes)."""
     return any(not isinstance(d, int) for x in arrays if x is not None for d in x.shape)
+
+
+def _symbolic_problem(problem: Problem) -> bool:
+    """Whether a problem holds symbolic sizes (and so cannot key a cache)."""
+    try:
+        hash(problem)
+    except TypeError:
+        return True
+    return False
 
 
 def _compiling() -> bool:

@@ -1,12 +1,8 @@
-"""Correctness smoke checks: one small random problem per (op, backend), against float64.
-
-Every op (GEMM, the FP8 GEMM and quantizers, attention, triangle attention, the triangle
-multiplicative update) has one, checking its output and every gradient the op has. ``ceiling run`` runs
-``cases("cpu")`` (every backend that runs here, interpreted or emulated included),
-one ``run_one`` per worker task; ``run_all(device="cuda")`` checks the native
-backends on a GPU at larger, odd sizes. Each check draws fresh random inputs and
-returns its measured error next to the bound it was held to (the error-ratio rule of
-:mod:`ceiling.testing.numerics`).
+"""Correctness smoke checks: one small random problem per (op, backend), its output and every gradient
+checked against float64 by the error-ratio rule (:mod:`ceiling.testing.numerics`), each returning its
+measured error next to its bound. ``ceiling run`` runs ``cases("cpu")`` (every backend that runs
+here, interpreted or emulated included), one ``run_one`` per worker task; ``run_all(device="cuda")``
+checks the native backends on a GPU at larger, odd sizes.
 """
 
 from __future__ import annotations

@@ -1,22 +1,8 @@
-"""Tuned configs as data: one file per device and kernel family, one format, one lookup.
-
-``ceiling/<backend>/tables/<device>/<family>.json`` (``<device>`` a device model such as ``H200``
-or ``MI300X``, or a compile target such as ``sm_90a`` for every device of that target)::
-
-    {"family": "attention", "device": "sm_90a", "about": "...",
-     "entries": [{"when": "head_dim_pad == 128", "config": {...}, "source": "prior"},
-                 {"when": "head_dim_pad == 128 and causal", "config": {...}, "source": "measured",
-                  "measured": {"device": "NVIDIA H200", "date": "...", "git_commit": "..."}}]}
-
-A problem's device gives a chain of tables: its target's, then those of the device models whose
-name is a word of the device's ("H200" in "NVIDIA H200", not in "NVIDIA GH200"). Every entry whose ``when`` holds for the
-problem's features (an expression of :mod:`ceiling.spaces.expressions`; a missing ``when``
-always holds) is merged over the ones before it, section by section, in that order: later,
-narrower entries refine earlier ones, and a device's table refines its target's.
-
-An entry may also carry ``"default": true``: where it holds, an opt-in implementation (the Gluon
-attention) is the default, because a device run proved it right and faster there; and a
-``"label"``, the short name reports and compile specs give it (a shape class: ``"skinny_m16"``).
+"""Tuned configs as data: one file per device and kernel family
+(``ceiling/<backend>/tables/<device>/<family>.json``, ``<device>`` a device model such as ``H200`` or a
+compile target such as ``sm_90a``), one format, one lookup: the entries of the problem's target's
+table, then of its device models', merged in order where their ``when`` holds. The format and the
+merge are in ``docs/architecture.md`` ("Tables").
 """
 
 from __future__ import annotations

@@ -1,20 +1,8 @@
-"""Run one Triton kernel source either compiled for a GPU or interpreted on the CPU.
-
-Triton picks its interpreter from ``TRITON_INTERPRET`` when a function is
-decorated, which would force a whole process into one mode. Here every kernel is
-decorated with plain ``triton.jit`` (so it compiles for real targets, and
-``ceiling.isa`` can cross-compile it for sm_90a and gfx942), and
-:func:`interpreted` builds an interpreter twin of it on demand. The twin runs the
-same source in a private copy of the kernel module's globals in which every
-``@triton.jit`` helper is itself replaced by its twin, so helpers must be called by
-their bare name, as the Triton tutorials do.
-
-Triton's own library functions written in Triton (``tl.cdiv``, ``tl.sigmoid``,
-``tl.max``...) are ``JITFunction`` objects too; for the duration of an
-interpreted launch they are swapped for their twins on the ``triton.language``
-modules, the same way the interpreter itself patches those modules while it runs.
-As with the interpreter's own patching, do not compile a kernel in another thread
-while an interpreted launch is running.
+"""Run one Triton kernel source either compiled for a GPU or interpreted on the CPU: every kernel is
+decorated with plain ``triton.jit`` (so it compiles for real targets, and ``ceiling.isa`` can
+cross-compile it for sm_90a and gfx942), and :func:`interpreted` builds its interpreter twin on
+demand, because Triton reads ``TRITON_INTERPRET`` when a function is decorated, which would force a
+whole process into one mode.
 """
 
 from __future__ import annotations
@@ -33,6 +21,10 @@ _patch_depth = 0
 @contextlib.contextmanager
 def _library_twins():
     """Swap triton.language's JIT-written functions for twins while interpreting."""
+    # Triton's own library functions written in Triton (tl.cdiv, tl.sigmoid, tl.max...) are
+    # JITFunctions too; they are swapped on the triton.language modules for the duration of an
+    # interpreted launch, as the interpreter itself patches those modules while it runs. So, as
+    # with the interpreter's own patching, do not compile a kernel in another thread meanwhile.
     global _patch_depth
     if _patch_depth:
         _patch_depth += 1
@@ -208,6 +200,9 @@ def interpreted(jit_fn: Any) -> Any:
     fn = jit_fn.fn if isinstance(jit_fn, JITFunction) else jit_fn
     if id(fn) in _twins:
         return _twins[id(fn)]
+    # The twin runs the same source in a private copy of the module's globals in which every
+    # @triton.jit helper is itself replaced by its twin, so kernels must call helpers by their bare
+    # name, as the Triton tutorials do.
     # Register the twin before visiting helpers: a module's kernels and helpers
     # see each other through the shared globals, so the walk can come back here.
     namespace = dict(fn.__globals__)

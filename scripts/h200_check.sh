@@ -13,8 +13,8 @@
 #         kernels against float64 of the dequantized inputs, against torch._scaled_mm, poisoned
 #         outputs); 2. the FP8 sweep (ceiling tune gemm-fp8: per shape of fp8-device and scaling,
 #         every statically valid candidate against torch._scaled_mm / dequantize-then-cuBLAS),
-#         applied to tables/H200/gemm_fp8.json; 3. the small-M bf16 sweep on the decode shapes (split-K
-#         and stream-K candidates), applied to tables/H200/gemm.json; 4. `ceiling device-check --op gemm`
+#         applied to kernels/nvidia/tables/H200/gemm_fp8.json; 3. the small-M bf16 sweep on the decode shapes (split-K
+#         and stream-K candidates), applied to kernels/nvidia/tables/H200/gemm.json; 4. `ceiling device-check --op gemm`
 #         with the tables just applied: the bf16 and FP8 suites, the small-M rows beside their HBM floor.
 #   check (about 7 minutes): `ceiling device-check` of every op with the tables in the tree.
 #   pair  (about 7.5 minutes): the AlphaFold-3 pair stack. 1. the `gpu` test of a Boltz Pairformer pair
@@ -58,7 +58,8 @@
 # A later command starts from the tree as committed, not from what an earlier one applied on the
 # machine: commit the tables a run returns before relying on them in another.
 # Usage: scripts/h200_check.sh OUTDIR [main|gemm|gemm-fp8|check|pair|attention-gluon]  -> OUTDIR/log.txt and
-# OUTDIR/results.tgz, refreshed after every stage so that a run cut short still returns what it finished.
+# OUTDIR/results.tgz, refreshed after every stage so that a run cut short still returns what it finished;
+# exit status 2 for an unknown part, 3 on a machine without a GPU (before any stage).
 # Knobs: TEST_BUDGET_S (90), ATTN_TUNE_BUDGET_S (100), TRI_TUNE_BUDGET_S (35), TRIMUL_TUNE_BUDGET_S (40),
 # GEMM_TUNE_SHAPES (gemm-llm-skinny), TUNE_BUDGET_S (40), FP8_TUNE_BUDGET_S (100), SWEEP_GUARD_S
 # (seconds a sweep may run past its budget before it is killed: 90; 30 for gemm-fp8), CHECK_BUDGET_S
@@ -75,12 +76,11 @@ export PYTHONUNBUFFERED=1 TRITON_DEFAULT_FP_FUSION=1
 save() { cp "$work/log.txt" "$dest/log.txt"; tar czf "$dest/results.tgz" -C "$work" .; }
 log() { tee -a "$work/log.txt"; }
 # Each sweep stops starting candidates at its budget; the timeout only guards against a hang.
-sweep() {  # sweep OP BUDGET_S TABLE_FILE [extra args]: TABLE_FILE in kernels/nvidia/configs/, or a path under kernels/nvidia/
+sweep() {  # sweep OP BUDGET_S TABLE [extra args]: TABLE is the table the sweep applies to, under kernels/nvidia/tables/
   local op=$1 budget=$2 table=$3
   shift 3
   timeout $((budget + ${SWEEP_GUARD_S:-90})) python3 -m ceiling.roofline.cli tune "$op" --out "$work/tune" --budget-s "$budget" --apply "$@" 2>&1 | log
-  local file="kernels/nvidia/configs/$table"
-  [[ $table == */* ]] && file="kernels/nvidia/$table"
+  local file="kernels/nvidia/tables/$table"
   cp "$file" "$work/tune/$(basename "${table%.json}")-table-after.json"
   save
 }
@@ -101,7 +101,19 @@ check() {  # check BUDGET_S [device-check args]
 # The import name is `ceiling` (pyproject.toml maps this tree's folders onto it): an editable
 # install, offline (--no-deps, no build isolation: setuptools comes with torch on Python 3.12), so the
 # sweeps' --apply writes into this tree's tables.
-python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | grep -v "^WARNING: Location" | log
+case "$part" in main|gemm|gemm-fp8|check|pair|attention-gluon) ;; *)
+  echo "part: expected main, gemm, gemm-fp8, check, pair or attention-gluon, got $part" | log
+  exit 2
+  ;;
+esac
+# CEILING_CHECK_INSTALLED=1: this tree is installed already (the CPU test of this script)
+[[ ${CEILING_CHECK_INSTALLED:-0} == 1 ]] \
+  || python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | grep -v "^WARNING: Location" | log
+if ! python3 -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>&1 | log; then
+  echo "no GPU: part $part needs an NVIDIA GPU (torch.cuda.is_available() is False)" | log
+  save
+  exit 3
+fi
 {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active --format=csv
   python3 -c "import torch, triton, jax; print('torch', torch.__version__, 'triton', triton.__version__, 'jax', jax.__version__, torch.cuda.get_device_name())"
@@ -112,13 +124,13 @@ case "$part" in
       tests/test_attention_jax_triton.py tests/test_triangle_jax_triton.py \
       -m gpu -q -p no:cacheprovider -rs -o addopts="" --junitxml="$work/gpu-tests.xml" 2>&1 | tail -40 | log
     save
-    sweep attention "${ATTN_TUNE_BUDGET_S:-100}" tables/sm_90a/attention.json --rep-ms 10
-    sweep triangle-attention "${TRI_TUNE_BUDGET_S:-35}" tables/H200/triangle_attention.json --rep-ms 10
-    sweep trimul "${TRIMUL_TUNE_BUDGET_S:-40}" tables/H200/triangle_multiplication.json --rep-ms 50
+    sweep attention "${ATTN_TUNE_BUDGET_S:-100}" sm_90a/attention.json --rep-ms 10
+    sweep triangle-attention "${TRI_TUNE_BUDGET_S:-35}" H200/triangle_attention.json --rep-ms 10
+    sweep trimul "${TRIMUL_TUNE_BUDGET_S:-40}" H200/triangle_multiplication.json --rep-ms 50
     check "${CHECK_BUDGET_S:-150}" --no-microbench --op attention --op triangle_attention --op triangle_multiplicative_update
     ;;
   gemm)
-    sweep gemm "${TUNE_BUDGET_S:-40}" tables/H200/gemm.json --shapes "${GEMM_TUNE_SHAPES:-gemm-llm-skinny}" --rep-ms 25
+    sweep gemm "${TUNE_BUDGET_S:-40}" H200/gemm.json --shapes "${GEMM_TUNE_SHAPES:-gemm-llm-skinny}" --rep-ms 25
     check "${CHECK_BUDGET_S:-120}" --no-microbench --op gemm
     ;;
   gemm-fp8)
@@ -126,8 +138,8 @@ case "$part" in
       -k "scaled_mm or small_m" -q -p no:cacheprovider -rs -o addopts="" --junitxml="$work/gpu-tests.xml" 2>&1 | tail -40 | log
     save
     export SWEEP_GUARD_S=${SWEEP_GUARD_S:-30}
-    sweep gemm-fp8 "${FP8_TUNE_BUDGET_S:-100}" tables/H200/gemm_fp8.json --shapes fp8-device --scalings tensor,block --rep-ms 10
-    sweep gemm "${TUNE_BUDGET_S:-40}" tables/H200/gemm.json --shapes gemm-llm-decode --rep-ms 10
+    sweep gemm-fp8 "${FP8_TUNE_BUDGET_S:-100}" H200/gemm_fp8.json --shapes fp8-device --scalings tensor,block --rep-ms 10
+    sweep gemm "${TUNE_BUDGET_S:-40}" H200/gemm.json --shapes gemm-llm-decode --rep-ms 10
     check "${CHECK_BUDGET_S:-160}" --no-microbench --op gemm
     ;;
   check)
@@ -147,8 +159,8 @@ case "$part" in
     save
     # the triangle sweep decides ROWS (fwd_rows), DQ_ATOMIC (bwd_dkdv_dq) and ROW_SPLIT by timing
     # them next to what ships; --apply writes a knob into the table only where it won
-    sweep triangle-attention "${TRI_TUNE_BUDGET_S:-40}" tables/H200/triangle_attention.json --rep-ms 10
-    sweep trimul "${TRIMUL_TUNE_BUDGET_S:-25}" tables/H200/triangle_multiplication.json --rep-ms 50
+    sweep triangle-attention "${TRI_TUNE_BUDGET_S:-40}" H200/triangle_attention.json --rep-ms 10
+    sweep trimul "${TRIMUL_TUNE_BUDGET_S:-25}" H200/triangle_multiplication.json --rep-ms 50
     bench "${PAIR_BENCH_BUDGET_S:-140}" pair_stack
     bench "${TRI_BENCH_BUDGET_S:-35}" triangle_attention triangle_multiplicative_update
     ;;
@@ -167,10 +179,6 @@ case "$part" in
     cp kernels/nvidia/tables/H200/attention_gluon.json "$work/tune/attention_gluon-table-after.json" 2>/dev/null \
       || echo "no Gluon config beat the Triton kernels: no H200 Gluon table was written" | log
     save
-    ;;
-  *)
-    echo "part: expected main, gemm, gemm-fp8, check, pair or attention-gluon, got $part" | log
-    exit 2
     ;;
 esac
 nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active --format=csv 2>&1 | log

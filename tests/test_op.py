@@ -106,3 +106,12 @@ def test_the_registry_knows_every_op_package():
     assert [i.label for i in ATTENTION.implementations] == ["reference", "nvidia:gluon", "nvidia", "amd", "tpu",
                                                             "trainium"]
     assert "ceiling.attention.op" in sys.modules
+
+
+@pytest.mark.parametrize("chip", ["trn1", "trn2"])
+def test_the_config_names_the_chip_its_tables_and_space_come_from(chip):
+    from ceiling.attention.spec import shipped_problem
+
+    problem = shipped_problem(64, "bfloat16", causal=False)
+    config = ops.resolve_config(problem, ATTENTION.implementation("trainium"), {"target": chip})
+    assert config.target == chip and config["target"] == chip

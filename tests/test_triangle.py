@@ -455,6 +455,28 @@ def test_trimul_torch_compile_and_3d_input():
     torch.testing.assert_close(out3, out4[0])
 
 
+@pytest.mark.slow  # about 100 s: dynamo traces the op and its backward on symbolic sizes
+def test_trimul_under_torch_compile_with_dynamic_shapes():
+    """With dynamic shapes the custom op's fake runs on symbolic sizes: the call (which decides the
+    outputs kept for the backward) is decided there without the cache that concrete calls use."""
+
+    def f(x, mask, weights):
+        return ceiling.triangle_multiplicative_update(x, "outgoing", mask, **weights, backend="reference")
+
+    compiled = torch.compile(f, dynamic=True, backend="aot_eager")
+    for n in (5, 7):
+        x, mask, w = trimul_inputs(1, n, 16, 8, seed=n)
+        x.requires_grad_()
+        grad = torch.randn(1, n, n, 16)
+        ours = compiled(x, mask, w)
+        (dx,) = torch.autograd.grad(ours, x, grad)
+        x_ref = x.detach().clone().requires_grad_()
+        ref = f(x_ref, mask, w)
+        (dx_ref,) = torch.autograd.grad(ref, x_ref, grad)
+        torch.testing.assert_close(ours, ref)
+        torch.testing.assert_close(dx, dx_ref)
+
+
 # ----------------------------------------------------------------------------- modules and state dicts
 
 

@@ -1,10 +1,7 @@
 """FP8: the formats, :func:`quantize` (the ``fp8_quantize`` op: Triton kernels on a GPU and, for
-``backend="nvidia"``/``"amd"``, interpreted on CPU tensors; the float32 oracle otherwise) to the
-scale layouts ``ceiling.scaled_gemm`` reads, and the oracle::
-
-    q, s = fp8.quantize(x, "1x128")                    # activations: DeepSeek-V3 1x128 tiles
-    w_q, w_s = fp8.quantize(w, "128x128")              # a weight stored (N, K): 128x128 blocks
-    y = ceiling.scaled_gemm(q, w_q.mT, s, w_s.mT)      # x @ w.T in FP8, bf16 out
+``backend="nvidia"``/``"amd"``, interpreted on CPU tensors; the float32 oracle otherwise) to the scale
+layouts ``ceiling.scaled_gemm`` reads (the README's "FP8 GEMM" lists them and shows a call), and the
+oracle.
 """
 
 from __future__ import annotations

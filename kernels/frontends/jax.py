@@ -1,10 +1,9 @@
-"""The JAX front end of every op: one ``jax.custom_vjp`` made from its :class:`Signature`.
-
-The :class:`ceiling.op.Call` is a static argument (JAX traces with concrete shapes, so the
-problem and configs are decided once per trace). Each direction runs where its implementation
-says: the implementation's own JAX kernels where it has them (Pallas on TPU, jnp on the
-reference; on a JAX GPU the Triton sources through jax-triton), else, on the CPU, its PyTorch
-launchers through a host callback (the interpreted Triton kernels, the NKI emulator).
+"""The JAX front end of every op: one ``jax.custom_vjp`` made from its :class:`Signature`. The
+:class:`ceiling.op.Call` is a static argument (JAX traces with concrete shapes, so the problem and
+configs are decided once per trace). Each direction runs where its implementation says: the
+implementation's own JAX kernels where it has them (Pallas on TPU, jnp on the reference; on a JAX GPU
+the Triton sources through jax-triton), else, on the CPU, its PyTorch launchers through a host
+callback (the interpreted Triton kernels, the NKI emulator).
 """
 
 from __future__ import annotations

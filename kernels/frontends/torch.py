@@ -1,14 +1,8 @@
-"""``ceiling::<op>``: one ``torch.library`` custom op per op, made from its :class:`Signature`.
-
-The op takes the op's tensors and one string, the :class:`ceiling.op.Call` (problem, and the
-implementation and resolved config of each direction) as its key, so dispatch and config
-resolution happen once, in the public function, and ``torch.compile`` sees one opaque node with a
-fake implementation (shapes from the problem). Autograd saves the signature's ``saved`` tensors
-and calls ``ceiling::<op>_backward`` (the backward implementation's ``backward``), unless the op
-gives a backward of its own (the GEMM's is two more GEMMs through the forward op); for an
-implementation without a ``backward`` the autograd rule itself runs PyTorch's autograd through
-its ``forward`` (inside a custom op autograd records nothing). Implementations run with autocast
-off: they compute in the precision they define.
+"""``ceiling::<op>``: one ``torch.library`` custom op per op, made from its :class:`Signature`. It takes
+the op's tensors and the :class:`ceiling.op.Call` as a string key, so dispatch and config resolution
+happen once, in the public function, and ``torch.compile`` sees one opaque node with a fake
+implementation; its autograd rule calls ``ceiling::<op>_backward`` unless the op gives a backward of
+its own. Implementations run with autocast off: they compute in the precision they define.
 """
 
 from __future__ import annotations
@@ -46,7 +40,8 @@ def _device(tensors) -> torch.device:
 
 def _autograd_backward(module, call: "Call", saved: dict[str, Any], grads: dict[str, Any], signature: Signature,
                        needs: dict[str, bool]) -> tuple:
-    """The gradients of a ``forward`` with no ``backward`` of its own, by PyTorch's autograd."""
+    """The gradients of a ``forward`` with no ``backward`` of its own, by PyTorch's autograd (run
+    here, in the autograd rule: inside a custom op autograd records nothing)."""
     run = call.backward
     inputs = {n: saved[n] for n in signature.inputs}
     wanted = [n for n in signature.grads if needs[n] and inputs[n] is not None]

@@ -15,7 +15,7 @@ from ceiling.triton import attention as flash
 JAX = "gpu"  # forward_jax/backward_jax run on a JAX GPU (jax-triton); elsewhere the host callback
 
 
-def target(problem) -> str:
+def target(problem, user=None) -> str:
     return "sm_90a"
 
 

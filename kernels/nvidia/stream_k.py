@@ -1,21 +1,8 @@
-"""The stream-K schedule (Osama et al., "Stream-K", PPoPP 2023) for the Hopper GEMMs.
-
-The problem's iteration space is every (output tile, K step) pair, ``T = tiles * k_iters``
-steps in tile-major order. Program ``p`` of ``S`` (one per SM) runs the contiguous steps
-``[p*T//S, (p+1)*T//S)``, so every SM streams the same number of bytes whatever the tile
-count: the schedule for skinny (decode) GEMMs, where a few dozen output tiles cannot fill
-132 SMs and a split-K with a fixed split leaves some of them idle or waits for a second
-launch to reduce.
-
-A tile whose steps fall to one program is finished by it. A tile split between programs is
-fixed up in the same launch, without waiting: each contributor writes its fp32 partial tile
-to a workspace slot of its own (two per program: the tile its range starts in and the tile it
-ends in), then increments the tile's semaphore; the contributor that arrives last sums the
-partials in program order (so the result does not depend on arrival order), runs the
-epilogue, and resets the semaphore to zero for the next launch. No program ever spins.
-
-Requires ``T >= S`` (the host clamps ``S``): then every program has at least one step and the
-contributors of a tile are exactly the programs ``owner(first step) .. owner(last step)``.
+"""The stream-K schedule (Osama et al., "Stream-K", PPoPP 2023) for the Hopper GEMMs: program ``p`` of
+``S`` (one per SM) runs the contiguous steps ``[p*T//S, (p+1)*T//S)`` of the ``T = tiles * k_iters``
+(output tile, K step) pairs, so every SM streams the same bytes whatever the tile count (decode-sized
+GEMMs, whose few tiles cannot fill the SMs); a tile split between programs is summed in the same
+launch by its last contributor, in program order. The README ("The Hopper GEMM") says more.
 """
 
 from __future__ import annotations
@@ -72,6 +59,8 @@ def fixup(acc, tile, pid, begin, k_iters, total, ws_ptr, sem_ptr, rows_valid,
 
 def programs_for(total_steps: int, sms: int) -> int:
     """Programs to launch: one per SM, never more than there are steps."""
+    # T >= S: every program has at least one step, and a tile's contributors are exactly the
+    # programs owner(first step) .. owner(last step), which fixup relies on.
     return max(1, min(sms, total_steps))
 
 

@@ -1,12 +1,8 @@
-"""The scaled (FP8) GEMM spec: what ``ceiling.scaled_gemm`` and ``ceiling.fp8_gemm`` accept, the error
-each violation gets (on shapes and dtypes alone, before any launch), and the frozen problems they
-become. ``scaled_gemm``: a (M, K) and b (K, N) FP8 of one family (OCP e4m3fn/e5m2, or FNUZ for
-CDNA3; row-major a and ``w.mT`` b read in place), float32 scales of a kind each (README, "FP8
-GEMM": ``tensor``, ``row``, ``1x128``, ``128x128``, in ``torch._scaled_mm``'s and DeepGEMM's shapes;
-where two kinds give the same shape they mean the same scaling), an optional (N,) bias, an
-activation, a bfloat16/float16/float32 output; FP8 operands and scales carry no gradient and one
-that requires grad is refused. ``fp8_gemm``: the GEMM's contract on 2-D high-precision operands, a
-recipe and a backward precision.
+"""The scaled (FP8) GEMM spec: what ``ceiling.scaled_gemm`` (FP8 operands of one family, float32 scales
+of a kind each) and ``ceiling.fp8_gemm`` (the GEMM's contract on 2-D high-precision operands, a
+recipe and a backward precision) accept, as the README's "FP8 GEMM" lists it, the error each
+violation gets on shapes and dtypes alone, before any launch, and the frozen problems they become.
+Where two scale kinds give the same shape they mean the same scaling.
 """
 
 from __future__ import annotations

@@ -1,17 +1,7 @@
-"""``fp8_gemm``'s implementation, on every backend: its forward and backward, made of the forward ops.
-
-``fp8_gemm`` quantizes its operands (the
-``fp8_quantize`` op's implementation on its backend; the jnp oracle on JAX arrays), runs the
-scaled GEMM and returns the FP8 operands as extra outputs, which its backward reads (FP8
-activations saved, as DeepSeek-V3 caches them). For ``dZ``, the gradient at the pre-activation,
-the backward is two GEMMs through the public ops: ``grad_precision="bf16"`` runs
-``dA = dZ deq(B)^T`` and ``dB = deq(A)^T dZ`` through ``ceiling.gemm`` in bfloat16;
-``grad_precision="fp8"`` runs both through ``ceiling.scaled_gemm`` with ``dZ`` quantized to e5m2
-at the recipe's activation granularity along each contraction, the operands re-laid for it:
-``B^T`` is the saved FP8 weight read the other way (its tensor or 128x128 scales cover the same
-blocks), per-row scales along the new contraction are folded into ``dZ`` before it is quantized
-(exact), and A's 1x128 tiles are re-quantized into 1x128 tiles along M (DeepSeek-V3's 1x128 ->
-128x1 conversion).
+"""``fp8_gemm``'s implementation, on every backend: its forward quantizes the operands, runs the scaled
+GEMM and returns the FP8 operands as extra outputs (FP8 activations saved, as DeepSeek-V3 caches
+them); its backward is two GEMMs through the public ops, in bfloat16 on the dequantized operands or
+as scaled GEMMs with an e5m2 gradient, the operands re-laid for each contraction (README, "FP8 GEMM").
 """
 
 from __future__ import annotations
@@ -111,18 +101,18 @@ def _grads(p, saved: dict, grads: dict, needs: dict, fw) -> dict[str, Any]:
     one = fw.one(dz)
     dz = fw.f32(dz)
     if needs["a"]:  # dA = dZ (M, N) @ B^T (N, K), contracting over N
-        if kb == "row":  # B's per-channel scales lie along N: fold them into dZ
+        if kb == "row":  # B's per-channel scales lie along N: fold them into dZ (exact)
             g, w_s = dz * b_s.reshape(1, -1), one
         else:  # tensor and 128x128 scales cover B^T as they cover B
             g, w_s = dz, b_s
         gq, g_s = fw.quantize(g, ka, e5)  # the gradient is an activation: tensor, row or 1x128, like a
         out["a"] = scaled_gemm(gq, bq, g_s, w_s, out_dtype=p.dtype, backend=p.backend)
     if needs["b"]:  # dB = A^T (K, M) @ dZ (M, N), contracting over M
-        if ka == "row":  # A's per-token scales lie along M: fold them into dZ
+        if ka == "row":  # A's per-token scales lie along M: fold them into dZ (exact)
             g, x, x_s = dz * a_s.reshape(-1, 1), aq.T, one
         elif ka == "tensor":
             g, x, x_s = dz, aq.T, a_s
-        else:  # 1x128 tiles along K become 1x128 tiles along M: re-quantize
+        else:  # 1x128 tiles along K become 1x128 tiles along M: re-quantize (DeepSeek-V3's 1x128 -> 128x1)
             g = dz
             x, x_s = fw.quantize(fw.dequantize(aq, a_s, ka), "1x128", e4, transpose=True)
         gq, g_s = fw.quantize(g, ka, e5, transpose=True)  # dZ^T (N, M), grouped along M

@@ -1,28 +1,8 @@
-"""One search space per kernel family and target, as data, with its validator.
-
-``kernels/spaces/<family>.json`` holds a family's space on every target where it has
-kernels (``sm_90a``, ``gfx942``, ``tpu-v5e``, ``tpu-v5p``, ``tpu-v6e``, ``trn1``,
-``trn2``); ``targets.json`` the device limits their constraints read. The same data
-drives three things:
-
-* ``config=`` validation: a vendor module calls :func:`check` (or :func:`resolve`, which
-  merges a partial config over the table's entry first) before it launches anything, so an
-  unknown key, a value outside its domain or a broken constraint is an ``InputError``
-  (:class:`ConfigError`) naming the key, the value and what is allowed; a parameter with a
-  ``space`` holds a config of another family on the same target (the sm_90a attention's
-  ``gluon``: ``attention_gluon``), checked by that family's space, its keys named under it;
-* the tuning sweeps' candidates: the grid of each section's ``search`` values, filtered by
-  the space's constraints and then by compiling (``ceiling.tuning.space``), kept as
-  ``candidates/<family>.<target>.json`` with the digest of the space they came from;
-* the search templates ``ceiling export-templates`` writes (``ceiling.roofline.templates``).
-
-    from ceiling import spaces
-    space = spaces.get("attention", "sm_90a")
-    space.check({"fwd": {"block_m": 64}}, partial=True)
-    space.grid("fwd")          # the fwd kernel's search grid
-
-TPU configs are checked by ``kernels/tpu/*_rules.py`` at launch (they name the broken rule);
-the TPU spaces state the same rules as expressions, and a test holds the two together.
+"""One search space per kernel family and target, as data (``kernels/spaces/<family>.json``, the
+targets' limits in ``targets.json``), and its validator: :func:`check`, and :func:`resolve`, which
+merges a partial config over the table's entry first, raise :class:`ConfigError`, an ``InputError``
+naming the key, the value and what is allowed. What else the data drives is in the README ("Search
+spaces").
 """
 
 from __future__ import annotations

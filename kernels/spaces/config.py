@@ -1,11 +1,7 @@
-"""A kernel's config as typed data: a point of its space on its target, resolved once per call.
-
-:func:`resolve` is the whole path from a problem to the config its kernel launches with: the
-implementation's heuristic, then the tuned table's entries for the device and the problem's
-features (:mod:`ceiling.tables`), then the caller's ``config=`` over both, and the result checked
-once against the space (keys, types and domains of every value, the caller's included, then the
-constraints at this problem). What comes out is a :class:`Config`: read-only, hashable, and
-printable as the JSON a custom op carries.
+"""A kernel's config as typed data: a point of its space on its target, resolved once per call by
+:func:`resolve` (the implementation's heuristic, then the tuned tables' entries for the device and
+the problem's features, then the caller's ``config=``, the result checked once against the space)
+into a :class:`Config`: read-only, hashable, and printable as the JSON a custom op carries.
 """
 
 from __future__ import annotations

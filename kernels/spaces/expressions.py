@@ -1,15 +1,8 @@
-"""Constraint expressions: a small, safe subset of Python over named numbers.
-
-Spaces and templates state validity as plain expressions (``"(BLOCK_M*BLOCK_K +
-BLOCK_K*BLOCK_N)*dtype_bytes*num_stages <= smem_per_block"``) so that any tool
-can read them. Here they are parsed once, checked to use only arithmetic,
-comparisons, boolean logic and a few functions, and evaluated; or partially
-evaluated (shape and device names replaced by numbers) for tools such as Kernel
-Tuner whose restrictions may only mention tunable parameters.
-
-A name may be dotted, ``fwd.block_m``: a parameter of one section of a sectioned
-config (``{"fwd": {"block_m": ...}}``). :func:`names` reports it whole, and values
-are looked up by the dotted name.
+"""Constraint expressions: a small, safe subset of Python over named numbers (arithmetic, comparisons,
+boolean logic, a few functions), parsed once and evaluated, or partially evaluated (shape and device
+names replaced by numbers) for tools such as Kernel Tuner whose restrictions may only name tunable
+parameters; a dotted name (``fwd.block_m``) is a parameter of one section of a sectioned config.
+Spaces and templates state validity this way so that any tool can read it.
 """
 
 from __future__ import annotations

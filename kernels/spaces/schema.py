@@ -1,18 +1,7 @@
-"""What a search space is, and the questions it answers about a config.
-
-A space describes one kernel family on one target (``kernels/spaces/<family>.json``, key
-``targets.<target>``): the config's keys as parameters with their domains, grouped in
-sections where the family has several kernels (attention: ``fwd``, ``dkdv``, ``dq``),
-the constraints between them and with the problem and the device as expressions
-(:mod:`ceiling.spaces.expressions`), and the device limits those read.
-
-A parameter's *domain* (``values``, or an integer ``range`` with ``multiple_of``) is
-what the kernel accepts; its ``search`` list is the part of it a tuner explores. A
-constraint either says what the kernel cannot run (checked for every ``config=``) or,
-with ``search_only``, what a tuner need not try (tiles that spill, the tutorial's filter).
-
-Sectioned configs flatten to dotted names (``fwd.block_m``) for tools that want one flat
-list of parameters; :func:`flatten` and :func:`nest` go there and back.
+"""What a search space is (one kernel family on one target: its parameters' domains and search lists,
+in sections where the family has several kernels, and the constraints between them), and the
+questions it answers about a config; :func:`flatten` and :func:`nest` turn sectioned configs into
+dotted names (``fwd.block_m``) and back. The README ("Search spaces") describes the data.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
-"""The error-ratio rule, and its tolerance policy, for every correctness check in the project.
-
-FlashAttention's tests compare a low-precision kernel with the same computation done by the
-framework at the same precision, both against a float64 oracle: our error may be at most
-``ratio`` times the framework's own, plus ``atol`` times the result's scale (the largest
-reference magnitude, at least 1). A NaN or an infinity where the oracle is finite never passes.
-The tests (``tests/``), ``ceiling run``'s smoke checks (:mod:`ceiling.smoke`) and the benchmarks'
-correctness gate (:mod:`ceiling.microbench.benchmarks.cases`) all hold results to :func:`check`.
+"""The error-ratio rule, and its tolerance policy, for every correctness check in the project (the
+tests, ``ceiling run``'s smoke checks and the benchmarks' correctness gate all call :func:`check`): as
+in FlashAttention's tests, a low-precision result's error against a float64 oracle may be at most
+``ratio`` times the framework's own at the same precision, plus ``atol`` times the result's scale
+(the largest reference magnitude, at least 1); a NaN or an infinity where the oracle is finite never
+passes.
 """
 
 from __future__ import annotations

@@ -1,26 +1,8 @@
-"""The rules a TPU attention config must follow, and the VMEM each kernel needs.
-
-A config is ``{"block_q": ..., "block_k": ...}`` with optional ``block_q_bwd``
-and ``block_k_bwd`` for the two backward kernels (they default to the forward
-blocks). Every kernel holds a (block_q, head_dim) tile of the query side, a
-(block_k, head_dim) tile of the key side and a (block_q, block_k) tile of the
-scores, the bias and the mask. ``check_config`` is what the wrapper, the tests
-and the inspection call; it returns the per-kernel VMEM estimates or raises
-:class:`AttentionConfigError` naming the broken rule.
-
-The rules:
-
-* ``keys``: block_q and block_k (and optionally block_q_bwd, block_k_bwd),
-  positive integers, nothing else.
-* ``lane_tiling``: the key blocks are the minor (lane) dimension of the score,
-  bias and mask tiles, so multiples of 128.
-* ``sublane_tiling``: the query blocks are the second-minor dimension of the
-  q/o/dq tiles and of the score tile: a multiple of 8 for 32-bit data and of
-  16 for 16-bit data (a bf16 vreg packs (16, 128)); a bfloat16 bias counts.
-* ``vmem_budget``: each kernel's double-buffered blocks, its f32 scratch and
-  its f32 score-sized temporaries within three quarters of the generation's
-  physical VMEM. Above the scoped default is allowed; the kernel then raises
-  ``vmem_limit_bytes``.
+"""The rules a TPU attention config ``{"block_q": ..., "block_k": ...}`` (with optional ``block_q_bwd``
+and ``block_k_bwd`` for the two backward kernels, defaulting to the forward blocks) must follow
+(:data:`RULES`), and the VMEM each kernel needs. :func:`check_config`, which the wrapper, the tests
+and the inspection call, returns the per-kernel estimates or raises :class:`AttentionConfigError`
+naming the broken rule.
 """
 
 from __future__ import annotations

@@ -199,7 +199,7 @@ def fit(base: dict, target: str, kdtype: str, kout: str, m: int, n: int, k: int,
     return {"bm": bm, "bn": bn, "bk": bk}
 
 
-def target(problem) -> str:
+def target(problem, user=None) -> str:
     """The generation whose tables and VMEM budget apply: the attached TPU's, else tpu-v5e."""
     return attached_tpu() or DEFAULT_TARGET
 

@@ -1,27 +1,8 @@
-"""The rules a TPU GEMM config must follow, in one place.
-
-A config is ``{"bm": ..., "bn": ..., "bk": ...}``: the kernel reads an (bm, bk)
-block of ``a`` and a (bk, bn) block of ``b`` per grid step and writes an
-(bm, bn) block of the output. ``check_config`` is what the kernel, the tests
-and the inspection call; it returns the VMEM estimate or raises
-:class:`ConfigError` naming the broken rule, the config and the numbers.
-
-The rules:
-
-* ``keys``: exactly bm, bn, bk, positive integers.
-* ``lane_tiling``: bn and bk are the minor (lane) dimension of some block, so
-  they are multiples of 128. Mosaic's lowering accepts a block whose last two
-  dims are multiples of (8, 128) or equal the array's; the wrapper pads every
-  array to block multiples, so "equal" never applies.
-* ``sublane_tiling``: bm is the second-minor dimension of the ``a`` and output
-  blocks: a multiple of 8 for 32-bit data and of 16 for 16-bit data, since a
-  bf16 vreg packs (16, 128). (bk, the second-minor dim of ``b``'s block, is a
-  multiple of 128 already.)
-* ``vmem_budget``: every blocked input and output is double-buffered by the
-  Pallas pipeline; add the f32 accumulator and the f32 product of one step.
-  The total must stay within three quarters of the generation's VMEM (the rest
-  is for Mosaic's own scratch and spills). A total above the scoped default is
-  allowed: the kernel then raises ``vmem_limit_bytes``.
+"""The rules a TPU GEMM config ``{"bm": ..., "bn": ..., "bk": ...}`` must follow (:data:`RULES`), in one
+place: the kernel reads an (bm, bk) block of ``a`` and a (bk, bn) block of ``b`` per grid step and
+writes an (bm, bn) block of the output. :func:`check_config`, which the kernel, the tests and the
+inspection call, returns the VMEM estimate or raises :class:`ConfigError` naming the broken rule, the
+config and the numbers.
 """
 
 from __future__ import annotations
@@ -96,9 +77,13 @@ def check_config(config: Any, dtype: Any, out_dtype: Any, target: str, has_bias:
     generation(target)  # an unknown target fails here, before the config is looked at
     check_keys(config, ("bm", "bn", "bk"), (), ConfigError)
     bm, bn, bk = (int(config[k]) for k in ("bm", "bn", "bk"))
+    # Mosaic accepts a block whose last two dims are multiples of (8, 128) or equal the array's;
+    # the wrapper pads every array to block multiples, so "equal" never applies.
     for key, value in (("bn", bn), ("bk", bk)):
         if value % LANES:
             raise ConfigError("lane_tiling", config, f"{key}={value} is not a multiple of {LANES}")
+    # bm is the second-minor dim of the a and output blocks; bk, that of b's block, is a multiple
+    # of 128 already.
     rows = max(sublane_multiple(dtype), sublane_multiple(out_dtype))
     if bm % rows:
         raise ConfigError(

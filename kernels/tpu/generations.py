@@ -1,13 +1,5 @@
-"""The TPU generations the Pallas kernels target, and the facts about each that
-block shapes and VMEM budgets depend on.
-
-Physical VMEM, MXU size and TensorCores per chip are those of JAX's own table
-(``jax/_src/pallas/mosaic/tpu_info.py``, ``pltpu.get_tpu_info_for_chip``);
-the tests check the two agree. The *scoped* VMEM limit is what the compiler
-grants a kernel unless ``vmem_limit_bytes`` raises it: XLA:TPU's
-"Scoped allocation ... limit 16.00M" errors on v5e (v5litepod) and "limit
-32.00M" on v6e give those two; v5p publishes no figure, so the smaller 16 MiB
-is assumed.
+"""The TPU generations the Pallas kernels target, and the facts about each that block shapes and VMEM
+budgets depend on; where each figure comes from is noted at :data:`GENERATIONS`.
 """
 
 from __future__ import annotations
@@ -37,6 +29,10 @@ class Generation:
         return self.vmem_bytes * 3 // 4
 
 
+# Physical VMEM, MXU size and TensorCores per chip are those of JAX's own table
+# (jax/_src/pallas/mosaic/tpu_info.py, pltpu.get_tpu_info_for_chip); the tests check the two agree.
+# The scoped VMEM limits come from XLA:TPU's "Scoped allocation ... limit 16.00M" errors on v5e
+# (v5litepod) and "limit 32.00M" on v6e; v5p publishes no figure, so the smaller 16 MiB is assumed.
 GENERATIONS: dict[str, Generation] = {
     g.target: g
     for g in (

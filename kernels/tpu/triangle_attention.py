@@ -1,15 +1,7 @@
-"""Triangle attention on TPU (v5e, v5p, v6e): the Pallas flash attention of
-:mod:`ceiling.tpu.attention` in the triangle's layout. Per batch element b it is an attention
-whose batch is the N rows i of the pair tensor, whose bias (1, H, N, N) is shared by all rows and
-whose mask (N, 1, 1, N) is a key mask per row: broadcast patterns the flash attention takes as
-they are (its backward sums the bias gradient over the rows in a float32 VMEM accumulator, so
-dbias never exists in HBM at more than the bias's size). This module resolves the flash
-attention's config once for that per-element problem and moves axes: q, k, v (B, N, H, N, D)
-become per-b (rows, keys, heads, D). The key mask removes a key whole: the flash attention
-selects its scores out, and this module zeroes its k and v rows (which a product with a zero
-probability would otherwise carry as NaN; XLA fuses the select into the layout change) and its
-k and v gradients. A row with no valid key has log-sum-exp -inf. Head dims 32 to 256 (AlphaFold
-3 uses 32).
+"""Triangle attention on TPU (v5e, v5p, v6e): the Pallas flash attention of :mod:`ceiling.tpu.attention`
+in the triangle's layout, one attention per batch element whose batch is the pair tensor's rows, its
+config resolved once and its axes moved at the boundary, where a key the mask removes has its k and
+v rows and gradients zeroed (``docs/triangle.md``). Head dims 32 to 256 (AlphaFold 3 uses 32).
 """
 
 from __future__ import annotations

@@ -1,28 +1,8 @@
-"""The rules a TPU triangle-multiplication config must follow, and the VMEM each of its
-four per-pair kernels needs.
-
-A config is ``{"block_rows": ..., "block_rows_bwd": ...}``: the number of pair rows
-(i, j) one grid step of the two forward kernels (respectively the two backward
-kernels) handles. A row block is the lane (minor) dimension of the channel-first
-a, b, y and dy blocks, and the second-minor dimension of the row-major x, gate, out
-and dout blocks. ``check_config`` is what the wrapper, the tests and the inspection
-call; it returns the per-kernel VMEM estimates or raises
-:class:`TrimulConfigError` naming the broken rule.
-
-The rules:
-
-* ``keys``: block_rows and optionally block_rows_bwd (default: block_rows),
-  positive integers, nothing else.
-* ``lane_tiling``: both are multiples of 128, since they are the lane dimension of
-  the channel-first blocks (which also covers the 8/16-row sublane rule of the
-  row-major blocks).
-* ``nesting``: the larger divides by the smaller, so one padding of the pair rows
-  serves all four kernels.
-* ``vmem_budget``: each kernel's double-buffered blocks (weights included: they are
-  blocks whose index never changes), its float32 weight-gradient accumulators and
-  its float32 temporaries within three quarters of the generation's physical
-  VMEM. Above the scoped default is allowed; the kernel then raises
-  ``vmem_limit_bytes``.
+"""The rules a TPU triangle-multiplication config ``{"block_rows": ..., "block_rows_bwd": ...}`` must
+follow (:data:`RULES`), and the VMEM each of its four per-pair kernels needs: ``block_rows`` pair rows
+(i, j) per grid step of the two forward kernels, ``block_rows_bwd`` (default ``block_rows``) of the two
+backward ones. :func:`check_config`, which the wrapper, the tests and the inspection call, returns the
+per-kernel estimates or raises :class:`TrimulConfigError` naming the broken rule.
 """
 
 from __future__ import annotations
@@ -73,6 +53,7 @@ def vmem_estimates(config: dict, dtype: Any, c_z: int, c: int) -> dict[str, Vmem
     and kernel operands of ``dtype`` (bfloat16 or float32)."""
     bm, bmb = blocks(config)
     ib = itemsize(dtype)
+    # Weights are blocks whose index never changes, double-buffered like the others.
     weights_in = 2 * (4 * c * c_z * ib + _col(4 * c) + c_z * c_z * ib + 3 * _row(c_z))
     weights_out = 2 * (c * c_z * ib + 2 * _col(c) + _row(c_z))
     fwd_in = VmemEstimate("fwd_in", {
@@ -110,6 +91,8 @@ def check_config(config: Any, dtype: Any, c_z: int, c: int, target: str) -> dict
     generation(target)  # an unknown target is an InputError before anything else
     check_keys(config, REQUIRED, OPTIONAL, TrimulConfigError)
     bm, bmb = blocks(config)
+    # A row block is the lane dim of the channel-first a, b, y and dy blocks and the second-minor
+    # dim of the row-major x, gate, out and dout blocks: a multiple of 128 covers both.
     for key, value in (("block_rows", bm), ("block_rows_bwd", bmb)):
         if value % LANES:
             raise TrimulConfigError("lane_tiling", config, f"{key}={value} is not a multiple of {LANES}")

@@ -1,10 +1,7 @@
-"""VMEM accounting shared by the TPU kernels' config rules.
-
-A Pallas TPU kernel's grid step holds its double-buffered blocks and its
-scratch in VMEM. Each kernel family's rules module (``gemm_rules``,
-``attention_rules``) lists those buffers for a config as a :class:`VmemEstimate`;
-the budget check and the ``vmem_limit_bytes`` a kernel compiles with are the
-same for all of them and live here.
+"""VMEM accounting shared by the TPU kernels' config rules. A Pallas TPU kernel's grid step holds its
+double-buffered blocks and its scratch in VMEM. Each kernel family's rules module (``gemm_rules``,
+``attention_rules``) lists those buffers for a config as a :class:`VmemEstimate`; the budget check
+and the ``vmem_limit_bytes`` a kernel compiles with are the same for all of them and live here.
 """
 
 from __future__ import annotations

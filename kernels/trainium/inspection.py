@@ -1,9 +1,8 @@
-"""Static facts of the shipped Trainium GEMM and attention configs, from the emulator (no device needed).
-
-``inspect_trainium("trn2")`` runs each config of ``tables/<target>/gemm.json`` over the
+"""Static facts of the shipped Trainium GEMM and attention configs, from the emulator (no device
+needed). ``inspect_trainium("trn2")`` runs each config of ``tables/<target>/gemm.json`` over the
 representative shape in dry mode (control flow, every hardware-rule check, no arithmetic) and
-reports, per config: whether the rules pass, the cost model's time and fraction of TensorE
-peak, engine instruction counts, and SBUF/PSUM peaks. Not a measurement.
+reports, per config: whether the rules pass, the cost model's time and fraction of TensorE peak,
+engine instruction counts, and SBUF/PSUM peaks. Not a measurement.
 """
 
 from __future__ import annotations

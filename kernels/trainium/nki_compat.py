@@ -1,10 +1,7 @@
-"""The NKI modules a kernel imports: the real ones when the Neuron toolchain is installed,
-the emulator's otherwise, under the same names.
-
-    from ceiling.trainium.nki_compat import nki, nl, nisa
-
-``EMULATED`` says which. The PyPI ``nki`` distribution is an empty placeholder, so the real
-package counts only when it has ``nki.jit``, ``nki.language`` and ``nki.isa``.
+"""The NKI modules a kernel imports (``from ceiling.trainium.nki_compat import nki, nl, nisa``): the
+real ones when the Neuron toolchain is installed, the emulator's otherwise, under the same names;
+``EMULATED`` says which. The PyPI ``nki`` distribution is an empty placeholder, so the real package
+counts only when it has ``nki.jit``, ``nki.language`` and ``nki.isa``.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
-"""Triangle attention on Trainium: the NKI flash attention of :mod:`ceiling.trainium.attention` in
-the triangle's layout (on the emulator where no Neuron toolchain is installed). Per batch element
-b it is an attention whose batch is the N rows i of the pair tensor, whose bias (1, H, N, N) is
-shared by every row and whose mask (N, 1, 1, N) is a key mask per row: broadcast patterns the NKI
-flash attention takes as they are (its backward sums the bias gradient over the rows in float32
-inside the kernel). This module resolves the flash attention's config once for that per-element
-problem (the chip from ``config["target"]``, else the default) and moves axes: q, k, v (B, N, H,
-N, D) become per-b (rows, keys, heads, D). The key mask removes a key whole: the flash attention
-selects its scores out, and this module zeroes its k and v rows (which a product with a zero
-probability would otherwise carry as NaN) and its k and v gradients. A row with no valid key has
-log-sum-exp -inf.
+"""Triangle attention on Trainium: the NKI flash attention of :mod:`ceiling.trainium.attention` in the
+triangle's layout (on the emulator where no Neuron toolchain is installed), one attention per batch
+element whose batch is the pair tensor's rows, its config resolved once (the chip from
+``config["target"]``, else the default) and its axes moved at the boundary, where a key the mask
+removes has its k and v rows and gradients zeroed (``docs/triangle.md``).
 """
 
 from __future__ import annotations
@@ -22,15 +16,11 @@ from ceiling.triangle.spec import rows_attention
 def resolve(problem, impl, user):
     """The flash attention's config for the per-element problem: its table's entry for the head
     dim on the chip, a shipped config by ``name``, and ``config=``'s keys over it."""
-    import dataclasses
-
     from ceiling.attention.op import ATTENTION
     from ceiling.op import resolve_tabled
     from ceiling.spaces.config import Config
 
-    # the chip the caller names (the attention implementation's own hook does not see config=)
-    impl = dataclasses.replace(ATTENTION.implementation("trainium"), target=flash.default_target(user))
-    config = resolve_tabled(rows_attention(problem), impl, flash.own(user))
+    config = resolve_tabled(rows_attention(problem), ATTENTION.implementation("trainium"), flash.own(user))
     return Config(config.as_dict(), "triangle_attention", config.target, config.source)
 
 

@@ -1,17 +1,8 @@
-"""AlphaFold 3 pair kernels: triangle attention and the triangle multiplicative update.
-
-    import ceiling
-    out = ceiling.triangle_attention(q, k, v, bias, mask=mask)
-    z = ceiling.triangle_multiplicative_update(x, "outgoing", mask=m, p_in_weight=..., ...)
-
-    ceiling.triangle.patch(boltz_or_openfold_model)   # their triangle layers -> ours, same weights
-
-Both ops accept PyTorch tensors (a ``torch.library`` custom op with autograd) or JAX
-arrays (a ``jax.custom_vjp`` function), in cuEquivariance's argument forms. Modules
-that load Boltz/OpenFold weights strictly are in :mod:`ceiling.triangle.modules`;
-:func:`patch` swaps them into a model. The direction conventions, the swap that
-AlphaFold 3's released weights need and what padded positions get are in
-``CONVENTIONS.md`` next to this file.
+"""AlphaFold 3 pair kernels: triangle attention and the triangle multiplicative update
+(``ceiling.triangle_attention``, ``ceiling.triangle_multiplicative_update``) on PyTorch tensors or JAX
+arrays in cuEquivariance's argument forms, the modules that load Boltz/OpenFold weights strictly
+(:mod:`ceiling.triangle.modules`) and :func:`patch`, which swaps them into a model. The conventions
+are in ``CONVENTIONS.md`` next to this file, the rest in ``docs/triangle.md``.
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
-"""Triangle attention's oracle and reference implementation: ``N`` independent attentions per
-batch element, one per row ``i`` of the pair tensor, sharing one learnable bias, in plain
-PyTorch/JAX math in float32 (float64 for float64 inputs)::
-
-    s[b,i,h,j,k] = scale * q[b,i,h,j,:] . k[b,i,h,k,:] + bias[b,0,h,j,k]   (k valid in row i)
-    p = softmax_k(s);  out[b,i,h,j,:] = sum_k p[b,i,h,j,k] v[b,i,h,k,:]
-
-A key ``k`` is valid in row ``i`` when ``mask[b,i,0,0,k]`` is True. The mask selects: a masked
-key's k and v rows and its scores are replaced, never multiplied or added to, so a NaN or an
-infinity behind it reaches nothing; a NaN anywhere else reaches every output it feeds (the
-max and the denominator propagate it). A row whose keys are all masked has no distribution to
-average over: its output and every gradient that flows through it are exactly zero (never
-NaN), and its log-sum-exp is -inf, the log of an empty sum (as in :mod:`ceiling.attention`). As an
+"""Triangle attention's oracle and reference implementation: ``N`` independent attentions per batch
+element, one per row of the pair tensor, sharing one learnable bias, in plain PyTorch/JAX math in
+float32 (float64 for float64 inputs), written out in ``docs/triangle.md``. The mask selects (a NaN
+behind a masked key reaches nothing); a row whose keys are all masked gives exactly zero output and
+gradients (never NaN) and log-sum-exp -inf. As an
 implementation its backward is autograd through :func:`forward` (``jax.vjp`` through
 :func:`forward_jax`).
 """

@@ -1,19 +1,7 @@
-"""Benchmark cases for the triangle ops, as plain data for the benchmark harness.
-
-``bench_cases(suite, device)`` returns one :class:`TriangleCase` per (op, shape,
-direction) with our kernel and its baselines: the PyTorch eager implementation
-of the same math as the model code writes it (bf16 storage, OpenFold/Boltz
-style), the same function under ``torch.compile``, and cuEquivariance where it is
-installed (skipped with the reason otherwise). Each implementation's ``make``
-takes the inputs and returns the thunk to time: the forward, only the backward
-(the forward run once outside the thunk), or both.
-
-Suites: ``device`` (AlphaFold 3 widths: N = 384 and 768, c_z = 128, 4 heads of 32,
-B = 1, bf16) and ``tiny`` (N = 9, for a CPU smoke run under the interpreter).
-
-``python -m ceiling.triangle.bench [suite]`` times every runnable implementation
-with CUDA events (median of interleaved rounds) and records its peak memory above
-the inputs; on a CPU it runs the tiny suite once each, as a smoke test.
+"""Benchmark cases for the triangle ops, as plain data for the benchmark harness: per (op, shape,
+direction) our kernel next to PyTorch eager, ``torch.compile`` and cuEquivariance baselines.
+``python -m ceiling.triangle.bench [suite]`` times them (on a CPU, the ``tiny`` suite once each, as a
+smoke test); ``docs/triangle.md`` describes the cases.
 """
 
 from __future__ import annotations
@@ -25,6 +13,7 @@ from typing import Any, Callable
 
 Make = Callable[[Any], Callable[[], Any]]
 
+# device: AlphaFold 3's widths; tiny: a CPU smoke run under the interpreter.
 SUITES = {
     "device": {"n": (384, 768), "c_z": 128, "heads": 4, "head_dim": 32, "batch": 1, "dtype": "bfloat16"},
     "tiny": {"n": (9,), "c_z": 16, "heads": 2, "head_dim": 8, "batch": 1, "dtype": "float32"},

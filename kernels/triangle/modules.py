@@ -1,42 +1,8 @@
-"""``torch.nn.Module`` drop-ins for the pair-stack layers, loading Boltz and OpenFold weights strictly.
-
-* :class:`TriangleMultiplication` has Boltz's parameter names (``norm_in``, ``p_in``,
-  ``g_in``, ``norm_out``, ``p_out``, ``g_out``, as in Boltz's
-  ``TriangleMultiplicationOutgoing``/``Incoming``), so a Boltz state dict loads as is.
-  An OpenFold ``TriangleMultiplicationOutgoing``/``Incoming`` state dict
-  (``layer_norm_in``, ``linear_a_p``, ``linear_a_g``, ``linear_b_p``, ``linear_b_g``,
-  ``linear_g``, ``linear_z``, ``layer_norm_out``) or a ``FusedTriangleMultiplication*``
-  one (``linear_ab_p``, ``linear_ab_g``) is rewritten on load: the a and b projections
-  are stacked into ``p_in``/``g_in`` (a = first half), ``linear_z`` becomes ``p_out``
-  and ``linear_g`` ``g_out``.
-* :class:`TriangleAttention` has the names both families use: ``layer_norm``,
-  ``linear`` (the pair bias), ``mha.linear_q/k/v``, ``mha.linear_g`` (the gate) and
-  ``mha.linear_o`` (the output).
-
-Which projections have a bias differs between the families, and ``load_state_dict(...,
-strict=True)`` holds a module to one of them: Boltz's have none; OpenFold's
-multiplicative update has one on every linear, and its attention on ``mha.linear_g``
-and ``mha.linear_o`` (not on q, k, v or the pair-bias ``linear``). ``bias=True`` builds
-OpenFold's layout, ``bias=False`` Boltz's, and a collection of projection names any
-other. ``from_state_dict`` infers widths, heads and biases from the weights. For
-AlphaFold 3's released incoming-layer weights pass ``alphafold3_incoming=True`` (see
-CONVENTIONS.md): it swaps the a and b halves.
-
-``forward`` takes the arguments of the module it replaces: Boltz's ``use_kernels``
-and ``chunk_size``, OpenFold's ``chunk_size``, ``use_memory_efficient_kernel``,
-``use_deepspeed_evo_attention``, ``use_lma``, ``inplace_safe`` and
-``_inplace_chunk_size`` only choose an implementation and are accepted and ignored;
-OpenFold's ``_add_with_inplace`` (with ``inplace_safe``) changes the result (x plus
-the update, written into x) and is honoured. Under ``torch.autocast`` both modules
-compute in the autocast dtype (bf16 storage, float32 accumulation), as the modules
-they replace do.
-
-Padded positions: a query row of triangle attention whose keys are all masked
-(a padded token's row) gets a zero attention output, so the module returns
-``mha.linear_o``'s bias there (zero for Boltz); Boltz and OpenFold add ``-1e9`` to
-masked logits, which turns such a row into the mean of v over all its keys. Every
-position the mask marks valid is the same in both, and so are the parameter
-gradients of any loss over valid positions.
+"""``torch.nn.Module`` drop-ins for Boltz's and OpenFold's pair-stack layers
+(:class:`TriangleMultiplication`, :class:`TriangleAttention`): each loads either family's state dict
+strictly and takes the forward arguments of the layer it replaces. The parameter names, which
+projections have biases and which arguments are honoured are in ``docs/triangle.md``; what padded
+positions get is in ``CONVENTIONS.md``.
 """
 
 from __future__ import annotations
@@ -119,7 +85,7 @@ class TriangleMultiplication(nn.Module):
 
     ``forward(x, mask=None)`` with x (*, N, N, c_z) and mask (*, N, N); Boltz's
     ``use_kernels`` and OpenFold's ``inplace_safe``, ``_add_with_inplace`` and
-    ``_inplace_chunk_size`` are accepted as keywords (see the module docstring).
+    ``_inplace_chunk_size`` are accepted as keywords (see ``docs/triangle.md``).
     """
 
     def __init__(self, c_z: int = 128, c_hidden: int | None = None, direction: str = "outgoing",
@@ -207,7 +173,7 @@ class TriangleAttention(nn.Module):
     starting node on the transposed pair tensor (x and mask transposed before, the
     output transposed back), as in OpenFold and Boltz. ``inf`` is accepted for their
     constructor's signature; masked keys are left out of the softmax exactly instead.
-    A row with no valid key gives ``mha.linear_o``'s bias (see the module docstring).
+    A row with no valid key gives ``mha.linear_o``'s bias (see ``CONVENTIONS.md``).
     """
 
     def __init__(self, c_in: int = 128, c_hidden: int = 32, no_heads: int = 4, starting: bool = True,

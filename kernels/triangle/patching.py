@@ -1,22 +1,6 @@
-"""``ceiling.triangle.patch(model)``: swap a Boltz or OpenFold model's triangle layers for this library's.
-
-The layers are recognised by their class (the defining module and name of a class
-in the layer's method resolution order), so subclasses such as
-``TriangleAttentionEndingNode`` are found as well, whatever attribute holds them:
-
-========================================================  ==========================================
-Boltz ``boltz.model.layers.triangular_mult``              ``TriangleMultiplicationOutgoing``/``Incoming``
-Boltz ``boltz.model.layers.triangular_attention.attention``  ``TriangleAttention`` (``...StartingNode``, ``...EndingNode``)
-OpenFold ``openfold.model.triangular_multiplicative_update``  ``TriangleMultiplicativeUpdate``, ``FusedTriangleMultiplicativeUpdate`` (and their Outgoing/Incoming)
-OpenFold ``openfold.model.triangular_attention``          ``TriangleAttention`` (``...StartingNode``, ``...EndingNode``)
-========================================================  ==========================================
-
-Each replacement holds the replaced layer's parameter tensors themselves
-(``load_state_dict(assign=True)``), so an optimizer built before the patch keeps
-updating them; the one exception is OpenFold's unfused multiplicative update, whose
-separate a and b projections are stacked into new ``p_in``/``g_in`` parameters (build
-the optimizer after ``patch`` there). Forward hooks on the replaced layers are not
-carried over. What padded positions get is in :mod:`ceiling.triangle.modules`.
+"""``ceiling.triangle.patch(model)``: swap a Boltz or OpenFold model's triangle layers, found by class,
+for this library's, holding the same parameter tensors. Which classes it finds, and when an
+optimizer must be built after it, are in ``docs/triangle.md`` ("Patching").
 """
 
 from __future__ import annotations

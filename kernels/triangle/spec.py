@@ -1,37 +1,7 @@
-"""The specs of the triangle ops: what they accept, and the error each violation gets.
-
-Triangle attention (cuEquivariance layout)
--------------------------------------------
-* ``q, k, v``: (B, N, H, N, D), or (N, H, N, D) for one batch element (cuEquivariance's
-  single-batch form; the result then has that form too). float16, bfloat16 or
-  float32, one dtype (float64 on the ``reference`` backend). Dimension 1 (0 in the
-  4-D form) is the row ``i`` of the pair tensor; each row is an independent
-  attention of length N over the next-to-last dimension.
-* ``bias``: (B, 1, H, N, N) (or (1, H, N, N)), any float dtype, shared by all N rows;
-  computed with (and its gradient returned in) float32 precision, cast back to its dtype.
-* ``mask``: optional (B, N, 1, 1, N) (or (N, 1, 1, N)), bool or any real dtype;
-  nonzero = valid key (cast to bool, as cuEquivariance does). Rows with no valid
-  key give zero output and zero gradients.
-* ``scale``: default ``1/sqrt(D)``.
-* head dim ``D``: each backend's range in :data:`HEAD_DIM_LIMITS`, checked before
-  anything launches.
-
-The ending-node orientation is the starting-node op on the transposed pair
-tensor; :class:`ceiling.triangle.modules.TriangleAttention` does the transposition.
-
-Triangle multiplicative update (cuEquivariance's argument names)
------------------------------------------------------------------
-* ``x``: (*, N, N, c_z) with any number of leading batch dimensions (none, one,
-  several); float16, bfloat16 or float32 (float64 on the ``reference`` backend).
-* ``direction``: "outgoing" or "incoming" (see ``CONVENTIONS.md``).
-* ``mask``: optional (*, N, N) with x's leading dimensions, bool or any real dtype;
-  multiplies a and b.
-* ``p_in_weight``, ``g_in_weight``: (2c, c_z); ``p_out_weight``: (c_z, c);
-  ``g_out_weight``: (c_z, c_z); ``norm_in_*``: (c_z,); ``norm_out_*``: (c,); every
-  bias optional (zero when absent), LayerNorm affine parameters optional (identity).
-  Any float dtype: the four projection matrices are used in x's dtype (cast when
-  they differ, as autocast would cast them), LayerNorm parameters and biases in
-  float32.
+"""The specs of the triangle ops: the frozen problems of triangle attention (cuEquivariance's layout,
+or its 4-D single-batch form) and of the triangle multiplicative update (cuEquivariance's argument
+names), and the ``InputError`` each violation gets before anything launches. The accepted shapes and
+dtypes are listed in ``docs/triangle.md``.
 """
 
 from __future__ import annotations

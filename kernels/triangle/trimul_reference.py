@@ -1,15 +1,7 @@
-"""The triangle multiplicative update's oracle and reference implementation (AlphaFold 3
-Algorithms 12/13) in plain PyTorch/JAX math in float32 (float64 for float64 inputs)::
-
-    xn = LayerNorm_in(x)                             over c_z
-    ab = sigmoid(xn @ g_in.T + g_in_b) * (xn @ p_in.T + p_in_b) * mask[..., None]
-    a, b = ab[..., :c], ab[..., c:]
-    outgoing: y[b,i,j,:] = sum_k a[b,i,k,:] * b[b,j,k,:]
-    incoming: y[b,i,j,:] = sum_k a[b,k,i,:] * b[b,k,j,:]
-    out = sigmoid(xn @ g_out.T + g_out_b) * (LayerNorm_out(y) @ p_out.T + p_out_b)
-
-As an implementation its backward is autograd through :func:`forward` (``jax.vjp`` through
-:func:`forward_jax`); it keeps nothing for the backward, which recomputes.
+"""The triangle multiplicative update's oracle and reference implementation (AlphaFold 3 Algorithms
+12/13) in plain PyTorch/JAX math in float32 (float64 for float64 inputs), written out in
+``docs/triangle.md``. As an implementation its backward is autograd through :func:`forward`
+(``jax.vjp`` through :func:`forward_jax`); it keeps nothing for the backward, which recomputes.
 """
 
 from __future__ import annotations

@@ -1,19 +1,8 @@
 """Triangle attention, forward and backward, in Triton (flash-style): the kernels Hopper and CDNA3
 both run and their launcher (:func:`forward`, :func:`backward`), at a config whose target names its
-launch options. The problem is B*N*H independent attentions of length N and head dim D (32 in
-AlphaFold 3), one per (batch, row i, head), sharing one (B, 1, H, N, N) bias; with D = 32 each
-logit costs 64 MMA FLOPs against one exp, so the kernels are exp-bound: they work in base 2 with
-``scale * log2(e)`` folded into one multiply, keep tiles square and moderate so the fp32 bias tile
-and the softmax registers fit, and take the key mask as a float32 key bias (0 or -inf, padded with
--inf to ``KEY_PAD`` keys) that needs no bounds check. The mask selects: a masked key's k and v
-rows load as zeros and its scores, probabilities and score gradients are replaced, so a NaN
-behind it reaches nothing; every other NaN reaches what float math sends it to (the last
-select tests the softmax denominator for zero, which a NaN is not). A row with no valid key
-gives zeros and log-sum-exp -inf. q, k, v and o are contiguous (B, N, H,
-N, D): row ``r = (b*N + i)*H + h`` starts at ``r*N*D``. The backward recomputes P from the saved
-log-sum-exp: a preprocess (``delta = rowsum(dO * O)``), dK/dV per key block (FA2 order, with dQ
-added in it under ``DQ_ATOMIC``), dQ per query block, and the bias gradient summed over the rows
-in a kernel of its own (in ``ROW_SPLIT`` runs).
+launch options. At AlphaFold 3's head dim of 32 the kernels are bound by the exponentials, which
+shapes their design; the key mask selects, so a NaN behind a masked key reaches nothing
+(``docs/triangle.md``).
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
 """The triangle multiplicative update, forward and backward, in Triton: the kernels Hopper and CDNA3
 both run and their launcher (:func:`forward`, :func:`backward`), at a config whose target names its
-launch options. Three stages, one kernel each, with the row-wise work fused around the GEMMs so
-that LayerNorm outputs, projections and gates stay in registers: ``ln_gate_proj_kernel``
-(LayerNorm_in, both input projections and the gate, the mask, ``[a; b]`` stored channel-first as
-(B, 2c, N, N)), ``channel_gemm_kernel`` (the contraction as B*c independent N x N GEMMs, the product
-chosen by strides: no operand is transposed in memory), ``ln_out_gate_kernel`` (LayerNorm_out of
-each (i, j) over the c channels, whose coupling makes y (B, c, N, N) exist once, the output
-projection and gate); the backward mirrors them, its weight gradients GEMMs over blocks of
-``bwd_rows`` pair rows (its transient memory bounded by that, not by N^2). By default the forward
-keeps nothing and the backward recomputes ``[a; b]`` and y (a layer holds only its input between
-the passes); ``"save_for_backward": true`` keeps both.
+launch options. Three stages, one kernel each, fuse the row-wise work around the GEMMs so that
+LayerNorm outputs, projections and gates stay in registers (``docs/triangle.md``).
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """The triangle multiplicative update on JAX arrays on a GPU: the kernels of
-:mod:`ceiling.triton.triangle_multiplication` through jax-triton, with the torch launcher's
-glue (weight-gradient GEMMs, sums of the per-program LayerNorm partials) in ``jnp``. The wrappers,
-in jax-triton's argument order, make the channel counts constexprs, mark N and N*N multiples of 16
-when they are, and pick the contraction's operands by constexprs (which channel half of
-``[a; b]``, transposed or not) so unit strides stay compile-time constants. The backward runs each
-row kernel over all N^2 pair rows in one launch (jax-triton's fresh outputs leave no block-by-block
-dy buffer), and recomputes ``[a; b]`` and y: the forward keeps nothing. The launchers
-(:func:`forward`, :func:`backward`) take the problem and its resolved config.
+:mod:`ceiling.triton.triangle_multiplication` through jax-triton, with the torch launcher's glue in
+``jnp``; the launchers (:func:`forward`, :func:`backward`) take the problem and its resolved config.
+Why the wrappers are as they are is in ``docs/triangle.md``.
 """
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
-"""The tuning sweep behind ``kernels/nvidia/tables/<device>/gemm.json``: time every candidate config
-of the Hopper GEMM (``kernels/spaces/candidates/gemm.sm_90a.json``) on each shape of a suite on this
-GPU, next to ``torch.matmul`` (cuBLAS), and pick the fastest per shape.
-
-Timing is CUDA-graph replay (``triton.testing.do_bench_cudagraph``, median and
-p20/p80), so the ranking reflects device time; the benchmark suite, with rotated
-inputs and eager launches, reports what a caller sees. Each row keeps the median and the p20/p80 spread so a
-winner that is within noise of the runner-up can be seen as such.
+"""The tuning sweep behind ``kernels/nvidia/tables/<device>/gemm.json``: every candidate config of the
+Hopper GEMM (``kernels/spaces/candidates/gemm.sm_90a.json``) timed by CUDA-graph replay on each shape
+of a suite on this GPU, next to ``torch.matmul`` (cuBLAS), and the fastest kept per shape, with the
+p20/p80 spread that shows a winner within noise of the runner-up (``docs/tuning.md``).
 """
 
 from __future__ import annotations

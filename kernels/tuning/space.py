@@ -1,28 +1,8 @@
 """Candidate configs of the sm_90a tuning sweeps: the search spaces' points, filtered on the CPU.
-
-A sweep's candidates for one kernel are the points of that kernel's search grid in the
-family's space (``kernels/spaces/<family>.json``, target sm_90a, one section per kernel), at
-each problem key the space's ``tuning.keys`` names (a padded head dim, c_z = c, ...). A point
-is dropped without compiling when it breaks one of the space's constraints (shared memory that
-cannot fit, the Triton tutorial's Hopper filter, ...); :func:`refresh` compiles every other
-point for sm_90a with ``ceiling.isa`` and keeps those that use tensor-core instructions, spill
-nothing and fit in 227 KiB of shared memory; a point whose SASS is byte-for-byte that of a point
-already kept (a knob the compiler ignored at that shape) is dropped as a duplicate, so the device
-never times the same binary twice. The survivors with their static facts, the dropped points with
-the reason, the Triton versions that checked them and the digest of each kernel's space are
-written to ``kernels/spaces/candidates/<family>.sm_90a.json``; the device sweeps read only the
-survivors, and a test compares the digests with the spaces so a changed grid shows its list stale.
-
-    python -m ceiling.tuning.space attention            # from the grid, with this Triton
-    python -m ceiling.tuning.space attention --recheck  # re-check the survivors only
-
-Run it once with each Triton that matters (the device's and CI's): ``--recheck`` under a second
-version keeps only what passes under both.
-
-The Gluon attention (``attention_gluon``) goes through the same filter, its compile check being
-the Gluon kernels' own (:mod:`ceiling.nvidia.gluon.static_check`): HGMMA in both consumer
-partitions, TMA loads in the producer, the register split, no spills beyond the bound that
-module names for its config under this Triton, shared memory within 227 KiB.
+A point is dropped when it breaks its space's constraints, then compiled for sm_90a and kept when it
+uses tensor cores, spills nothing, fits in 227 KiB of shared memory and has SASS not already kept, so
+the device never times the same binary twice; the lists are
+``kernels/spaces/candidates/<family>.sm_90a.json``. How to run it is in ``docs/tuning.md``.
 """
 
 from __future__ import annotations

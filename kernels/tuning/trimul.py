@@ -1,16 +1,6 @@
-"""The tuning sweep behind a device's table ``kernels/nvidia/tables/<device>/triangle_multiplication.json``.
-
-The op runs six kernels (three forward, three backward) and a row-block size for the
-backward's weight gradients. Their configs act on separate kernels, so the sweep tunes
-one stage at a time (coordinate descent), starting from the device's current entry:
-each candidate of a stage (a point of that kernel's search grid in
-``kernels/spaces/triangle_multiplication.json`` that compiled for sm_90a without spills:
-``kernels/spaces/candidates/triangle_multiplication.sm_90a.json``, from
-``python -m ceiling.tuning.space triangle_multiplication``; ``bwd_rows`` from the same space)
-replaces that stage's config, is checked against the float32 reference by the
-error-ratio rule, and is timed with CUDA-graph replay (forward stages on the forward,
-backward stages on forward + backward). A stage keeps its fastest correct candidate
-before the next stage is tried, so the sweep costs the sum of the list lengths.
+"""The tuning sweep behind a device's ``kernels/nvidia/tables/<device>/triangle_multiplication.json``:
+the six kernels' configs tuned one stage at a time (coordinate descent) from the device's current
+entry, each candidate checked against float32 and timed by CUDA-graph replay (``docs/tuning.md``).
 """
 
 from __future__ import annotations

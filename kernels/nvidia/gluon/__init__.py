@@ -1,21 +1,8 @@
-"""Warp-specialized Hopper kernels in Gluon (``triton.experimental.gluon``).
-
-* :mod:`~ceiling.nvidia.gluon.attention_fwd`, :mod:`~ceiling.nvidia.gluon.attention_bwd`: flash
-  attention forward and backward in FlashAttention-3's design (a TMA producer warp, two wgmma
-  consumer warpgroups, register reallocation), beside the Triton kernels of
-  :mod:`ceiling.triton.attention` (chosen by :mod:`ceiling.nvidia.attention`);
-* :mod:`~ceiling.nvidia.gluon.attention`: their host side (descriptors, grids, configs, which
-  problems they take) and their compile specs;
-* :mod:`~ceiling.nvidia.gluon.sass_facts`: what their SASS must show (tensor-core instructions in
-  both consumer partitions, TMA loads, register reallocation, no spills);
-* :mod:`~ceiling.nvidia.gluon.static_check`: every shipped config compiled and checked;
-* :mod:`~ceiling.nvidia.gluon.pinned_triton`: running those checks under the device's Triton 3.6
-  from an environment with a newer Triton.
-
-The device sweep that tunes their table lives a layer up, in :mod:`ceiling.tuning.attention.gluon`.
-
-Gluon has no interpreter: on a CPU the kernels are compiled for sm_90a and their SASS is checked;
-their results are checked on a device against the interpreted Triton kernels' oracle.
+"""Warp-specialized Hopper kernels in Gluon (``triton.experimental.gluon``): flash attention forward and
+backward in FlashAttention-3's design (``attention_fwd``, ``attention_bwd``), their host side
+(``attention``), the API over the Triton releases they support (``api``) and their static check
+(``sass_facts``, ``static_check``, ``pinned_triton``). Gluon has no interpreter, so on a CPU they are
+compiled for sm_90a and their SASS is checked; ``docs/attention.md`` describes them.
 """
 
 from __future__ import annotations

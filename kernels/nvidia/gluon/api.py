@@ -1,17 +1,7 @@
-"""The Gluon API the Hopper kernels are written against, over the Triton releases they support.
-
-Gluon (``triton.experimental.gluon``) is an experimental API that changes between Triton
-releases. The kernels here are compiled and checked under **Triton 3.6** (the H200 machine's
-version) and **Triton 3.9** (CI's version). Between the two, what they use differs in two
-places, each bound here once:
-
-* the TMA copies are ``tma.async_copy_global_to_shared`` / ``async_copy_shared_to_global`` in
-  3.6 and ``tma.async_load`` / ``async_store`` in 3.9: :data:`tma_load`, :data:`tma_store`;
-* the TMA reduction into global memory is ``tma.async_atomic_add`` in 3.9; 3.6 has the
-  operation in its IR builder but no Python wrapper, so :data:`tma_atomic_add` is that wrapper.
-
-Any other release is refused by :func:`ceiling.nvidia.gluon.unsupported_reason` (the Triton
-kernels then run) rather than tried; import this module only after that check passed.
+"""The Gluon API the Hopper kernels are written against, over the Triton releases they are compiled
+and checked under (3.6, the H200 machine's, and 3.9, CI's): the names that differ between the two are
+bound here once. Any other release is refused by :func:`ceiling.nvidia.gluon.unsupported_reason` (the
+Triton kernels then run) rather than tried; import this module only after that check passed.
 """
 
 from __future__ import annotations
@@ -27,7 +17,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-# TMA global -> shared (completion counted on an mbarrier) and shared -> global.
+# TMA global -> shared (completion counted on an mbarrier) and shared -> global: async_load and
+# async_store in Triton 3.9, async_copy_global_to_shared and async_copy_shared_to_global in 3.6.
 tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
 

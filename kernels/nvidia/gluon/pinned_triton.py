@@ -1,18 +1,8 @@
-"""The Gluon kernels' static check under a pinned Triton, from an environment with another one.
-
-Gluon's API moves between releases, and the H200 machine runs Triton 3.6 while CI runs a newer
-one; so CI compiles the shipped Gluon configs under **Triton 3.6.0** as well. That Triton lives
-in its own folder, installed once without dependencies (``pip install --no-deps --target``,
-about 650 MB; the rest of the environment - PyTorch, this package - is shared), under
-``$CEILING_CACHE_DIR`` or ``~/.cache/ceiling``::
-
-    python -m ceiling.nvidia.gluon.pinned_triton install     # the folder, once
-    python -m ceiling.nvidia.gluon.pinned_triton check       # the static check under it
-
-The check runs :mod:`ceiling.nvidia.gluon.static_check` in a subprocess whose ``sys.path``
-starts with that folder, so ``import triton`` there is 3.6 whatever this process has. The
-install takes a file lock, so parallel test workers install it once; a failed install raises
-with the command to run by hand, never skips.
+"""The Gluon kernels' static check under a pinned Triton 3.6.0, the H200 machine's (Gluon's API moves
+between releases and CI runs a newer one), from an environment with another: ``install`` puts it into
+a folder of its own once (``--no-deps``, about 650 MB, under ``$CEILING_CACHE_DIR`` or
+``~/.cache/ceiling``), and ``check`` runs :mod:`ceiling.nvidia.gluon.static_check` in a subprocess
+whose ``sys.path`` starts there. The README's Gluon section says more.
 """
 
 from __future__ import annotations

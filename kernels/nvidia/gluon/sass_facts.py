@@ -1,23 +1,8 @@
-"""What a warp-specialized kernel's SASS must show, per partition, and the check of it.
-
-``gl.warp_specialize`` lowers (Triton 3.6 and 3.9 alike) to one function whose warps take
-different paths: the kernel's own warps run the *default* partition inline; the extra warps sit
-in a dispatch loop that reads their partition's index from shared memory and jumps through a
-table in the cubin's constant bank 2 (``BRX``) to that partition's code, which returns to the
-loop when done. So each partition is a set of SASS instructions reachable from one entry - the
-side of the first branch that the kernel's own warps take, or a jump-table target for a worker
-(the other side of that branch when there is only one worker) - and an instruction that more
-than one entry reaches (the dispatch loop, a shared ``EXIT``) belongs to none. That attribution
-is exact for this lowering: a worker's code is reached only through the dispatch, the default's
-only from the split.
-
-:func:`facts` reads those regions from a compiled kernel: per partition the tensor-core
-(``HGMMA``), TMA (``UTMALDG``/``UTMASTG``), pointer-load, atomic and local-memory
-instructions, the register budget its work runs under (the last ``USETMAXREG`` before its
-first tensor-core or TMA instruction) and the highest register it names; for the kernel the
-launch registers, spills, shared memory and warp count. :func:`violations` compares them with
-a :class:`Design` (what FlashAttention-3's schedule needs: two consumer partitions with
-HGMMA, one producer with the TMA loads and no HGMMA, register reallocation, no spills).
+"""What a warp-specialized kernel's SASS must show, per partition, and the check of it: :func:`facts`
+attributes each instruction to the partition whose entry reaches it and counts what each does,
+:func:`violations` compares that with a :class:`Design` (FlashAttention-3's schedule: two consumer
+partitions with HGMMA, one producer with the TMA loads, register reallocation, no spills). Why that
+attribution is exact for Gluon's lowering is in ``docs/attention.md``.
 """
 
 from __future__ import annotations

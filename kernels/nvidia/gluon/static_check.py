@@ -1,19 +1,8 @@
-"""Compile the Gluon attention kernels for sm_90a on a CPU and check their SASS is the design.
-
-Every shipped config of the Gluon table (``ceiling.nvidia.gluon.attention.shipped``; forward:
-each head dim, causal and not; backward likewise where the table has one) is compiled with the running Triton
-(``triton.compile(GluonASTSource(...), target=GPUTarget("cuda", 90, 32))``) and its
-:func:`ceiling.nvidia.gluon.sass_facts.facts` are held to :data:`DESIGN`: HGMMA in both
-consumer partitions (the default one among them), UTMALDG in the one producer and nowhere
-else, consumers at >= 232 registers and the producer at <= 56 (``USETMAXREG``), no spills,
-shared memory within 227 KiB, 12 warps, no pointer loads, and (backward) dQ added to global
-memory by TMA reductions from the consumers.
-
-    python -m ceiling.nvidia.gluon.static_check                # this Triton
-    python -m ceiling.nvidia.gluon.pinned_triton check          # Triton 3.6, whatever this one is
-
-The signatures here take their constants and descriptor layouts from the launcher
-(:mod:`ceiling.nvidia.gluon.attention`), so the binaries checked are the ones run.
+"""Compile the Gluon attention kernels for sm_90a on a CPU and check their SASS is the design:
+``python -m ceiling.nvidia.gluon.static_check`` under this Triton, ``python -m
+ceiling.nvidia.gluon.pinned_triton check`` under Triton 3.6 whatever this one is. Every shipped
+config of the Gluon table is compiled and its :func:`~ceiling.nvidia.gluon.sass_facts.facts` held to
+:data:`FWD_DESIGN` or :data:`BWD_DESIGN` (the README's Gluon section lists what they require).
 """
 
 from __future__ import annotations

@@ -1,23 +1,8 @@
-"""An emulator of AWS Trainium NeuronCores for NKI kernels, for machines without the Neuron toolchain.
-
-It follows the NKI 0.6.0 API (Neuron SDK 2.32: ``import nki``, ``nki.language as nl``,
-``nki.isa as nisa``, explicit ``dst`` on every ISA call) and models:
-
-* HBM, SBUF and PSUM as distinct memories, partition axis first; on-chip capacity per target
-  (SBUF bytes per partition, 8 PSUM banks of 2 KiB) checked as tensors are created and freed;
-* uninitialized memory: every element read must have been written (``UninitializedReadError``);
-* the instructions GEMM, attention and layer norm need (``isa``), computing in fp32 and casting
-  on output (bf16 via ml_dtypes), with ``nc_matmul``'s PSUM accumulation rule;
-* the hardware rules of trn1 and trn2 (``rules``; one ``HardwareRuleError`` naming the rule);
-* a cost model over the instruction trace (``cost``).
-
-Usage::
-
-    from ceiling.trainium.emulator import emulate, jit, language as nl, isa as nisa
-
-    with emulate(target="trn2") as ctx:
-        out = kernel(a, b)
-    report = cost.estimate(ctx.trace, ctx.target, flops=...)
+"""An emulator of AWS Trainium NeuronCores (trn1, trn2) for NKI kernels, for machines without the
+Neuron toolchain: the NKI 0.6.0 API over HBM, SBUF and PSUM with their capacities, every read checked
+to be of written memory, instructions computed in fp32 and cast on output (bf16 via ml_dtypes), the
+chips' hardware rules (:mod:`rules`) and a cost model over the trace (:mod:`cost`). What it checks,
+its files and how to use it are in ``kernels/trainium/README.md``.
 """
 
 from ceiling.trainium.emulator import cost, isa, language, targets

@@ -1,34 +1,7 @@
-"""Cost model: engine instruction counts and an estimated kernel time from the trace.
-
-Per-instruction costs (Trainium arch guides, ``nki/guides/architecture/*_arch.rst``):
-
-* TensorE ``nc_matmul``: the MultiplyMoving initiation interval is about ``max(N, 64)`` cycles
-  for a moving free size N; fp32 operands are about 4x slower. LoadStationary is up to 4x
-  faster than a multiply and runs in the background, so it is not charged. A 128x128x512
-  bf16 matmul thus takes 512 cycles: the 128x128 PE array at one MAC per PE per cycle, i.e.
-  peak. ``nc_transpose`` on TensorE is a matmul against an identity moving tile of P columns.
-* VectorE: about N cycles per input operand for N elements per partition (2N for two inputs),
-  at ``vector_elems_per_cycle`` elements per partition per cycle (1 on trn1; 2 on trn2, from
-  256 elements/cycle over 128 lanes), plus a fixed ~60-cycle SBUF/PSUM access overhead.
-* ScalarE: N cycles for N elements per partition plus the same 60 cycles; reading the
-  accumulate registers (``reduce_res``) adds ~64 cycles (ActReadAccumulator).
-* GpSimd: no published per-element figure; charged like ScalarE at its own clock (assumption).
-* DMA: bytes / per-NeuronCore bandwidth (min of the HBM share and the DMA-engine share of the
-  chip), plus a fixed ~2 us completion latency (an assumption: no published figure) that does
-  not occupy the queues; DMA queues run out of order (16 engines per NC on trn2).
-
-Scheduling: the four compute engines each run their instruction stream in program order
-(the hardware has one in-order queue per engine); an instruction starts when its engine is
-free and every instruction it depends on has finished. Dependencies are data dependencies
-(read-after-write, write-after-read, write-after-write) on overlapping byte ranges of the
-same allocation, which is what the compiler's semaphores enforce. DMA transfers take the
-earliest gap in the DMA bandwidth timeline after they are ready. The estimate is the finish
-time of the last instruction, so it is at least the busiest engine's total time (the
-"max over engines" bound) plus whatever dependencies expose (pipeline fill and drain).
-
-Not modelled: SBUF address reuse between allocations (each ``nl.ndarray`` is a fresh buffer,
-as if the allocator multi-buffered perfectly: an optimistic assumption), semaphore latency,
-instruction fetch, DMA descriptor efficiency, and the bf16 Vector perf mode.
+"""Cost model of the Trainium emulator: engine instruction counts and an estimated kernel time from
+the trace, each compute engine in program order, instructions waiting on the data they read and DMA
+as a bandwidth timeline. The per-instruction costs with their sources, the scheduling and what is not
+modelled are in ``kernels/trainium/README.md`` ("Cost model"); an estimate, never a measurement.
 """
 
 from __future__ import annotations
@@ -39,10 +12,12 @@ from dataclasses import asdict, dataclass, field
 from ceiling.trainium.emulator.targets import Target
 
 ENGINES = ("tensor", "vector", "scalar", "gpsimd", "dma")
+# Per-instruction costs from the Trainium arch guides (nki/guides/architecture/*_arch.rst); each
+# engine's, with its source, is listed in kernels/trainium/README.md ("Cost model").
 ACCESS_OVERHEAD_CYCLES = 60  # fixed SBUF/PSUM access bubble per engine instruction
 ACCUMULATOR_READ_CYCLES = 64  # ActReadAccumulator
-DMA_LATENCY_S = 2e-6  # assumption, see above
-MATMUL_MIN_II = 64
+DMA_LATENCY_S = 2e-6  # completion latency, not occupying the queues: an assumption, no published figure
+MATMUL_MIN_II = 64  # MultiplyMoving initiation interval: about max(N, 64) cycles for moving free size N
 FP32_MATMUL_SLOWDOWN = 4
 
 
@@ -59,6 +34,7 @@ def scalar_cycles(target: Target, free: int, reduce: bool = False) -> float:
 
 
 def gpsimd_cycles(target: Target, free: int) -> float:
+    # No published per-element figure: charged like ScalarE, at GpSimd's own clock (an assumption).
     return free + ACCESS_OVERHEAD_CYCLES
 
 

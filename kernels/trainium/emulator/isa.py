@@ -1,8 +1,7 @@
 """``nki.isa`` on the emulator: the instructions, with their NKI 0.6 signatures (explicit ``dst``).
-
-Every instruction (1) checks the hardware rules for the active target, (2) checks that each
-element it reads was written, (3) computes in float32 and casts to ``dst.dtype`` on output
-(skipped in dry mode), and (4) appends itself to the trace with its engine and cost.
+Every instruction (1) checks the hardware rules for the active target, (2) checks that each element
+it reads was written, (3) computes in float32 and casts to ``dst.dtype`` on output (skipped in dry
+mode), and (4) appends itself to the trace with its engine and cost.
 """
 
 from __future__ import annotations

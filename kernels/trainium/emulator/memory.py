@@ -1,9 +1,7 @@
-"""Tensors in HBM, SBUF and PSUM.
-
-A ``Tensor`` is a view of an ``Allocation``. The allocation knows its buffer, owns the data
-(None in dry mode) and a ``written`` mask: ``nl.ndarray`` memory starts uninitialized, so
-float data is filled with NaN (as NKI's own simulator does) and every read checks the mask.
-The first axis of an SBUF or PSUM tensor is the partition axis.
+"""Tensors in HBM, SBUF and PSUM. A ``Tensor`` is a view of an ``Allocation``. The allocation knows its
+buffer, owns the data (None in dry mode) and a ``written`` mask: ``nl.ndarray`` memory starts
+uninitialized, so float data is filled with NaN (as NKI's own simulator does) and every read checks
+the mask. The first axis of an SBUF or PSUM tensor is the partition axis.
 """
 
 from __future__ import annotations

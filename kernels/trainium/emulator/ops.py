@@ -1,7 +1,6 @@
-"""Element-wise operators and activation functions, as the ISA applies them (in float32).
-
-Each is an ``Op`` with an NKI name; ``nki.language`` exports them (``nl.add``, ``nl.relu``...),
-and the ISA also accepts numpy ufuncs (``np.add``, ``np.exp``...) as older samples pass them.
+"""Element-wise operators and activation functions, as the ISA applies them (in float32). Each is an
+``Op`` with an NKI name; ``nki.language`` exports them (``nl.add``, ``nl.relu``...), and the ISA also
+accepts numpy ufuncs (``np.add``, ``np.exp``...) as older samples pass them.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""Hardware rules, checked per instruction for the active target.
-
-Each check raises ``HardwareRuleError(rule, instruction, detail)``. Rule names are stable
-strings so tests and callers can tell the rules apart. Values come from ``targets`` and the
-``nki.isa`` docstrings (NKI 0.6.0).
+"""Hardware rules, checked per instruction for the active target. Each check raises
+``HardwareRuleError(rule, instruction, detail)``. Rule names are stable strings so tests and callers
+can tell the rules apart. Values come from ``targets`` and the ``nki.isa`` docstrings (NKI 0.6.0).
 """
 
 from __future__ import annotations

@@ -1,13 +1,6 @@
-"""Per-NeuronCore facts for the targets the emulator knows: trn1 (NeuronCore-v2) and trn2 (NeuronCore-v3).
-
-Sources (AWS Neuron docs repository, ``aws-neuron/aws-neuron-sdk``):
-``about-neuron/arch/neuron-hardware/trainium{,2}.rst`` and
-``nki/guides/architecture/{trainium_inferentia2,trainium2}_arch.rst``; the limits of
-``nki.isa.nc_matmul`` and ``nl.tile_size`` from ``nki/api/nki/{isa,language}/__init__.py``
-(NKI 0.6.0, Neuron SDK 2.32).
-
-There is no default target: the newer chip has looser limits, so a kernel checked only
-against it could fail on trn1. Callers name the target.
+"""Per-NeuronCore facts for the targets the emulator knows, trn1 (NeuronCore-v2) and trn2
+(NeuronCore-v3), with their sources at :data:`TRN1`. There is no default target: the newer chip has
+looser limits, so a kernel checked only against it could fail on trn1; callers name the target.
 """
 
 from __future__ import annotations
@@ -57,6 +50,10 @@ class Target:
         return 2.0 * self.partitions * self.matmul_stationary_free_max * self.tensor_hz
 
 
+# Sources (AWS Neuron docs repository, aws-neuron/aws-neuron-sdk):
+# about-neuron/arch/neuron-hardware/trainium{,2}.rst and
+# nki/guides/architecture/{trainium_inferentia2,trainium2}_arch.rst; the limits of nki.isa.nc_matmul and
+# nl.tile_size from nki/api/nki/{isa,language}/__init__.py (NKI 0.6.0, Neuron SDK 2.32).
 TRN1 = Target(
     name="trn1",
     nc_version=2,

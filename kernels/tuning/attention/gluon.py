@@ -1,28 +1,7 @@
-"""The device sweep of the Gluon Hopper attention: every statically sound Gluon config, checked and
-timed on this GPU next to the Triton kernels, and applied only where it wins.
-
-    python -m ceiling.tuning.attention.gluon --out DIR --budget-s 150 [--apply]
-
-1. **Candidates**: per kernel and head dim, the points of the Gluon space's search grid
-   (``kernels/spaces/attention_gluon.json``) that ``python -m ceiling.tuning.space attention_gluon``
-   kept in ``kernels/spaces/candidates/attention_gluon.sm_90a.json``: compiled for sm_90a (causal)
-   under Triton 3.6 and 3.9 and held to the design (:mod:`ceiling.nvidia.gluon.static_check`), so
-   the device compiles only what it times; nearest the shipped config first (it, then one knob
-   changed, ...).
-2. **Per group** (head dim 128 and 64 at S = 4096, B * H * D fixed as in the benchmark suite;
-   causal and not): the Triton kernels (the current implementation) and each surviving
-   candidate run once on fresh random inputs at a small shape of the same specialization and are
-   compared with float64 by the error-ratio rule (error <= 2 x the error of PyTorch's own bf16
-   computation + 2e-3 x max|ref|); the correct ones are timed by CUDA-graph replay
-   (``ceiling.timers.time_graph``), forward and backward separately, each group in an equal
-   share of ``budget_s``.
-3. **Apply** (``--apply``): where the fastest correct candidate beats the Triton kernels, this
-   GPU model's table (``kernels/nvidia/tables/H200/attention_gluon.json`` on an H200) gets its
-   knobs for that head dim, causality and direction, and an entry with ``"default": true`` that
-   makes the Gluon kernels the default there, both ``measured`` with the run's provenance;
-   nothing is written where the Triton kernels are as fast.
-
-Rows (JSON, one per timed or failed candidate) go to ``DIR/gluon-attention-rows.json``.
+"""The device sweep of the Gluon Hopper attention, ``python -m ceiling.tuning.attention.gluon --out DIR
+--budget-s 150 [--apply]``: every statically sound Gluon config checked against float64 and timed on
+this GPU next to the Triton kernels, and written into this GPU model's table (``--apply``) only where
+it wins. The steps are in ``docs/tuning.md``.
 """
 
 from __future__ import annotations
