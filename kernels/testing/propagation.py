@@ -102,6 +102,8 @@ def check(run: Callable, math_fn: Callable, inputs: dict[str, Any], plants: list
     got_out, got_grad = _results(run, x, grads, dout or {})
     exp_out, exp_grad = _results(math_fn, x, grads, dout or {})
     problems = []
+    if plants and not any(bool(classes(t).any()) for t in exp_out.values()):
+        problems.append("the plants reach no output of the math: the check would hold for any backend")
     for name in exp_out:
         problems += differences(name, got_out.get(name), exp_out[name])
     for name in grads:
