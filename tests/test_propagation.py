@@ -192,3 +192,27 @@ def test_triangle_multiplicative_update(backend):
 
     math = functools.partial(trimul_math, direction="outgoing")
     assert_contract(run, math, inputs, plants, grads=("x", *TRIMUL_WEIGHTS), dout={"out": _randn(B, N, N, CZ, seed=2)})
+
+
+# ----------------------------------------------------------------------------- the check itself
+
+
+def test_the_check_sees_a_dropped_and_a_leaked_nan():
+    """A backend that drops a NaN (a select replacing it) and one that lets a NaN behind a masked
+    key through (a mask added as -inf) both fail the contract; the math itself holds it."""
+    from ceiling.testing.propagation import check
+
+    inputs, plants, dout = triangle_attention_case(compact=True)
+
+    def dropping(**x):
+        return {n: t.nan_to_num(0.0) for n, t in triangle_attention_math(**x).items()}
+
+    def adding(q, k, v, bias, mask):
+        s = torch.einsum("bihjd,bihkd->bihjk", q, k) / 32**0.5 + bias + torch.where(mask, 0.0, -INF)
+        p = torch.softmax(s, -1).nan_to_num(0.0)
+        return {"out": torch.einsum("bihjk,bihkd->bihjd", p, v), "lse": torch.logsumexp(s, -1)}
+
+    kw = dict(grads=("q", "k", "v", "bias"), dout={"out": dout})
+    assert not check(triangle_attention_math, triangle_attention_math, inputs, plants, **kw)
+    assert any(p.startswith("out: ") for p in check(dropping, triangle_attention_math, inputs, plants, **kw))
+    assert any(p.startswith("out: ") for p in check(adding, triangle_attention_math, inputs, plants, **kw))
