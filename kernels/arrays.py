@@ -96,11 +96,34 @@ def torch_dtype(name: str):
     return getattr(torch, name)
 
 
+def expanded(info: ArrayInfo) -> bool:
+    """Whether a dimension of more than one element has stride 0 (an ``expand``-ed view)."""
+    return info.strides is not None and any(
+        isinstance(st, int) and st == 0 and isinstance(n, int) and n > 1 for n, st in zip(info.shape, info.strides))
+
+
+def materialized(x: Any) -> Any:
+    """``x``, copied where it is an expanded torch view: for the arrays an op's backward hands to
+    an op (autograd's gradient of a sum is one), which the op would refuse from a caller."""
+    info = describe(x)
+    return x.contiguous() if info is not None and expanded(info) else x
+
+
 def require(name: str, x: Any) -> ArrayInfo:
-    """``describe(x)``, or the InputError every op gives a non-array argument."""
+    """``describe(x)``, or the InputError every op gives a non-array argument or an expanded
+    (stride-0) view.
+
+    One policy for every op's arrays: an expanded view is refused before any launch. A kernel
+    fed through TMA descriptors, a host copy (TPU, Trainium) or a contiguous layout would copy it
+    to its full size, silently (a (1, 2^20, 32, 128) key expanded from one row is 8 GiB of
+    bf16), and the ops that broadcast an argument take its size-1 dimensions as they are."""
     from ceiling.errors import InputError
 
     info = describe(x)
     if info is None:
         raise InputError(name, "a torch.Tensor or a jax.Array", type(x).__name__)
+    if expanded(info):
+        raise InputError(name, "an array with no expanded (stride-0) dimension: pass it unexpanded, where the "
+                         "op broadcasts a size-1 dimension, or materialized (.contiguous())",
+                         f"shape {info.shape} with strides {info.strides}")
     return info

@@ -13,7 +13,7 @@ import importlib
 import json
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 from ceiling.availability import BACKENDS
 from ceiling.errors import BackendUnavailable, InputError
@@ -32,6 +32,13 @@ class Problem:
     # architecture ("sm_90", "gfx942"); ceiling.arrays.gpu_facts fills them
     gpu: str | None = field(default=None, kw_only=True)
     arch: str | None = field(default=None, kw_only=True)
+    # the fields that are sizes: any of them 0 makes the problem empty (:attr:`empty`)
+    SIZES: ClassVar[tuple[str, ...]] = ()
+
+    @property
+    def empty(self) -> bool:
+        """Whether a size is 0: nothing to launch (or an empty sum); the reference's answer."""
+        return any(getattr(self, name) == 0 for name in self.SIZES)
 
     def features(self) -> dict[str, Any]:
         """The names a tuned table's ``when`` conditions and a space's constraints read."""
@@ -266,6 +273,8 @@ class Op:
         if not avail.runs:
             raise BackendUnavailable(f"{self.name} on backend={backend!r} cannot run here: {avail.reason}")
         impls = self.on(backend)
+        if problem.empty and backend != "reference":
+            return self._empty_call(problem, impls, config, extra)
         chosen = {d: self._choose(problem, impls, config, d)
                   for d in (DIRECTIONS if self.differentiable else DIRECTIONS[:1])}
         resolved: dict[Implementation, Any] = {}  # one config per implementation, whatever the directions
@@ -274,6 +283,20 @@ class Op:
                 resolved[impl] = resolve_config(problem, impl, config)
         runs = {d: Run(impl, resolved[impl], why) for d, (impl, why) in chosen.items()}
         return Call(self.name, problem, runs["forward"], runs.get("backward"), tuple(sorted((extra or {}).items())))
+
+    def _empty_call(self, problem: Problem, impls: list[Implementation], config: Any,
+                    extra: dict[str, Any] | None) -> Call:
+        """An empty problem (a size 0) runs the reference on every backend: its answer (empty
+        outputs, or an empty sum's epilogue) comes from no kernel, and no launcher sees sizes its
+        grids and blocks were never made for. The caller's config is still checked, key by key,
+        against the space of the implementation it was written for."""
+        impl = next(i for i in impls if not i.opt_in)
+        check_config_keys(problem, impl, config)
+        reference = self.implementation("reference")
+        why = "an empty problem: the reference's answer, with nothing to launch"
+        run = Run(reference, None, why)
+        return Call(self.name, problem, run, run if self.differentiable else None,
+                    tuple(sorted((extra or {}).items())))
 
     def _choose(self, problem: Problem, impls: list[Implementation], config: dict | None,
                 direction: str) -> tuple[Implementation, str]:
@@ -357,6 +380,33 @@ def resolve_config(problem: Problem, impl: Implementation, user: Any) -> Any:
                              repr(user))
         return None
     return resolve_tabled(problem, impl, module.own(user) if hasattr(module, "own") else user)
+
+
+def check_config_keys(problem: Problem, impl: Implementation, user: Any) -> None:
+    """The caller's config checked without resolving it (keys, types and domains against the
+    implementation's space; no constraint, no table): for a problem with nothing to launch."""
+    from collections.abc import Mapping
+
+    from ceiling import spaces
+
+    if user is None:
+        return
+    if impl.family is None:
+        raise InputError("config", f"None: the {impl.label} implementation of {impl.op} has no config", repr(user))
+    module = impl.load()
+    if isinstance(user, str):
+        if user == "autotune" and hasattr(module, "autotune"):
+            return  # nothing to time in an empty problem
+        raise InputError("config", f"a dict of the {impl.label} implementation's keys" +
+                         (' or "autotune"' if hasattr(module, "autotune") else ""), repr(user))
+    if not isinstance(user, Mapping):
+        raise InputError("config", "a dict (or None)", type(user).__name__)
+    target = impl.target or (module.target(problem) if hasattr(module, "target") else None)
+    if target is None:
+        named = user.get("target")
+        own_targets = [t for t in spaces.targets(impl.family) if spaces.get(impl.family, t).backend == impl.backend]
+        target = named if named in own_targets else own_targets[0]
+    spaces.get(impl.family, target).check(dict(module.own(user) if hasattr(module, "own") else user), partial=True)
 
 
 def resolve_tabled(problem: Problem, impl: Implementation, own: Any) -> Any:

@@ -279,7 +279,7 @@ def test_bad_input():
     with pytest.raises(InputError, match="k"):
         ceiling.attention(q, k[..., :16], v[..., :16])
     with pytest.raises(InputError, match="heads"):
-        ceiling.attention(q, k[:, :, :1].expand(1, 8, 3, 32), v[:, :, :1].expand(1, 8, 3, 32))
+        ceiling.attention(q, k[:, :, :1].repeat(1, 1, 3, 1), v[:, :, :1].repeat(1, 1, 3, 1))
     with pytest.raises(InputError, match="bias"):
         ceiling.attention(q, k, v, bias=torch.randn(3, 8, 8))
     with pytest.raises(InputError, match="mask"):

@@ -187,6 +187,27 @@ def test_memset_iota_affine_select(rng):
         np.testing.assert_array_equal(values(masked), expect)
 
 
+def test_tensor_copy_predicated_selects_and_leaves_no_nan(rng):
+    """A select by a uint8 predicate: where it is 0 (with reverse_pred) the scalar replaces the
+    value, a NaN included, which an added penalty would keep; its operands' rules are checked."""
+    x = rng.standard_normal((128, 64)).astype(np.float32)
+    x[3, 5] = np.nan
+    keep = rng.random((128, 64)) > 0.5
+    keep[3, 5] = False
+    with emulate("trn2"):
+        tx = sbuf_from(x)
+        pred = sbuf_from(keep.astype(np.uint8), "pred")
+        nisa.tensor_copy_predicated(dst=tx, src=-1e30, predicate=pred, reverse_pred=True)
+        np.testing.assert_array_equal(values(tx), np.where(keep, x, np.float32(-1e30)))
+        other = sbuf_from(np.zeros((128, 64), np.float32), "other")
+        nisa.tensor_copy_predicated(dst=other, src=tx, predicate=pred)
+        np.testing.assert_array_equal(values(other), np.where(keep, x, 0))
+        with pytest.raises(HardwareRuleError, match="predicate must be uint"):
+            nisa.tensor_copy_predicated(dst=tx, src=0.0, predicate=sbuf_from(keep.astype(np.float32), "fpred"))
+        with pytest.raises(HardwareRuleError, match="reverse_pred takes a scalar"):
+            nisa.tensor_copy_predicated(dst=other, src=tx, predicate=pred, reverse_pred=True)
+
+
 def test_nl_load_store_and_jit(rng):
     @jit
     def double(x):

@@ -227,7 +227,7 @@ class TestNvidiaAttention(TriangleAttentionTest):
         q, k, v, bias, mask = attention_inputs(1, 7, 2, 16, seed=5)
         out, lse = ceiling.triangle_attention(q, k, v, bias, mask, backend="nvidia", return_lse=True)
         _, exact_lse = reference_attention(q.double(), k.double(), v.double(), bias.double(), mask, compute_dtype=F64)
-        assert torch.isinf(lse[:, 1]).all() and (lse[:, 1] > 0).all()
+        assert torch.isneginf(lse[:, 1]).all()  # the log of an empty sum, as in ceiling.attention
         finite = torch.isfinite(exact_lse)
         torch.testing.assert_close(lse[finite].double(), exact_lse[finite], atol=1e-5, rtol=1e-5)
 

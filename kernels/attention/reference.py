@@ -22,6 +22,21 @@ def _visible(q_len: int, k_len: int, causal: bool, mask, xp, device=None):
     return keep
 
 
+def _group(heads: int, kv_heads: int) -> int:
+    """Query heads per key/value head (1 for a problem with no heads)."""
+    return heads // kv_heads if kv_heads else 1
+
+
+def row_max(s):
+    """The max over the last dimension, keeping it; NaN where a NaN is in the row, -inf for a
+    row of no keys (an empty dimension, where ``amax`` has nothing to reduce)."""
+    import torch
+
+    if s.shape[-1] == 0:
+        return torch.full((*s.shape[:-1], 1), float("-inf"), dtype=s.dtype, device=s.device)
+    return s.amax(dim=-1, keepdim=True)
+
+
 # ----------------------------------------------------------------------------------------------
 # PyTorch
 # ----------------------------------------------------------------------------------------------
@@ -41,17 +56,23 @@ def _probs(q, k, bias, mask, causal, scale, ct):
 
     heads, kv_heads = q.shape[2], k.shape[2]
     qf = q.to(ct).transpose(1, 2)
-    kf = k.to(ct).transpose(1, 2).repeat_interleave(heads // kv_heads, dim=1)
+    kf = k.to(ct).transpose(1, 2).repeat_interleave(_group(heads, kv_heads), dim=1)
     s = torch.matmul(qf, kf.transpose(-1, -2)) * scale
     if bias is not None:
         s = s + bias.to(ct)
     keep = _visible(q.shape[1], k.shape[1], causal, mask, torch, q.device)
     if keep is not None:
         s = s.masked_fill(~keep, float("-inf"))
-    lse = torch.logsumexp(s, dim=-1)
-    # A row that sees no key has lse -inf and gets p = 0; a +inf score (an Inf in q or k) keeps
-    # lse +inf, so its row is NaN, as the softmax's float math makes it.
-    p = torch.exp(s - torch.where(lse == float("-inf"), 0.0, lse).unsqueeze(-1))
+    # The row's max propagates NaN, and a +inf score (an Inf in q or k) gives inf - inf = NaN:
+    # such a row's probabilities and log-sum-exp are NaN, as the softmax's float math makes
+    # them (logsumexp would say +inf and leave the other keys' probabilities finite). A row that
+    # sees no key has lse -inf and gets p = 0.
+    m = row_max(s)
+    m = torch.where(m == float("-inf"), 0.0, m)
+    e = torch.exp(s - m)
+    total = e.sum(-1, keepdim=True)
+    lse = torch.where(total[..., 0] == 0, float("-inf"), torch.log(torch.where(total == 0, 1.0, total))[..., 0] + m[..., 0])
+    p = e / torch.where(total == 0, 1.0, total)
     return p, lse, qf, kf
 
 
@@ -62,7 +83,7 @@ def attention_fwd(q, k, v, bias, mask, causal, scale, config=None, compute_dtype
     ct = _compute_dtype(q, compute_dtype)
     heads, kv_heads = q.shape[2], k.shape[2]
     p, lse, _, _ = _probs(q, k, bias, mask, causal, scale, ct)
-    vf = v.to(ct).transpose(1, 2).repeat_interleave(heads // kv_heads, dim=1)
+    vf = v.to(ct).transpose(1, 2).repeat_interleave(_group(heads, kv_heads), dim=1)
     out = torch.matmul(p, vf).transpose(1, 2)
     return out.to(q.dtype), lse.to(torch.float32 if ct != torch.float64 else ct)
 
@@ -81,7 +102,7 @@ def attention_bwd(do, q, k, v, o, lse, bias, mask, causal, scale, bias_grad, con
     ct = _compute_dtype(q, compute_dtype)
     batch, q_len, heads, head_dim = q.shape
     k_len, kv_heads = k.shape[1], k.shape[2]
-    group = heads // kv_heads
+    group = _group(heads, kv_heads)
     p, _, qf, kf = _probs(q, k, bias, mask, causal, scale, ct)
     vf = v.to(ct).transpose(1, 2).repeat_interleave(group, dim=1)
     dof = do.to(ct).transpose(1, 2)
@@ -115,14 +136,14 @@ def _probs_jax(q, k, bias, mask, causal, scale, ct):
 
     heads, kv_heads = q.shape[2], k.shape[2]
     qf = jnp.swapaxes(q.astype(ct), 1, 2)
-    kf = jnp.repeat(jnp.swapaxes(k.astype(ct), 1, 2), heads // kv_heads, axis=1)
+    kf = jnp.repeat(jnp.swapaxes(k.astype(ct), 1, 2), _group(heads, kv_heads), axis=1)
     s = jnp.matmul(qf, jnp.swapaxes(kf, -1, -2), precision=jax.lax.Precision.HIGHEST) * scale
     if bias is not None:
         s = s + bias.astype(ct)
     keep = _visible(q.shape[1], k.shape[1], causal, mask, jnp)
     if keep is not None:
         s = jnp.where(keep, s, -jnp.inf)
-    m = jnp.max(s, axis=-1, keepdims=True)
+    m = jnp.max(s, axis=-1, keepdims=True, initial=-jnp.inf)  # -inf for no key at all
     m = jnp.where(m == -jnp.inf, 0.0, m)  # a row that sees nothing; +inf (an Inf input) stays and gives NaN
     e = jnp.exp(s - m)
     total = e.sum(-1, keepdims=True)
@@ -144,7 +165,7 @@ def attention_fwd_jax(q, k, v, bias, mask, causal, scale):
     ct = _ct_jax(q)
     heads, kv_heads = q.shape[2], k.shape[2]
     p, lse, _, _ = _probs_jax(q, k, bias, mask, causal, scale, ct)
-    vf = jnp.repeat(jnp.swapaxes(v.astype(ct), 1, 2), heads // kv_heads, axis=1)
+    vf = jnp.repeat(jnp.swapaxes(v.astype(ct), 1, 2), _group(heads, kv_heads), axis=1)
     out = jnp.swapaxes(jnp.matmul(p, vf, precision=jax.lax.Precision.HIGHEST), 1, 2)
     return out.astype(q.dtype), lse.astype(jnp.float32 if ct != jnp.float64 else ct)
 
@@ -157,7 +178,7 @@ def attention_bwd_jax(do, q, k, v, o, lse, bias, mask, causal, scale, bias_grad)
     ct = _ct_jax(q)
     batch, q_len, heads, head_dim = q.shape
     k_len, kv_heads = k.shape[1], k.shape[2]
-    group = heads // kv_heads
+    group = _group(heads, kv_heads)
     p, _, qf, kf = _probs_jax(q, k, bias, mask, causal, scale, ct)
     vf = jnp.repeat(jnp.swapaxes(v.astype(ct), 1, 2), group, axis=1)
     dof = jnp.swapaxes(do.astype(ct), 1, 2)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from ceiling.arrays import device_kind, gpu_facts, require
 from ceiling.errors import InputError
@@ -20,6 +20,7 @@ HEAD_DIM_RANGE = (32, 256)
 
 @dataclass(frozen=True)
 class AttentionProblem(Problem):
+    SIZES: ClassVar[tuple[str, ...]] = ("batch", "q_len", "k_len", "heads")
     batch: int
     q_len: int
     k_len: int
@@ -107,9 +108,11 @@ def check(
         raise InputError("k", f"batch {batch} like q", f"shape {ki.shape}")
     if vi.shape != ki.shape:
         raise InputError("v", f"the shape of k, {ki.shape}", f"shape {vi.shape}")
-    if min(q_len, k_len, batch, heads, kv_heads) < 1:
-        raise InputError("q", "non-empty batch, sequence and head dimensions", f"q {qi.shape}, k {ki.shape}")
-    if heads % kv_heads:
+    # an empty batch, sequence or head dimension is a problem (the reference's answer: empty
+    # outputs; with no key, each query's 0 and log-sum-exp -inf)
+    if (heads == 0) != (kv_heads == 0):
+        raise InputError("k", f"a number of heads that divides q's {heads}", f"{kv_heads} heads")
+    if kv_heads and heads % kv_heads:
         raise InputError("k", f"a number of heads that divides q's {heads}", f"{kv_heads} heads")
     if not HEAD_DIM_RANGE[0] <= head_dim <= HEAD_DIM_RANGE[1]:
         raise InputError("q", f"head_dim in [{HEAD_DIM_RANGE[0]}, {HEAD_DIM_RANGE[1]}]", str(head_dim))

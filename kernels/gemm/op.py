@@ -34,7 +34,11 @@ def _gemm(call, a, b, bias=None, out_dtype=None):
 
 
 def _unit_strided(x):
-    """``x``, copied where neither of its last two dimensions is unit-stride (an expanded gradient)."""
+    """``x``, copied where it is expanded (the gradient of a sum, say) or neither of its last two
+    dimensions is unit-stride: what the op refuses from a caller, made here by autograd."""
+    from ceiling.arrays import materialized
+
+    x = materialized(x)
     if min(x.shape[-2:]) > 1 and 1 not in x.stride()[-2:]:
         return x.contiguous()
     return x

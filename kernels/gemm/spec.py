@@ -6,7 +6,7 @@ and devices alone, before any kernel launches (what a call may be: ``docs/gemm.m
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from ceiling.arrays import gpu_facts, require
 from ceiling.errors import InputError
@@ -19,6 +19,7 @@ BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 
 @dataclass(frozen=True)
 class GemmProblem(Problem):
+    SIZES: ClassVar[tuple[str, ...]] = ("batch", "m", "n", "k")
     batch: int | None  # None for a 2-D product
     m: int
     n: int

@@ -21,7 +21,9 @@ def pre_activation_grad(grad, activation, out, recompute):
     from ceiling.gemm.reference import activation_grad_torch
 
     if activation is None:
-        return grad
+        from ceiling.arrays import materialized
+
+        return materialized(grad)  # an expanded gradient (of a sum) goes on to the quantizer and the op
     if activation == "relu":
         return grad * (out > 0)
     return (grad.float() * activation_grad_torch(recompute(), activation)).to(grad.dtype)

@@ -146,12 +146,13 @@ def _pair_spec(bcast, bq, bk, index):
 
 
 def _scores(plan: Plan, q, k, bias_ref, mask_ref, i, j, bq, bk):
-    """scale * q @ k^T + bias + mask in float32, -inf where not visible."""
+    """scale * q @ k^T + bias in float32, -inf where not visible. The mask (a 0 / -inf tile)
+    selects -inf, where adding it would keep a NaN score (a NaN k or bias behind a masked key)."""
     s = lax.dot_general(q, k, NT, preferred_element_type=jnp.float32, precision=plan.precision) * plan.scale
     if bias_ref is not None:
         s = s + bias_ref[...].astype(jnp.float32)
     if mask_ref is not None:
-        s = s + mask_ref[...].astype(jnp.float32)
+        s = jnp.where(mask_ref[...] == 0, s, NEG_INF)
     need_rows = plan.q_pad != plan.q_len
     need_cols = plan.k_pad != plan.k_len
     if plan.causal or need_rows or need_cols:
@@ -228,10 +229,12 @@ def _probs_and_ds(plan: Plan, q, k, v, do, lse, delta, bias_ref, mask_ref, i, j,
     """(p, ds) of one block from the saved lse; delta is (bq, 128) or (bq, 1)."""
     s = _scores(plan, q, k, bias_ref, mask_ref, i, j, bq, bk)
     lse_safe = jnp.where(lse == NEG_INF, 0.0, lse)
-    p = jnp.exp(s - _lanes(lse_safe, bk))
+    # a hidden pair's P and dS are 0, also in a row whose lse or delta is NaN
+    hidden = s == NEG_INF
+    p = jnp.where(hidden, 0.0, jnp.exp(s - _lanes(lse_safe, bk)))
     dp = lax.dot_general(do, v, NT, preferred_element_type=jnp.float32, precision=plan.precision)
     delta = _lanes(delta, bk) if delta.shape[1] == LANES else delta
-    return p, p * (dp - delta)
+    return p, jnp.where(hidden, 0.0, p * (dp - delta))
 
 
 def _row_delta(do_ref, o_ref):
@@ -777,9 +780,10 @@ def _prepare(q, k, v, bias, mask, causal, scale, config, target, interpret):
     if bias4 is not None:
         biasp = _pad_pair(bias4.astype(plan.bias_dtype), plan.bias_bcast, plan.q_pad, plan.k_pad, 0.0)
     if mask4 is not None:
-        # An additive 0 / -inf tile; padded positions are masked by the kernels' own bounds.
-        additive = jnp.where(mask4, 0.0, NEG_INF).astype(jnp.bfloat16)
-        maskp = _pad_pair(additive, plan.mask_bcast, plan.q_pad, plan.k_pad, 0.0)
+        # A 0 / -inf tile the kernels select by (0: attend); padded positions are masked by the
+        # kernels' own bounds.
+        tile = jnp.where(mask4, 0.0, NEG_INF).astype(jnp.bfloat16)
+        maskp = _pad_pair(tile, plan.mask_bcast, plan.q_pad, plan.k_pad, 0.0)
     return plan, qp, kp, vp, biasp, maskp
 
 

@@ -1,7 +1,7 @@
 """Triangle attention on TPU (v5e, v5p, v6e): the Pallas flash attention of :mod:`ceiling.tpu.attention`
 in the triangle's layout, one attention per batch element whose batch is the pair tensor's rows, its
-config resolved once and its axes moved at the boundary (``docs/triangle.md``). Head dims 32 to 256
-(AlphaFold 3 uses 32).
+config resolved once and its axes moved at the boundary, where a key the mask removes has its k and
+v rows and gradients zeroed (``docs/triangle.md``). Head dims 32 to 256 (AlphaFold 3 uses 32).
 """
 
 from __future__ import annotations
@@ -26,18 +26,27 @@ def _rows_major(t, b):
     return jnp.swapaxes(t[b], 1, 2)
 
 
+def _key_rows(mask, b: int):
+    """Row b's valid keys as (rows, keys, 1, 1), to select k, v and their gradients by."""
+    return mask[b, :, 0, 0, :, None, None]
+
+
+def _kept(t, mask, b: int):
+    """``t``'s rows-major slice b with the keys the mask removes set to 0."""
+    t = _rows_major(t, b)
+    return t if mask is None else jnp.where(_key_rows(mask, b), t, jnp.zeros((), t.dtype))
+
+
 def forward_jax(problem, config, q, k, v, bias, mask):
     """(out (B, N, H, N, D), lse (B, N, H, N) float32) on JAX arrays."""
     rows = rows_attention(problem)
     outs, lses = [], []
     for b in range(problem.batch):
-        o, lse = flash.forward_jax(rows, config, _rows_major(q, b), _rows_major(k, b), _rows_major(v, b), bias[b],
+        o, lse = flash.forward_jax(rows, config, _rows_major(q, b), _kept(k, mask, b), _kept(v, mask, b), bias[b],
                                    None if mask is None else mask[b])
         outs.append(jnp.swapaxes(o, 1, 2))
         lses.append(lse)
-    lse = jnp.stack(lses)
-    # A row with no valid key: log-sum-exp +inf for the triangle op, -inf in the flash attention.
-    return jnp.stack(outs), jnp.where(jnp.isneginf(lse), jnp.inf, lse)
+    return jnp.stack(outs), jnp.stack(lses)
 
 
 def backward_jax(problem, config, saved, grads, needs):
@@ -46,11 +55,13 @@ def backward_jax(problem, config, saved, grads, needs):
     dout = grads["out"].astype(s["q"].dtype)
     out = []
     for b in range(problem.batch):
-        lse_b = jnp.where(jnp.isposinf(s["lse"][b]), -jnp.inf, s["lse"][b])
-        per_row = {"q": _rows_major(s["q"], b), "k": _rows_major(s["k"], b), "v": _rows_major(s["v"], b),
-                   "out": _rows_major(s["out"], b), "lse": lse_b, "bias": s["bias"][b],
-                   "mask": None if s["mask"] is None else s["mask"][b]}
+        mask = s["mask"]
+        per_row = {"q": _rows_major(s["q"], b), "k": _kept(s["k"], mask, b), "v": _kept(s["v"], mask, b),
+                   "out": _rows_major(s["out"], b), "lse": s["lse"][b], "bias": s["bias"][b],
+                   "mask": None if mask is None else mask[b]}
         dq, dk, dv, dbias = flash.backward_jax(rows, config, per_row, {"out": _rows_major(dout, b)}, {"bias": True})
+        if mask is not None:  # a removed key's gradients are 0 (0 times a NaN query is not)
+            dk, dv = (jnp.where(_key_rows(mask, b), g, jnp.zeros((), g.dtype)) for g in (dk, dv))
         out.append((jnp.swapaxes(dq, 1, 2), jnp.swapaxes(dk, 1, 2), jnp.swapaxes(dv, 1, 2), dbias))
     return tuple(jnp.stack(g) for g in zip(*out))
 

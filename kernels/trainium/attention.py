@@ -38,7 +38,7 @@ def _evacuate(dst, src, i):
 
 
 def _scores(s_sb, s_psum, qs, ks, scale, bias_tile, mask_tile, causal_offset):
-    """s_sb = scale * s_psum (+ bias) (+ mask as 0/-BIG), causal upper triangle set to -BIG.
+    """s_sb = scale * s_psum (+ bias), -BIG where the mask is 0 and in the causal upper triangle.
 
     ``causal_offset`` is None when the whole tile is visible, else q0 + (k_len - q_len) - k0:
     key column j is visible to row p when j <= p + causal_offset."""
@@ -47,10 +47,9 @@ def _scores(s_sb, s_psum, qs, ks, scale, bias_tile, mask_tile, causal_offset):
     else:
         nisa.tensor_scalar(dst=s_sb, data=s_psum, op0=nl.multiply, operand0=float(scale))
     if mask_tile is not None:
-        # (mask - 1) * BIG is 0 where attended, -BIG elsewhere.
-        penalty = nl.ndarray((TILE_Q, ks), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.tensor_scalar(dst=penalty[0:qs, 0:ks], data=mask_tile, op0=nl.subtract, operand0=1.0, op1=nl.multiply, operand1=BIG)
-        nisa.tensor_tensor(dst=s_sb, data1=s_sb, data2=penalty[0:qs, 0:ks], op=nl.add)
+        # -BIG selected where the mask is 0: an added penalty would keep a NaN score (a NaN k or
+        # bias behind a masked key) NaN, and a select removes it.
+        nisa.tensor_copy_predicated(dst=s_sb, src=-BIG, predicate=mask_tile, reverse_pred=True)
     if causal_offset is not None:
         nisa.affine_select(
             dst=s_sb,
@@ -446,6 +445,7 @@ def flash_bwd_kernel(qT, kT, vT, q, k, do, doT, o, lse, bias, mask, scale, causa
 
                     # Stage B: P = exp(scale * S + bias - lse), recomputed (read straight from PSUM
                     # with the scale in the exponent on plain tiles); dS = P * (dP - delta).
+                    mask_tile = None
                     if not has_bias and not has_mask and all_visible:
                         src, factor = tile["s_psum"][0:qs, 0:kse], float(scale)
                     else:
@@ -455,11 +455,15 @@ def flash_bwd_kernel(qT, kT, vT, q, k, do, doT, o, lse, bias, mask, scale, causa
                         src, factor = s_sb[0:qs, 0:kse], 1.0
                     tile["p"] = nl.ndarray((TILE_Q, BLOCK_K), dtype=q.dtype, buffer=nl.sbuf)
                     nisa.activation(dst=tile["p"][0:qs, 0:kse], op=nl.exp, data=src, scale=factor, bias=neg_lse[0:qs, qi : qi + 1])
+                    if mask_tile is not None:  # a masked pair's P is 0 even where a NaN row's lse would make it NaN
+                        nisa.tensor_copy_predicated(dst=tile["p"][0:qs, 0:kse], src=0.0, predicate=mask_tile, reverse_pred=True)
                     del src, tile["s_psum"]
                     tile["ds"] = nl.ndarray((TILE_Q, BLOCK_K), dtype=q.dtype, buffer=nl.sbuf)
                     if bias_grad:
                         ds32 = nl.ndarray((TILE_Q, BLOCK_K), dtype=nl.float32, buffer=nl.sbuf)
                         nisa.scalar_tensor_tensor(dst=ds32[0:qs, 0:kse], data=tile["dp_psum"][0:qs, 0:kse], op0=nl.subtract, operand0=delta[0:qs, qi : qi + 1], op1=nl.multiply, operand1=tile["p"][0:qs, 0:kse])
+                        if mask_tile is not None:  # 0 * a NaN row's (dP - delta) is NaN: select it out
+                            nisa.tensor_copy_predicated(dst=ds32[0:qs, 0:kse], src=0.0, predicate=mask_tile, reverse_pred=True)
                         nisa.tensor_copy(dst=tile["ds"][0:qs, 0:kse], src=ds32[0:qs, 0:kse], engine=nisa.gpsimd_engine)
                         dst_region = dbias[bb, bh, q0 : q0 + qs, k0 : k0 + kse]
                         if not dbias_first:  # another (batch, head) already stored this slot: add to it
@@ -469,6 +473,8 @@ def flash_bwd_kernel(qT, kT, vT, q, k, do, doT, o, lse, bias, mask, scale, causa
                         nisa.dma_copy(dst=dst_region, src=ds32[0:qs, 0:kse])
                     else:
                         nisa.scalar_tensor_tensor(dst=tile["ds"][0:qs, 0:kse], data=tile["dp_psum"][0:qs, 0:kse], op0=nl.subtract, operand0=delta[0:qs, qi : qi + 1], op1=nl.multiply, operand1=tile["p"][0:qs, 0:kse])
+                        if mask_tile is not None:
+                            nisa.tensor_copy_predicated(dst=tile["ds"][0:qs, 0:kse], src=0.0, predicate=mask_tile, reverse_pred=True)
                     del tile["dp_psum"]
                     pending = tile
                 if pending is not None:

@@ -42,7 +42,7 @@ def triangle_attention(q, k, v, bias, mask=None, scale=None, backend: str | None
             a sum over rows, computed in float32 without an O(N^3) buffer.
         mask: optional (B, N, 1, 1, N) (or (N, 1, 1, N)), bool or any real dtype,
             nonzero = valid key. A row with no valid key gives zeros (and zero
-            gradients), never NaN.
+            gradients), never NaN; a NaN behind a masked key reaches nothing.
         scale: multiplies q.k; default 1/sqrt(D).
         backend: "reference", "nvidia", "amd", ... None picks the device's vendor
             (the reference for CPU arrays); a Triton backend named for CPU tensors
@@ -51,7 +51,7 @@ def triangle_attention(q, k, v, bias, mask=None, scale=None, backend: str | None
             the keys it names, kernel by kernel, on the Triton backends); checked against the
             backend's space (``kernels/spaces/triangle_attention.json``) before anything launches.
         return_lse: also return the (B, N, H, N) (or (N, H, N)) log-sum-exp, float32 (float64
-            for float64 inputs), +inf for a row with no valid key.
+            for float64 inputs), -inf for a row with no valid key (as in ``ceiling.attention``).
 
     Every check (shapes, dtypes, devices, the backend's head-dim range in
     :data:`ceiling.triangle.spec.HEAD_DIM_LIMITS`) runs before anything launches.

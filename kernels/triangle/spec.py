@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from ceiling.arrays import gpu_facts, require
 from ceiling.errors import InputError
@@ -47,6 +47,7 @@ class TriangleAttentionProblem(Problem):
     """One call of triangle attention in its batched form (B, N, H, N, D); the single-batch
     4-D form is batch 1."""
 
+    SIZES: ClassVar[tuple[str, ...]] = ("batch", "n", "heads")
     batch: int
     n: int
     heads: int
@@ -67,6 +68,7 @@ class TrimulProblem(Problem):
     """One call of the triangle multiplicative update on (B, N, N, c_z), the leading batch
     dimensions flattened into ``batch``."""
 
+    SIZES: ClassVar[tuple[str, ...]] = ("batch", "n")
     batch: int
     n: int
     c_z: int
@@ -114,8 +116,8 @@ def check_attention(q, k, v, bias, mask=None, scale=None) -> TriangleAttentionPr
     form = "(B, N, H, N, D)" if batched else "(N, H, N, D)"
     if n2 != n:
         raise InputError("q", f"{form} with the two N dimensions equal", f"shape {qi.shape}")
-    if min(b, n, h, d) < 1:
-        raise InputError("q", f"a non-empty {form} array", f"shape {qi.shape}")
+    if d < 1:  # an empty batch, N or head dimension is a problem (empty outputs); no head dim is not
+        raise InputError("q", f"a {form} array with a head dim of at least 1", f"shape {qi.shape}")
     if qi.dtype not in REFERENCE_DTYPES:
         raise InputError("q", f"dtype in {DTYPES} (float64 on the reference)", qi.dtype)
     for name, info in (("k", ki), ("v", vi)):
@@ -176,8 +178,8 @@ def check_trimul(x, direction, mask, weights: dict[str, Any], eps: float = 1e-5)
     if n2 != n:
         raise InputError("x", "(*, N, N, c_z) with the two N dimensions equal", f"shape {xi.shape}")
     batch = math.prod(lead)
-    if min(batch, n, cz) < 1:
-        raise InputError("x", "a non-empty (*, N, N, c_z) array", f"shape {xi.shape}")
+    if cz < 1:  # an empty batch or N is a problem (an empty output); no channels are not
+        raise InputError("x", "a (*, N, N, c_z) array with c_z of at least 1", f"shape {xi.shape}")
     if xi.dtype not in REFERENCE_DTYPES:
         raise InputError("x", f"dtype in {DTYPES} (float64 on the reference)", xi.dtype)
     if direction not in DIRECTIONS:

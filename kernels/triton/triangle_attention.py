@@ -1,7 +1,8 @@
 """Triangle attention, forward and backward, in Triton (flash-style): the kernels Hopper and CDNA3
 both run and their launcher (:func:`forward`, :func:`backward`), at a config whose target names its
 launch options. At AlphaFold 3's head dim of 32 the kernels are bound by the exponentials, which
-shapes their design (``docs/triangle.md``).
+shapes their design; the key mask selects, so a NaN behind a masked key reaches nothing
+(``docs/triangle.md``).
 """
 
 from __future__ import annotations
@@ -36,10 +37,11 @@ def fwd_kernel(Q, K, V, Bias, KeyBias, O, LSE, N, H, D, kb_row_stride, qk_scale,
 
     The bias tile of a key step is the same for every row i, so it is read once per program for
     all ROWS rows (its L2 traffic divided by ROWS) and each row runs its own 2-D dots (wgmma).
-    Per score the step issues one FFMA before the max: the bias, scaled by ``1/scale`` once per
-    tile, seeds the QK^T accumulator, and ``s * qk_scale + key_bias`` turns the sum into base-2
-    logits with the key mask (0 or -inf per key, -inf past N: ``KeyBias`` rows of
-    ``kb_row_stride``, 0 when every row shares one) in the same instruction. ``EXP2_SPLIT``
+    Per score the step issues one multiply and one select before the max: the bias, scaled by
+    ``1/scale`` once per tile, seeds the QK^T accumulator, ``s * qk_scale`` turns the sum into
+    base-2 logits, and the key mask (0 or -inf per key, -inf past N: ``KeyBias`` rows of
+    ``kb_row_stride``, 0 when every row shares one) selects -inf at a masked key, where an
+    added -inf would let a NaN bias or k through. ``EXP2_SPLIT``
     computes half of the exponentials on the FMA pipe
     (:func:`ceiling.triton.attention.softmax_exp2`).
     """
@@ -85,10 +87,11 @@ def fwd_kernel(Q, K, V, Bias, KeyBias, O, LSE, N, H, D, kb_row_stride, qk_scale,
                             mask=in_m[:, None] & in_n[None, :], other=0.0).to(tl.float32) * inv_scale
         new_m, new_l, new_acc = (), (), ()
         for r in tl.static_range(ROWS):
-            k = tl.load(K + rows[r] + offs_n[:, None] * D + offs_d[None, :], mask=kv_mask, other=0.0)
-            v = tl.load(V + rows[r] + offs_n[:, None] * D + offs_d[None, :], mask=kv_mask, other=0.0)
-            key_bias = tl.load(KeyBias + kb_rows[r] + offs_n)
-            s = tl.dot(qs[r], tl.trans(k), acc=bias_seed, input_precision=PRECISION) * qk_scale + key_bias[None, :]
+            valid = tl.load(KeyBias + kb_rows[r] + offs_n) == 0.0
+            k = tl.load(K + rows[r] + offs_n[:, None] * D + offs_d[None, :], mask=kv_mask & valid[:, None], other=0.0)
+            v = tl.load(V + rows[r] + offs_n[:, None] * D + offs_d[None, :], mask=kv_mask & valid[:, None], other=0.0)
+            s = tl.dot(qs[r], tl.trans(k), acc=bias_seed, input_precision=PRECISION) * qk_scale
+            s = tl.where(valid[None, :], s, float("-inf"))
             m_new = tl.maximum(ms[r], tl.max(s, 1))
             alpha = tl.exp2(ms[r] - m_new)
             p = softmax_exp2(s - m_new[:, None], EXP2_SPLIT)
@@ -98,11 +101,12 @@ def fwd_kernel(Q, K, V, Bias, KeyBias, O, LSE, N, H, D, kb_row_stride, qk_scale,
         ms, ls, accs = new_m, new_l, new_acc
 
     for r in tl.static_range(ROWS):
+        # l == 0 only for a row that saw no valid key; a NaN l (a NaN score) is not 0 and flows on
         l_i = ls[r]
-        has_any = l_i > 0.0
-        l_safe = tl.where(has_any, l_i, 1.0)
-        out = tl.where(has_any[:, None], accs[r] / l_safe[:, None], 0.0)
-        lse = tl.where(has_any, (ms[r] + tl.log2(l_safe)) * _LN2, float("inf"))
+        empty = l_i == 0.0
+        l_safe = tl.where(empty, 1.0, l_i)
+        out = tl.where(empty[:, None], 0.0, accs[r] / l_safe[:, None])
+        lse = tl.where(empty, float("-inf"), (ms[r] + tl.log2(l_safe)) * _LN2)
         tl.store(O + rows[r] + offs_m[:, None] * D + offs_d[None, :], out.to(O.dtype.element_ty),
                  mask=real[r][:, None] & in_d[None, :])
         tl.store(LSE + lse_rows[r] + offs_m, lse, mask=real[r])
@@ -122,16 +126,17 @@ def bwd_preprocess_kernel(O, DO, Delta, N, D, BLOCK_M: tl.constexpr, HEAD_DIM: t
 
 
 @triton.jit
-def probs_and_dscores(q, k, v, do, logit_bias, lse2, delta, qk_scale, PRECISION: tl.constexpr):
+def probs_and_dscores(q, k, v, do, logit_bias, lse2, delta, qk_scale, live, PRECISION: tl.constexpr):
     """P and dS (BLOCK_M, BLOCK_N) of one tile, recomputed from the saved LSE; ``logit_bias`` is
-    the tile's bias in base-2 units plus the key bias (-inf at a masked key).
+    the tile's bias in base-2 units, ``live`` the (query in range, key valid) pairs.
 
-    A row with no valid key has lse = +inf, so P, and with it dS, is exactly 0.
+    Both are selected to exactly 0 off ``live``: at a masked key (whatever its bias, or a NaN
+    row's lse, would make of it) and in a row with no valid key (lse -inf).
     """
     s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale + logit_bias
-    p = tl.exp2(s - lse2[:, None])
+    p = tl.where(live, tl.exp2(s - lse2[:, None]), 0.0)
     dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
-    ds = p * (dp - delta[:, None])
+    ds = tl.where(live, p * (dp - delta[:, None]), 0.0)
     return p, ds
 
 
@@ -162,9 +167,9 @@ def bwd_dkdv_kernel(Q, K, V, Bias, KeyBias, DO, LSE, Delta, DK, DV, N, H, D, kb_
     in_n = offs_n < N
     in_d = offs_d < D
     kv_mask = in_n[:, None] & in_d[None, :]
-    k = tl.load(K + row + offs_n[:, None] * D + offs_d[None, :], mask=kv_mask, other=0.0)
-    v = tl.load(V + row + offs_n[:, None] * D + offs_d[None, :], mask=kv_mask, other=0.0)
-    key_bias = tl.load(KeyBias + bi * kb_row_stride + offs_n)
+    valid = tl.load(KeyBias + bi * kb_row_stride + offs_n) == 0.0
+    k = tl.load(K + row + offs_n[:, None] * D + offs_d[None, :], mask=kv_mask & valid[:, None], other=0.0)
+    v = tl.load(V + row + offs_n[:, None] * D + offs_d[None, :], mask=kv_mask & valid[:, None], other=0.0)
 
     dk = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
@@ -182,15 +187,18 @@ def bwd_dkdv_kernel(Q, K, V, Bias, KeyBias, DO, LSE, Delta, DK, DV, N, H, D, kb_
         delta = tl.load(Delta + r * N + offs_m, mask=in_m, other=0.0)
         bias = tl.load(Bias + bias_base + offs_m[:, None] * N + offs_n[None, :],
                        mask=in_m[:, None] & in_n[None, :], other=0.0).to(tl.float32)
-        p, ds = probs_and_dscores(q, k, v, do, bias * _LOG2E + key_bias[None, :], lse2, delta, qk_scale,
-                                  PRECISION)
+        p, ds = probs_and_dscores(q, k, v, do, bias * _LOG2E, lse2, delta, qk_scale,
+                                  in_m[:, None] & valid[None, :], PRECISION)
         dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PRECISION)
         ds_lo = ds.to(q.dtype)
         dk += tl.dot(tl.trans(ds_lo), q, input_precision=PRECISION)
         if DQ_ATOMIC:
             dq = tl.dot(ds_lo, k, input_precision=PRECISION) * scale
             tl.atomic_add(DQ32 + row + offs_m[:, None] * D + offs_d[None, :], dq, mask=q_mask, sem="relaxed")
-    tl.store(DK + row + offs_n[:, None] * D + offs_d[None, :], (dk * scale).to(DK.dtype.element_ty), mask=kv_mask)
+    # a masked key's gradients are 0: dS is 0 there, but 0 times a NaN q would not be
+    dk = tl.where(valid[:, None], dk * scale, 0.0)
+    dv = tl.where(valid[:, None], dv, 0.0)
+    tl.store(DK + row + offs_n[:, None] * D + offs_d[None, :], dk.to(DK.dtype.element_ty), mask=kv_mask)
     tl.store(DV + row + offs_n[:, None] * D + offs_d[None, :], dv.to(DV.dtype.element_ty), mask=kv_mask)
 
 
@@ -221,13 +229,13 @@ def bwd_dq_kernel(Q, K, V, Bias, KeyBias, DO, LSE, Delta, DQ, N, H, D, kb_row_st
         offs_n = start_n + tl.arange(0, BLOCK_N)
         in_n = offs_n < N
         kv_mask = in_n[:, None] & in_d[None, :]
-        k = tl.load(K + row + offs_n[:, None] * D + offs_d[None, :], mask=kv_mask, other=0.0)
-        v = tl.load(V + row + offs_n[:, None] * D + offs_d[None, :], mask=kv_mask, other=0.0)
-        key_bias = tl.load(KeyBias + bi * kb_row_stride + offs_n)
+        valid = tl.load(KeyBias + bi * kb_row_stride + offs_n) == 0.0
+        k = tl.load(K + row + offs_n[:, None] * D + offs_d[None, :], mask=kv_mask & valid[:, None], other=0.0)
+        v = tl.load(V + row + offs_n[:, None] * D + offs_d[None, :], mask=kv_mask & valid[:, None], other=0.0)
         bias = tl.load(Bias + bias_base + offs_m[:, None] * N + offs_n[None, :],
                        mask=in_m[:, None] & in_n[None, :], other=0.0).to(tl.float32)
-        p, ds = probs_and_dscores(q, k, v, do, bias * _LOG2E + key_bias[None, :], lse2, delta, qk_scale,
-                                  PRECISION)
+        p, ds = probs_and_dscores(q, k, v, do, bias * _LOG2E, lse2, delta, qk_scale,
+                                  in_m[:, None] & valid[None, :], PRECISION)
         dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)
     tl.store(DQ + row + offs_m[:, None] * D + offs_d[None, :], (dq * scale).to(DQ.dtype.element_ty), mask=q_mask)
 
@@ -280,12 +288,13 @@ def bwd_dbias_kernel(Q, K, V, Bias, KeyBias, DO, LSE, Delta, DBias, N, H, D, kb_
         row = r * N * D
         q = tl.load(Q + row + offs_m[:, None] * D + offs_d[None, :], mask=q_mask, other=0.0)
         do = tl.load(DO + row + offs_m[:, None] * D + offs_d[None, :], mask=q_mask, other=0.0)
-        k = tl.load(K + row + offs_n[:, None] * D + offs_d[None, :], mask=kv_mask, other=0.0)
-        v = tl.load(V + row + offs_n[:, None] * D + offs_d[None, :], mask=kv_mask, other=0.0)
+        valid = tl.load(KeyBias + bi * kb_row_stride + offs_n) == 0.0
+        k = tl.load(K + row + offs_n[:, None] * D + offs_d[None, :], mask=kv_mask & valid[:, None], other=0.0)
+        v = tl.load(V + row + offs_n[:, None] * D + offs_d[None, :], mask=kv_mask & valid[:, None], other=0.0)
         lse2 = tl.load(LSE + r * N + offs_m, mask=in_m, other=float("inf")) * _LOG2E
         delta = tl.load(Delta + r * N + offs_m, mask=in_m, other=0.0)
-        key_bias = tl.load(KeyBias + bi * kb_row_stride + offs_n)
-        p, ds = probs_and_dscores(q, k, v, do, bias2 + key_bias[None, :], lse2, delta, qk_scale, PRECISION)
+        p, ds = probs_and_dscores(q, k, v, do, bias2, lse2, delta, qk_scale, in_m[:, None] & valid[None, :],
+                                  PRECISION)
         acc += ds
     num_bh = tl.num_programs(2) // ROW_SPLIT
     out_base = (split * num_bh + bh) * N * N

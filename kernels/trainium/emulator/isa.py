@@ -320,6 +320,40 @@ def tensor_copy(dst, src, engine=engine.unknown, name=None):
     _record("tensor_copy", eng, cycles, reads=(src,), writes=(dst,))
 
 
+def tensor_copy_predicated(dst, src, predicate, reverse_pred=False, name=None):
+    """``dst = src`` where the uint ``predicate`` is nonzero (zero with ``reverse_pred``, which
+    takes a scalar ``src`` only), ``dst`` unchanged elsewhere, on VectorE: a select, which unlike
+    an added penalty leaves no NaN behind."""
+    ins = "nisa.tensor_copy_predicated"
+    tgt = state.current().target
+    rules.tensor(dst, ins, "dst")
+    rules.tensor(predicate, ins, "predicate")
+    for t, role in ((dst, "dst"), (predicate, "predicate")):
+        rules.engine_operand(t, ins, role, "vector")
+    rules.same_layout(dst, predicate, ins, "dst and predicate")
+    if dtype_name(predicate.dtype) not in ("uint8", "uint16", "uint32"):
+        rules.fail("dtype", ins, f"predicate must be uint8, uint16 or uint32, got {dtype_name(predicate.dtype)}")
+    if isinstance(src, Tensor):
+        rules.engine_operand(src, ins, "src", "vector")
+        rules.same_layout(dst, src, ins, "dst and src")
+        if src.dtype != dst.dtype:
+            rules.fail("dtype", ins, f"src and dst must share a dtype, got {dtype_name(src.dtype)} and {dtype_name(dst.dtype)}")
+        if reverse_pred:
+            rules.fail("operand", ins, "reverse_pred takes a scalar src only")
+        if src.buffer == "psum" and predicate.buffer == "psum":
+            rules.fail("psum", ins, "src and predicate cannot both be in PSUM")
+    old, pred = dst.raw(ins), predicate.raw(ins)
+    values = src.raw(ins) if isinstance(src, Tensor) else src
+    if old is not None:
+        take = (pred.reshape(dst.shape) != 0) ^ bool(reverse_pred)
+        dst.write(np.where(take, np.broadcast_to(values, dst.shape) if not isinstance(src, Tensor) else values.reshape(dst.shape), old))
+    else:
+        dst.write(None)
+    both_sbuf = dst.buffer == "sbuf" and predicate.buffer == "sbuf" and (not isinstance(src, Tensor) or src.buffer == "sbuf")
+    _record("tensor_copy_predicated", "vector", cost.vector_cycles(tgt, dst.free_size, 2 if both_sbuf else 1),
+            reads=(predicate, dst, *((src,) if isinstance(src, Tensor) else ())), writes=(dst,))
+
+
 def memset(dst, value, engine=engine.unknown, name=None):
     """Fill ``dst`` with a constant (VectorE by default, or GpSimd)."""
     ins = "nisa.memset"
@@ -399,5 +433,5 @@ __all__ = [
     "engine", "reduce_cmd", "dge_mode", "oob_mode", "matmul_perf_mode", "nc_version", "get_nc_version",
     "tensor_engine", "vector_engine", "scalar_engine", "gpsimd_engine", "unknown_engine",
     "nc_matmul", "nc_transpose", "tensor_tensor", "tensor_scalar", "scalar_tensor_tensor", "activation",
-    "activation_reduce", "tensor_reduce", "tensor_copy", "memset", "iota", "affine_select", "dma_copy",
+    "activation_reduce", "tensor_reduce", "tensor_copy", "tensor_copy_predicated", "memset", "iota", "affine_select", "dma_copy",
 ]  # fmt: skip
