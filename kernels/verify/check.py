@@ -123,25 +123,22 @@ def verify(contract: Contract, properties=None, targets=None, timeout_ms=props.D
             per = {p: [] for p in properties}
             secs = {p: 0.0 for p in properties}
             env, cons, vs = variants(contract, combo)
-            grid_env = dict(env)
             for extra, sig, ce, div, one in vs:
                 t0 = time.perf_counter()
                 kernel = compile_ttir(contract.fn, dict(sig), ce, tuple(div), target)
-                venv = dict(env)
-                if one:
-                    venv[one] = 1
-                grid = [g.z3(grid_env) for g in contract.grid]
-                enc = Encoder(kernel, _args(kernel, contract, venv), grid, cons + extra)
-                bufs = {n: (b.extent(env), dtype_info(b.dtype, n)[1], b) for n, b in contract.buffers.items()}
-                problem = props.Problem(enc, env, cons + extra + [g >= 0 for g in grid], grid, bufs, timeout_ms)
+                venv, vcons = dict(env), cons + extra
+                if one:  # the argument is the constant 1 in this compile: so it is in every term
+                    venv[one] = z3.IntVal(1)
+                    vcons = [z3.substitute(c, (env[one], z3.IntVal(1))) for c in vcons]
+                grid = [g.z3(venv) for g in contract.grid]
+                enc = Encoder(kernel, _args(kernel, contract, venv), grid, vcons)
+                bufs = {n: (b.extent(venv), dtype_info(b.dtype, n)[1], b) for n, b in contract.buffers.items()}
+                problem = props.Problem(enc, venv, vcons + [g >= 0 for g in grid], grid, bufs, timeout_ms)
                 setup = time.perf_counter() - t0
                 ovf = None
                 for p in properties:
                     t1 = time.perf_counter()
-                    if p == "accumulate":
-                        o = props.accumulate(problem, contract.contraction)
-                    else:
-                        o = getattr(props, p)(problem)
+                    o = getattr(props, p)(problem)
                     if p == "overflow":
                         ovf = o
                     per[p].append(o)
@@ -156,8 +153,6 @@ def verify(contract: Contract, properties=None, targets=None, timeout_ms=props.D
                                                                      "wraps, and overflow is not proved")
             for p in properties:
                 o = _worst(per[p])
-                if contract.contraction is None and p == "accumulate":
-                    continue
                 cx = o.counterexample
                 if cx is not None:
                     cx = {**cx, "constexprs": combo, "target": target}

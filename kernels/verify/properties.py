@@ -1,9 +1,8 @@
 """The properties, each a set of z3 queries over one encoded kernel variant and its contract's domain
 (UNSAT of the negated property = proved): ``bounds`` (every masked access inside its buffer),
 ``overflow`` (no integer operation wraps its width, no division by zero), ``race`` (no two distinct
-programs store the same element non-atomically), ``coverage`` (every element of each output buffer is
-stored by some program) and ``accumulate`` (each contraction index reaches each output element exactly
-once). A query that times out, or an access the encoder could not model, gives unknown; a property that
+programs store the same element non-atomically), and ``coverage`` (every element of each output buffer is
+stored by some program). A query that times out, or an access the encoder could not model, gives unknown; a property that
 assumed no wrap is proved only when ``overflow`` is."""
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ import z3
 
 from ceiling.verify.encoding import LANES, PIDS, Access, Encoder, conj, lanes_in
 
-PROPERTIES = ("bounds", "overflow", "race", "coverage", "accumulate")
+PROPERTIES = ("bounds", "overflow", "race", "coverage")
 DEFAULT_TIMEOUT_MS = 10_000
 
 
@@ -37,6 +36,7 @@ class Problem:
     grid: list
     buffers: dict      # name -> (extent term, element bytes, Buffer)
     timeout_ms: int = DEFAULT_TIMEOUT_MS
+    scalar_names: tuple = ()
 
     def query(self, constraints, subs=None):
         """Solve with the divisions' cheap facts first (an UNSAT there is a proof), then exactly. ``subs``
@@ -69,7 +69,7 @@ def _val(model, term):
 
 
 def _scalars(p: Problem, model) -> dict:
-    return {k: _val(model, v) for k, v in p.env.items() if not isinstance(v, int)}
+    return {k: _val(model, v) for k, v in p.env.items() if not isinstance(v, int) or k in p.scalar_names}
 
 
 def _where(p: Problem, model, acc_shape, ctx, pids=PIDS, lanes=LANES, rename=None) -> dict:
@@ -137,6 +137,37 @@ def overflow(p: Problem) -> Outcome:
     return Outcome("unknown", reason="; ".join(unknown)) if unknown else Outcome("proved")
 
 
+def indices(p: Problem, name: str, offset):
+    """The element index per dim of an address into buffer ``name``, when the buffer's strides are
+    distinct integer arguments and the address is linear in them (``sum(index_k * stride_k)``, which
+    z3 compares dim by dim far faster than the products); None otherwise."""
+    buf = p.buffers[name][2]
+    strides = [s.z3(p.env) for s in buf.strides]
+    if not all(z3.is_const(t) and not z3.is_int_value(t) for t in strides) or len({str(t) for t in strides}) < len(strides):
+        return None
+    zero = [(t, z3.IntVal(0)) for t in strides]
+    base = z3.substitute(offset, *zero)
+    idx = [z3.substitute(offset, *[(t, z3.IntVal(1 if j == k else 0)) for j, t in enumerate(strides)]) - base
+           for k in range(len(strides))]
+    rest = z3.simplify(offset - base - sum((i * t for i, t in zip(idx, strides)), z3.IntVal(0)), som=True)
+    if not (z3.is_int_value(rest) and rest.as_long() == 0):
+        return None
+    return base, idx
+
+
+def injective(p: Problem, name: str) -> bool:
+    """Whether two distinct elements of buffer ``name``'s view always have distinct addresses."""
+    buf = p.buffers[name][2]
+    i = [z3.Int(f"inj_i{k}") for k in range(len(buf.shape))]
+    j = [z3.Int(f"inj_j{k}") for k in range(len(buf.shape))]
+    shape = [s.z3(p.env) for s in buf.shape]
+    strides = [s.z3(p.env) for s in buf.strides]
+    q = p.domain + [z3.And(0 <= a, a < n, 0 <= b, b < n) for a, b, n in zip(i, j, shape)] + \
+        [z3.Or(*[a != b for a, b in zip(i, j)]), sum(a * t for a, t in zip(i, strides)) == sum(b * t for b, t in zip(j, strides))]
+    r, _, _ = solve(q, p.timeout_ms)
+    return r == z3.unsat
+
+
 def _second(p: Problem):
     """Renaming of one program instance's variables (program ids, lanes, loop iterations) to a second's."""
     pids2 = [z3.Int(f"{x}_b") for x in map(str, PIDS)]
@@ -165,10 +196,14 @@ def race(p: Problem) -> Outcome:
                 continue
             distinct = z3.Or(*[a != b for a, b in zip(PIDS[:len(p.grid)], pids2)])
             lanes_b = [z3.And(0 <= lanes2[k], lanes2[k] < n) for k, n in enumerate(s2.shape)]
+            same = s1.offset * s1.esize == _ren(s2.offset, subs) * s2.esize
+            d1, d2 = indices(p, s1.buffer, s1.offset), indices(p, s2.buffer, s2.offset)
+            by_index = d1 is not None and d2 is not None and s1.esize == s2.esize and injective(p, s1.buffer)
+            if by_index:  # an injective view: the same element is the same index in every dim
+                same = z3.And(d1[0] == _ren(d2[0], subs), *[a == _ren(b, subs) for a, b in zip(d1[1], d2[1])])
             q = (p.domain + p.pid_range() + p.pid_range(pids2) + lanes_in(s1.shape) + lanes_b + _conds(s1.ctx)
                  + [_ren(c, subs) for c in s2.ctx.conds]
-                 + [s1.mask, s1.ok, _ren(s2.mask, subs), _ren(s2.ok, subs), distinct,
-                    s1.offset * s1.esize == _ren(s2.offset, subs) * s2.esize])
+                 + [s1.mask, s1.ok, _ren(s2.mask, subs), _ren(s2.ok, subs), distinct, same])
             r, m, why = p.query(q, subs)
             if r == z3.sat:
                 if not (s1.mask_exact and s2.mask_exact):
@@ -183,13 +218,16 @@ def race(p: Problem) -> Outcome:
     return Outcome("unknown", reason="; ".join(unknown)) if unknown else Outcome("proved")
 
 
-def _hit(acc: Access, target, p: Problem):
+def _hit(acc: Access, target, p: Problem, elem=None):
     """The conditions under which access ``acc`` (its program, lanes, iterations free) writes element
-    offset ``target``, with the variables to quantify."""
+    offset ``target`` (or, by index, element ``elem``), with the variables to quantify."""
     loops = [lp.it for lp in acc.ctx.loops]
+    d = indices(p, acc.buffer, acc.offset) if elem is not None else None
+    at = [acc.offset == target] if d is None else [d[0] == 0] + [a == e for a, e in zip(d[1], elem)]
     body = z3.And(*(p.pid_range() + lanes_in(acc.shape) + _conds(acc.ctx) + list(p.enc.defs) +
-                    [acc.mask] + ([acc.ok] if acc.ok is not None else []) + [acc.offset == target]))
-    return PIDS[:max(len(p.grid), 1)] + LANES[:len(acc.shape)] + loops + list(p.enc.div_vars), body
+                    [acc.mask] + ([acc.ok] if acc.ok is not None else []) + at))
+    # Every program id is bound, the unused ones too (the grid pins them to 0).
+    return PIDS + LANES[:len(acc.shape)] + loops + list(p.enc.div_vars), body
 
 
 def coverage(p: Problem) -> Outcome:
@@ -210,96 +248,20 @@ def coverage(p: Problem) -> Outcome:
         esize = p.buffers[name][1]
         not_hit = []
         for a in writes:
-            vs, body = _hit(a, target * esize // max(a.esize, 1) if a.esize != esize else target, p)
+            # By index, a hit is only one way to write the element: sound for a proof; a counterexample
+            # then needs the view to be injective.
+            vs, body = _hit(a, target * esize // max(a.esize, 1) if a.esize != esize else target, p,
+                            idx if a.esize == esize else None)
             not_hit.append(z3.ForAll(vs, z3.Not(body)))
         q = p.domain + [z3.And(0 <= i, i < n) for i, n in zip(idx, shape)] + not_hit
         r, m, why = solve(q, p.timeout_ms)
+        if r == z3.sat and not injective(p, name):
+            unknown.append(f"{name}: element {[_val(m, i) for i in idx]} not written by index, and the view may overlap")
+            continue
         if r == z3.sat:
             return Outcome("counterexample", {"buffer": name, "element": [_val(m, i) for i in idx],
                                               "offset": _val(m, target), "scalars": _scalars(p, m),
                                               "stored_by": "no program"})
         if r == z3.unknown:
             unknown.append(f"{name}: solver {why} on the quantified coverage query")
-    return Outcome("unknown", reason="; ".join(unknown)) if unknown else Outcome("proved")
-
-
-def accumulate(p: Problem, contraction) -> Outcome:
-    """Each contraction index reaches each output element exactly once: the load of the contracted
-    operand, in the same program instance as the write of the output element (the load's non-contracted
-    dims the write's lanes), reads each index in [0, extent) under exactly one (program, iteration, lane)."""
-    if contraction is None:
-        return Outcome("proved", reason=None) if False else Outcome("unknown", reason="the contract names no contraction")
-    loads = [a for a in p.enc.accesses if a.buffer == contraction.load and a.kind == "load"]
-    writes = [a for a in p.enc.accesses if a.buffer == contraction.output and a.kind in ("store", "atomic")]
-    if not loads or not writes:
-        return Outcome("unknown", reason=f"no load of {contraction.load} or no write of {contraction.output}")
-    for a in loads + writes:
-        if a.reason or not a.mask_exact:
-            return Outcome("unknown", reason=f"{a.op} at {a.loc} not modelled ({a.reason or 'its mask'})")
-    buf = p.buffers[contraction.load][2]
-    out = p.buffers[contraction.output][2]
-    axis = contraction.axis
-    lmap = dict(enumerate(contraction.lanes)) if contraction.lanes else None
-    pids2, lanes2, subs = _second(p)
-    unknown = []
-    kk = z3.Int("contraction_index")
-    k_extent = buf.shape[axis].z3(p.env)
-    for ld in loads:
-        for wr in writes:
-            # Tie the load's non-contracted dims to the write's lanes; the contracted dim is its own lane.
-            other = [d for d in range(len(ld.shape)) if d != axis]
-            tie = lmap or {d: d for d in other}
-            wl = [z3.Int(f"wlane{k}") for k in range(len(wr.shape))]
-            wsubs = [(LANES[k], wl[k]) for k in range(len(wr.shape))]
-            ties = [LANES[d] == wl[tie[d]] for d in other if tie.get(d) is not None and tie[d] < len(wr.shape)]
-            # The contraction index a load lane reads: its address's coordinate along the axis.
-            st = [s.z3(p.env) for s in buf.strides]
-            kcoord = z3.Int("kcoord")
-            rowc = [z3.Int(f"coord{d}") for d in range(len(buf.shape))]
-            coord_ok = [ld.offset == sum((c * s for c, s in zip(rowc, st)), z3.IntVal(0)), kcoord == rowc[axis]] + \
-                       [z3.And(0 <= c, c < n.z3(p.env)) for c, n in zip(rowc, buf.shape)]
-            inst = (lanes_in(ld.shape) + [z3.And(0 <= w, w < n) for w, n in zip(wl, wr.shape)] + _conds(ld.ctx)
-                    + [z3.substitute(c, *wsubs) for c in wr.ctx.conds] + [ld.mask, z3.substitute(wr.mask, *wsubs)]
-                    + [c for c in (ld.ok, _ren(wr.ok, wsubs) if wr.ok is not None else None) if c is not None] + ties)
-            inst2 = [_ren(c, subs) for c in inst]
-            wl2 = [z3.Int(f"wlane{k}_b") for k in range(len(wr.shape))]
-            inst2 = [z3.substitute(c, *zip(wl, wl2)) for c in inst2]
-            coord2 = [z3.substitute(_ren(c, subs), *([(kcoord, z3.Int("kcoord_b"))] + [(c0, z3.Int(f"coord{d}_b"))
-                                                                                      for d, c0 in enumerate(rowc)]))
-                      for c in coord_ok]
-            same_out = z3.substitute(wr.offset, *wsubs) == z3.substitute(_ren(wr.offset, subs), *zip(wl, wl2))
-            differs = z3.Or(*([a != b for a, b in zip(PIDS[:len(p.grid)], pids2)]
-                              + [LANES[axis] != lanes2[axis]]
-                              + [lp.it != _ren(lp.it, subs) for lp in ld.ctx.loops]))
-            q = (p.domain + p.pid_range() + p.pid_range(pids2) + inst + inst2 + coord_ok + coord2
-                 + [same_out, z3.Int("kcoord") == z3.Int("kcoord_b"), differs])
-            r, m, why = p.query(q, subs)
-            if r == z3.sat:
-                return Outcome("counterexample", {
-                    "output": contraction.output, "contraction_index": _val(m, kcoord), "scalars": _scalars(p, m),
-                    "output_offset": _val(m, z3.substitute(wr.offset, *wsubs)),
-                    "first": _where(p, m, ld.shape, ld.ctx),
-                    "second": _where(p, m, ld.shape, ld.ctx, pids2, lanes2, subs),
-                    "reads": "twice"})
-            if r == z3.unknown:
-                unknown.append(f"at most once: solver {why}")
-            # At least once: some output element and index in range that no instance reads.
-            # One quantified query over the instance's variables.
-            qs = [z3.Int(f"q_out{k}") for k in range(len(out.shape))]
-            ost = [s.z3(p.env) for s in out.strides]
-            otarget = sum((c * s for c, s in zip(qs, ost)), z3.IntVal(0))
-            vs = PIDS[:len(p.grid)] + LANES[:len(ld.shape)] + wl + [lp.it for lp in ld.ctx.loops] + \
-                [lp.it for lp in wr.ctx.loops if all(not lp.it.eq(x.it) for x in ld.ctx.loops)] + rowc + [kcoord] + \
-                list(p.enc.div_vars)
-            body = z3.And(*(p.pid_range() + inst + coord_ok + list(p.enc.defs) + [z3.substitute(wr.offset, *wsubs) == otarget,
-                                                               kcoord == kk]))
-            q = p.domain + [z3.And(0 <= c, c < n.z3(p.env)) for c, n in zip(qs, out.shape)] + \
-                [0 <= kk, kk < k_extent, z3.ForAll(vs, z3.Not(body))]
-            r, m, why = solve(q, p.timeout_ms)
-            if r == z3.sat:
-                return Outcome("counterexample", {"output": contraction.output,
-                                                  "element": [_val(m, c) for c in qs], "contraction_index": _val(m, kk),
-                                                  "scalars": _scalars(p, m), "reads": "never"})
-            if r == z3.unknown:
-                unknown.append(f"at least once: solver {why} on the quantified query")
     return Outcome("unknown", reason="; ".join(unknown)) if unknown else Outcome("proved")
