@@ -9,7 +9,7 @@ import time
 
 import z3
 
-from ceiling.errors import InputError
+from ceiling.verify.errors import ContractError
 from ceiling.verify import properties as props
 from ceiling.verify.contract import Contract
 from ceiling.verify.encoding import Encoder, Val, pointee_size
@@ -51,7 +51,7 @@ def variants(contract: Contract, combo: dict):
     """Each (extra constraints, signature, constexprs, divisible) the launcher can produce over the domain."""
     env, cons = _domain(contract, combo)
     if not _possible(cons, z3.BoolVal(True)):
-        raise InputError(f"scalars: the domain is empty for {combo} (check [assume])")
+        raise ContractError(f"scalars: the domain is empty for {combo} (check [assume])")
     base_sig = {}
     for name, b in contract.buffers.items():
         base_sig[name] = "*" + dtype_info(b.dtype, f"buffers.{name}.dtype")[0]
@@ -64,6 +64,8 @@ def variants(contract: Contract, combo: dict):
         widths[name] = [w for w, ok in (("i32", small), ("i64", big)) if ok]
         if _implied(cons, v % 16 == 0):
             divisible.append(name)
+    # An argument the domain pins to 1 is always the constant (Triton's launcher specialises it every call).
+    pinned = [n for n in contract.scalars if _implied(cons, env[n] == 1)]
     out = []
     # i32/i64: every combination of the arguments whose range straddles 2^31.
     import itertools
@@ -77,14 +79,20 @@ def variants(contract: Contract, combo: dict):
                 v = env[n]
                 extra.append(z3.And(v <= INT32_MAX, v >= -(2**31)) if w == "i32" else
                              z3.Or(v > INT32_MAX, v < -(2**31)))
-        out.append((extra, sig, dict(combo), list(divisible), None))
-        # A value of 1 is compiled as a constant, one argument at a time (the general variant covers the rest).
-        for n in contract.scalars:
-            if sig[n] == "i32" and _possible(cons + extra, env[n] == 1):
-                ce = dict(combo)
-                ce[n] = 1
-                s1 = {k: v for k, v in sig.items() if k != n}
-                out.append((extra + [env[n] == 1], s1, ce, [d for d in divisible if d != n], n))
+        base_ce = dict(combo, **{n: 1 for n in pinned})
+        base = {k: v for k, v in sig.items() if k not in pinned}
+        div = [d for d in divisible if d not in pinned]
+        out.append((extra, base, base_ce, div, tuple(pinned)))
+        # A value of 1 is compiled as a constant: one variant per ranged argument that can be 1, with every
+        # argument that is then 1 too (a stride equal to that size) also a constant, as in that launch.
+        # The general variant covers the rest.
+        for n, spec in contract.scalars.items():
+            if spec.expr is not None or n in pinned or sig[n] != "i32" or not _possible(cons + extra, env[n] == 1):
+                continue
+            ones = [m for m in contract.scalars if m not in pinned and _implied(cons + extra + [env[n] == 1], env[m] == 1)]
+            s1 = {k: v for k, v in base.items() if k not in ones}
+            out.append((extra + [env[n] == 1], s1, dict(base_ce, **{m: 1 for m in ones}),
+                        [d for d in div if d not in ones], tuple(pinned) + tuple(ones)))
     return env, cons, out
 
 
@@ -116,7 +124,7 @@ def verify(contract: Contract, properties=None, targets=None, timeout_ms=props.D
     properties = list(properties or props.PROPERTIES)
     for p in properties:
         if p not in props.PROPERTIES:
-            raise InputError(f"properties: unknown {p!r} (expected {', '.join(props.PROPERTIES)})")
+            raise ContractError(f"properties: unknown {p!r} (expected {', '.join(props.PROPERTIES)})")
     results = []
     for target in targets or contract.targets:
         for combo in combinations or contract.combinations():
@@ -127,13 +135,14 @@ def verify(contract: Contract, properties=None, targets=None, timeout_ms=props.D
                 t0 = time.perf_counter()
                 kernel = compile_ttir(contract.fn, dict(sig), ce, tuple(div), target)
                 venv, vcons = dict(env), cons + extra
-                if one:  # the argument is the constant 1 in this compile: so it is in every term
-                    venv[one] = z3.IntVal(1)
-                    vcons = [z3.substitute(c, (env[one], z3.IntVal(1))) for c in vcons]
+                for n in one:  # the argument is the constant 1 in this compile: so it is in every term
+                    venv[n] = z3.IntVal(1)
+                    vcons = [z3.substitute(c, (env[n], z3.IntVal(1))) for c in vcons]
                 grid = [g.z3(venv) for g in contract.grid]
                 enc = Encoder(kernel, _args(kernel, contract, venv), grid, vcons)
                 bufs = {n: (b.extent(venv), dtype_info(b.dtype, n)[1], b) for n, b in contract.buffers.items()}
-                problem = props.Problem(enc, venv, vcons + [g >= 0 for g in grid], grid, bufs, timeout_ms)
+                problem = props.Problem(enc, venv, vcons + [g >= 0 for g in grid], grid, bufs, timeout_ms,
+                                        tuple(contract.scalars))
                 setup = time.perf_counter() - t0
                 ovf = None
                 for p in properties:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import z3
 
-from ceiling.errors import InputError
+from ceiling.verify.errors import ContractError
 from ceiling.verify.ir import dtype_info
 
 _FUNCS = ("cdiv", "min", "max")
@@ -43,23 +43,23 @@ class Expr:
 
 def parse_expr(text, key: str, condition: bool = False) -> Expr:
     if isinstance(text, bool) or not isinstance(text, (int, str)):
-        raise InputError(f"{key}: expected an integer or an expression, got {text!r}")
+        raise ContractError(f"{key}: expected an integer or an expression, got {text!r}")
     try:
         tree = ast.parse(str(text), mode="eval").body
     except SyntaxError:
-        raise InputError(f"{key}: cannot parse {text!r}") from None
+        raise ContractError(f"{key}: cannot parse {text!r}") from None
     allowed = (ast.BinOp, ast.UnaryOp, ast.Constant, ast.Name, ast.Call, ast.Add, ast.Sub, ast.Mult, ast.FloorDiv,
                ast.Mod, ast.USub, ast.UAdd, ast.Load)
     if condition:
         allowed += (ast.Compare, ast.BoolOp, ast.And, ast.Or, ast.Not, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.Eq, ast.NotEq)
     for node in ast.walk(tree):
         if not isinstance(node, allowed):
-            raise InputError(f"{key}: {type(node).__name__} is not allowed in {text!r}")
+            raise ContractError(f"{key}: {type(node).__name__} is not allowed in {text!r}")
         if isinstance(node, ast.Constant) and (isinstance(node.value, bool) or not isinstance(node.value, int)):
-            raise InputError(f"{key}: only integers are allowed, got {node.value!r}")
+            raise ContractError(f"{key}: only integers are allowed, got {node.value!r}")
         if isinstance(node, ast.Call) and (not isinstance(node.func, ast.Name) or node.func.id not in _FUNCS
                                            or node.keywords or len(node.args) != 2):
-            raise InputError(f"{key}: calls are cdiv(a, b), min(a, b), max(a, b) in {text!r}")
+            raise ContractError(f"{key}: calls are cdiv(a, b), min(a, b), max(a, b) in {text!r}")
     return Expr(str(text), tree, key)
 
 
@@ -71,7 +71,7 @@ def _eval(node, env, key, symbolic):
         return z3.IntVal(node.value) if symbolic else node.value
     if isinstance(node, ast.Name):
         if node.id not in env:
-            raise InputError(f"{key}: unknown name {node.id!r}")
+            raise ContractError(f"{key}: unknown name {node.id!r}")
         v = env[node.id]
         return z3.IntVal(v) if symbolic and isinstance(v, int) else v
     if isinstance(node, ast.UnaryOp):
@@ -94,7 +94,11 @@ def _eval(node, env, key, symbolic):
         a, b = (ev(x) for x in node.args)
         f = node.func.id
         if f == "cdiv":
-            return -floordiv(-a, b) if symbolic else -(-a // b)
+            # (a + b - 1) // b: the form the kernels compute (tl.cdiv), so the solver sees one term
+            if symbolic:
+                return floordiv(a + b - 1, b) if z3.is_int_value(b) and b.as_long() > 0 else \
+                    z3.If(b > 0, floordiv(a + b - 1, b), -floordiv(-a, b))
+            return -(-a // b)
         if symbolic:
             return z3.If(a <= b, a, b) if f == "min" else z3.If(a >= b, a, b)
         return min(a, b) if f == "min" else max(a, b)
@@ -114,7 +118,7 @@ def _eval(node, env, key, symbolic):
         if symbolic:
             return out[0] if len(out) == 1 else z3.And(*out)
         return all(out)
-    raise InputError(f"{key}: cannot evaluate {ast.dump(node)}")
+    raise ContractError(f"{key}: cannot evaluate {ast.dump(node)}")
 
 
 def floordiv(a, b):
@@ -186,17 +190,17 @@ class Contract:
         for sec, d in sections.items():
             for k in d:
                 if k not in args:
-                    raise InputError(f"{sec}.{k}: not an argument of {self.name} (arguments: {', '.join(args)})")
+                    raise ContractError(f"{sec}.{k}: not an argument of {self.name} (arguments: {', '.join(args)})")
         for a in args:
             where = [sec for sec, d in sections.items() if a in d]
             if not where:
-                raise InputError(f"{a}: kernel argument not covered by the contract (give it under [scalars], "
+                raise ContractError(f"{a}: kernel argument not covered by the contract (give it under [scalars], "
                                  f"[constexprs] or [buffers])")
             if len(where) > 1:
-                raise InputError(f"{a}: given in both [{where[0]}] and [{where[1]}]")
+                raise ContractError(f"{a}: given in both [{where[0]}] and [{where[1]}]")
         for k, vals in self.constexprs.items():
             if not isinstance(vals, list) or not vals:
-                raise InputError(f"constexprs.{k}: expected a non-empty list of values")
+                raise ContractError(f"constexprs.{k}: expected a non-empty list of values")
         known = set(self.scalars) | set(self.constexprs)
         exprs = list(self.grid) + list(self.assume) + [s.expr for s in self.scalars.values() if s.expr]
         for b in self.buffers.values():
@@ -204,16 +208,16 @@ class Contract:
         for e in exprs:
             bad = e.names() - known
             if bad:
-                raise InputError(f"{e.key}: unknown name {sorted(bad)[0]!r}")
+                raise ContractError(f"{e.key}: unknown name {sorted(bad)[0]!r}")
         if not 1 <= len(self.grid) <= 3:
-            raise InputError(f"grid: expected 1 to 3 expressions, got {len(self.grid)}")
+            raise ContractError(f"grid: expected 1 to 3 expressions, got {len(self.grid)}")
         if self.contraction:
             c = self.contraction
             for key, buf in (("contraction.load", c.load), ("contraction.output", c.output)):
                 if buf not in self.buffers:
-                    raise InputError(f"{key}: {buf!r} is not a buffer of the contract")
+                    raise ContractError(f"{key}: {buf!r} is not a buffer of the contract")
             if not 0 <= c.axis < len(self.buffers[c.load].shape):
-                raise InputError(f"contraction.axis: {c.axis} is not a dim of {c.load}")
+                raise ContractError(f"contraction.axis: {c.axis} is not a dim of {c.load}")
         return self
 
 
@@ -233,7 +237,7 @@ def buffer(name: str, shape, dtype: str, strides=None, output=False, key="buffer
         st = _contiguous(shp, f"{key}.strides")
     else:
         if len(strides) != len(shp):
-            raise InputError(f"{key}.strides: {len(strides)} strides for {len(shp)} dims")
+            raise ContractError(f"{key}.strides: {len(strides)} strides for {len(shp)} dims")
         st = tuple(parse_expr(s, f"{key}.strides[{i}]") for i, s in enumerate(strides))
     return Buffer(name, shp, st, dtype, bool(output))
 
@@ -242,14 +246,14 @@ def scalar(name: str, spec, key="scalars") -> Scalar:
     key = f"{key}.{name}"
     if isinstance(spec, list):
         if len(spec) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in spec) or spec[0] > spec[1]:
-            raise InputError(f"{key}: a range is [low, high] with low <= high, got {spec!r}")
+            raise ContractError(f"{key}: a range is [low, high] with low <= high, got {spec!r}")
         return Scalar(name, spec[0], spec[1])
     return Scalar(name, expr=parse_expr(spec, key))
 
 
 def load_jit(path: Path, fn_name: str, key="kernel"):
     if not path.is_file():
-        raise InputError(f"{key}: no file {path}")
+        raise ContractError(f"{key}: no file {path}")
     mod_name = f"_ceiling_verify_{abs(hash(str(path.resolve())))}"
     spec = importlib.util.spec_from_file_location(mod_name, path)
     module = importlib.util.module_from_spec(spec)
@@ -257,52 +261,52 @@ def load_jit(path: Path, fn_name: str, key="kernel"):
     try:
         spec.loader.exec_module(module)
     except Exception as exc:  # the user's file failed to import: one line, naming the key
-        raise InputError(f"{key}: importing {path} failed ({type(exc).__name__}: {exc})") from None
+        raise ContractError(f"{key}: importing {path} failed ({type(exc).__name__}: {exc})") from None
     fn = getattr(module, fn_name, None)
     if fn is None or not hasattr(fn, "arg_names"):
-        raise InputError(f"{key}: {fn_name!r} is not a @triton.jit function in {path}")
+        raise ContractError(f"{key}: {fn_name!r} is not a @triton.jit function in {path}")
     return fn
 
 
 def load(path) -> Contract:
     path = Path(path)
     if not path.is_file():
-        raise InputError(f"contract: no file {path}")
+        raise ContractError(f"contract: no file {path}")
     text = path.read_text()
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"contract: not valid TOML ({exc})") from None
+        raise ContractError(f"contract: not valid TOML ({exc})") from None
     return from_dict(data, base=path.parent, text=text)
 
 
 def from_dict(data: dict, base: Path = Path("."), text: str = "", fn=None) -> Contract:
     for k in data:
         if k not in _TOP_KEYS:
-            raise InputError(f"{k}: unknown key (expected {', '.join(sorted(_TOP_KEYS))})")
+            raise ContractError(f"{k}: unknown key (expected {', '.join(sorted(_TOP_KEYS))})")
     for k in ("kernel", "grid"):
         if k not in data:
-            raise InputError(f"{k}: missing")
+            raise ContractError(f"{k}: missing")
     kernel = data["kernel"]
     if fn is None:
         if not isinstance(kernel, str) or ":" not in kernel:
-            raise InputError(f"kernel: expected \"file.py:function\", got {kernel!r}")
+            raise ContractError(f"kernel: expected \"file.py:function\", got {kernel!r}")
         file, fn_name = kernel.rsplit(":", 1)
         fn = load_jit(base / file, fn_name)
     grid = data["grid"]
     if not isinstance(grid, list):
-        raise InputError("grid: expected a list of 1 to 3 expressions")
+        raise ContractError("grid: expected a list of 1 to 3 expressions")
     assume = (data.get("assume") or {}).get("conditions", [])
     for k in data.get("assume") or {}:
         if k != "conditions":
-            raise InputError(f"assume.{k}: unknown key (expected conditions)")
+            raise ContractError(f"assume.{k}: unknown key (expected conditions)")
     bufs = {}
     for name, spec in (data.get("buffers") or {}).items():
         if not isinstance(spec, dict) or "shape" not in spec or "dtype" not in spec:
-            raise InputError(f"buffers.{name}: expected {{ shape = [...], dtype = \"...\" }}")
+            raise ContractError(f"buffers.{name}: expected {{ shape = [...], dtype = \"...\" }}")
         extra = set(spec) - {"shape", "strides", "dtype", "output"}
         if extra:
-            raise InputError(f"buffers.{name}.{sorted(extra)[0]}: unknown key")
+            raise ContractError(f"buffers.{name}.{sorted(extra)[0]}: unknown key")
         bufs[name] = buffer(name, spec["shape"], spec["dtype"], spec.get("strides"), spec.get("output", False))
     contraction = None
     if data.get("contraction"):
@@ -310,12 +314,12 @@ def from_dict(data: dict, base: Path = Path("."), text: str = "", fn=None) -> Co
         try:
             contraction = Contraction(c["load"], int(c["axis"]), c["output"], tuple(c.get("lanes", ())))
         except KeyError as exc:
-            raise InputError(f"contraction.{exc.args[0]}: missing") from None
+            raise ContractError(f"contraction.{exc.args[0]}: missing") from None
     targets = data.get("targets", ["sm_90a"])
     from ceiling.verify.ir import TARGETS
     for t in targets:
         if t not in TARGETS:
-            raise InputError(f"targets: unknown target {t!r} (expected one of {', '.join(TARGETS)})")
+            raise ContractError(f"targets: unknown target {t!r} (expected one of {', '.join(TARGETS)})")
     contract = Contract(
         name=data.get("name") or (kernel if isinstance(kernel, str) else fn.__name__), fn=fn,
         grid=[parse_expr(g, f"grid[{i}]") for i, g in enumerate(grid)],

@@ -13,7 +13,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from ceiling.errors import InputError
+from ceiling.verify.errors import ContractError
 
 # The two GPU targets of the project's kernels: Hopper (sm_90a) and CDNA3 (MI300, gfx942).
 TARGETS = {"sm_90a": ("cuda", 90, 32), "gfx942": ("hip", "gfx942", 64)}
@@ -32,7 +32,7 @@ def dtype_info(name: str, key: str) -> tuple[str, int]:
     try:
         return _DTYPES[name]
     except KeyError:
-        raise InputError(f"{key}: unknown dtype {name!r} (expected one of {', '.join(_DTYPES)})") from None
+        raise ContractError(f"{key}: unknown dtype {name!r} (expected one of {', '.join(_DTYPES)})") from None
 
 
 @dataclass
@@ -128,7 +128,7 @@ def _tree(module, text: str, target: str) -> Kernel:
 
     funcs = [o for o in ops if o.get_name() == "tt.func"]
     if len(funcs) != 1:
-        raise InputError(f"kernel: expected one function in the compiled module, found {len(funcs)} (noinline calls?)")
+        raise ContractError(f"kernel: expected one function in the compiled module, found {len(funcs)} (noinline calls?)")
     f = convert(funcs[0])
     (arg_ids, arg_types, body), = f.regions[0]
     return Kernel(funcs[0].get_str_attr("sym_name"), target, [], arg_ids, arg_types, body, text)
@@ -138,7 +138,7 @@ def target_of(name: str):
     from triton.backends.compiler import GPUTarget
 
     if name not in TARGETS:
-        raise InputError(f"target: unknown {name!r} (expected one of {', '.join(TARGETS)})")
+        raise ContractError(f"target: unknown {name!r} (expected one of {', '.join(TARGETS)})")
     return GPUTarget(*TARGETS[name])
 
 
@@ -171,7 +171,7 @@ def compile_ttir(fn, signature: dict, constexprs: dict, divisible: tuple = (), t
     # Arguments that became constants are not in the function's signature any more.
     kernel.arg_names = [n for n in names if signature.get(n) != "constexpr"]
     if len(kernel.arg_names) != len(kernel.arg_ids):
-        raise InputError(f"kernel: {len(kernel.arg_ids)} arguments compiled, {len(kernel.arg_names)} expected")
+        raise ContractError(f"kernel: {len(kernel.arg_ids)} arguments compiled, {len(kernel.arg_names)} expected")
     return kernel
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import z3
 
-from ceiling.verify.encoding import LANES, PIDS, Access, Encoder, conj, lanes_in
+from ceiling.verify.encoding import LANES, PIDS, Access, Encoder, free_consts, lanes_in
 
 PROPERTIES = ("bounds", "overflow", "race", "coverage")
 DEFAULT_TIMEOUT_MS = 10_000
@@ -138,21 +138,52 @@ def overflow(p: Problem) -> Outcome:
 
 
 def indices(p: Problem, name: str, offset):
-    """The element index per dim of an address into buffer ``name``, when the buffer's strides are
-    distinct integer arguments and the address is linear in them (``sum(index_k * stride_k)``, which
-    z3 compares dim by dim far faster than the products); None otherwise."""
+    """The element index per dim of an address into buffer ``name`` (``sum(index_k * stride_k)``, which z3
+    compares dim by dim far faster than the products), when the buffer's strides are distinct integer
+    arguments, except at most one that is 1, and the address is linear in them; None otherwise."""
     buf = p.buffers[name][2]
-    strides = [s.z3(p.env) for s in buf.strides]
-    if not all(z3.is_const(t) and not z3.is_int_value(t) for t in strides) or len({str(t) for t in strides}) < len(strides):
+    strides = [z3.simplify(s.z3(p.env)) for s in buf.strides]
+    var = [k for k, t in enumerate(strides) if z3.is_const(t) and not z3.is_int_value(t)]
+    one = [k for k, t in enumerate(strides) if z3.is_int_value(t) and t.as_long() == 1]
+    if len(one) > 1:
+        # Several unit strides (a size pinned to 1 makes its stride 1 too): a dim of constant size 1 has
+        # index 0 inside the shape, so all of the unit-stride part belongs to the one other dim.
+        shape = [z3.simplify(s.z3(p.env)) for s in buf.shape]
+        wide = [k for k in one if not (z3.is_int_value(shape[k]) and shape[k].as_long() == 1)]
+        if len(wide) > 1:
+            return None
+        keep = wide or one[-1:]
+        flat = [k for k in one if k not in keep]
+        one = keep
+    else:
+        flat = []
+    if len(var) + len(one) + len(flat) != len(strides) or len({str(strides[k]) for k in var}) < len(var):
         return None
-    zero = [(t, z3.IntVal(0)) for t in strides]
-    base = z3.substitute(offset, *zero)
-    idx = [z3.substitute(offset, *[(t, z3.IntVal(1 if j == k else 0)) for j, t in enumerate(strides)]) - base
-           for k in range(len(strides))]
+    zero = [(strides[k], z3.IntVal(0)) for k in var]
+    base = z3.substitute(offset, *zero) if zero else offset
+    idx = [None] * len(strides)
+    for k in var:
+        idx[k] = z3.substitute(offset, *[(strides[j], z3.IntVal(1 if j == k else 0)) for j in var]) - base
+    if one:
+        idx[one[0]], base = base, z3.IntVal(0)
+    for k in flat:
+        idx[k] = z3.IntVal(0)
     rest = z3.simplify(offset - base - sum((i * t for i, t in zip(idx, strides)), z3.IntVal(0)), som=True)
     if not (z3.is_int_value(rest) and rest.as_long() == 0):
         return None
     return base, idx
+
+
+def in_shape(p: Problem, acc: Access, d) -> bool:
+    """Whether every index of every access the mask lets through lies inside the buffer's shape (so that,
+    on an injective view, equal addresses are equal indices)."""
+    base, idx = d
+    buf = p.buffers[acc.buffer][2]
+    shape = [s.z3(p.env) for s in buf.shape]
+    q = p.domain + p.pid_range() + lanes_in(acc.shape) + _conds(acc.ctx) + [acc.mask, acc.ok] + \
+        [z3.Or(base != 0, *[z3.Or(i < 0, i >= n) for i, n in zip(idx, shape)])]
+    r, _, _ = p.query(q)
+    return r == z3.unsat
 
 
 def injective(p: Problem, name: str) -> bool:
@@ -198,7 +229,8 @@ def race(p: Problem) -> Outcome:
             lanes_b = [z3.And(0 <= lanes2[k], lanes2[k] < n) for k, n in enumerate(s2.shape)]
             same = s1.offset * s1.esize == _ren(s2.offset, subs) * s2.esize
             d1, d2 = indices(p, s1.buffer, s1.offset), indices(p, s2.buffer, s2.offset)
-            by_index = d1 is not None and d2 is not None and s1.esize == s2.esize and injective(p, s1.buffer)
+            by_index = (d1 is not None and d2 is not None and s1.esize == s2.esize and injective(p, s1.buffer)
+                        and in_shape(p, s1, d1) and in_shape(p, s2, d2))
             if by_index:  # an injective view: the same element is the same index in every dim
                 same = z3.And(d1[0] == _ren(d2[0], subs), *[a == _ren(b, subs) for a, b in zip(d1[1], d2[1])])
             q = (p.domain + p.pid_range() + p.pid_range(pids2) + lanes_in(s1.shape) + lanes_b + _conds(s1.ctx)
@@ -230,6 +262,107 @@ def _hit(acc: Access, target, p: Problem, elem=None):
     return PIDS + LANES[:len(acc.shape)] + loops + list(p.enc.div_vars), body
 
 
+def _grid_size(p: Problem):
+    size = z3.IntVal(1)
+    for g in p.grid:
+        size = size * g
+    return size
+
+
+def _hits(p: Problem, writes, name, elem, model) -> bool:
+    """Whether, at the model's scalars, some write of ``writes`` stores element ``elem`` (a plain
+    existential query: the scalars are numbers, so no quantifier is needed)."""
+    fix = [v == model.eval(v, model_completion=True) for k, v in p.env.items() if k in p.scalar_names]
+    esize = p.buffers[name][1]
+    buf = p.buffers[name][2]
+    target = sum((e * s.z3(p.env) for e, s in zip(elem, buf.strides)), z3.IntVal(0))
+    for a in writes:
+        q = p.domain + fix + p.pid_range() + lanes_in(a.shape) + _conds(a.ctx) + [a.mask, a.ok,
+                                                                                   a.offset * a.esize == target * esize]
+        r, _, _ = p.query(q)
+        if r != z3.unsat:
+            return True
+    return False
+
+
+def _tiles(p: Problem, acc: Access, name: str, writes) -> Outcome | None:
+    """Coverage of a tile-shaped store without quantifiers: each program writes the box of lanes at its
+    origin (every in-shape element of it, by the witness lane = element - origin), and the origins are a
+    bijection onto the tile grid (on it, injective, and as many programs as tiles). None when the store is
+    not of that shape."""
+    d = indices(p, name, acc.offset)
+    if d is None or acc.ctx.loops or acc.ctx.conds:
+        return None
+    base, idx = d
+    buf = p.buffers[name][2]
+    shape = [s.z3(p.env) for s in buf.shape]
+    zero = [(LANES[k], z3.IntVal(0)) for k in range(len(acc.shape))]
+    origin = [z3.substitute(i, *zero) for i in idx]
+    # Each dim's index is its origin plus a sum of lanes; the witness gives the element's offset in the box
+    # to the first of them and 0 to the others.
+    lane_of, box, zeroed = [], [], set()
+    for i, o in zip(idx, origin):
+        delta = z3.simplify(i - o)
+        used = [k for k in range(len(acc.shape)) if str(LANES[k]) in free_consts(delta)]
+        if free_consts(delta) - {str(LANES[k]) for k in used}:
+            return None
+        if not z3.is_int_value(z3.simplify(delta - sum((LANES[k] for k in used), z3.IntVal(0)), som=True)) or \
+                z3.simplify(delta - sum((LANES[k] for k in used), z3.IntVal(0)), som=True).as_long() != 0:
+            return None
+        k = used[0] if used else None
+        if k is not None and (k in lane_of or k in zeroed):
+            return None
+        lane_of.append(k)
+        zeroed.update(used[1:])
+        box.append(acc.shape[k] if k is not None else 1)
+    if zeroed & set(lane_of):
+        return None
+    elem = [z3.Int(f"elem{k}") for k in range(len(idx))]
+    witness = [(LANES[k], e - o) for k, e, o in zip(lane_of, elem, origin) if k is not None] + \
+        [(LANES[k], z3.IntVal(0)) for k in zeroed]
+    inside = [z3.And(0 <= e, e < n, o <= e, e < o + b) for e, n, o, b in zip(elem, shape, origin, box)]
+    hole = z3.Not(z3.And(acc.mask, acc.ok if acc.ok is not None else z3.BoolVal(True),
+                         base == 0))
+    r, m, why = p.query(p.domain + p.pid_range() + inside + [z3.substitute(hole, *witness)])
+    if r == z3.sat:
+        e = [_val(m, x) for x in elem]
+        if not _hits(p, writes, name, e, m):
+            return Outcome("counterexample", {"buffer": name, "element": e, "scalars": _scalars(p, m),
+                                              "program_id": [_val(m, x) for x in PIDS[:len(p.grid)]],
+                                              "stored_by": "no program: its tile's program masks it off"})
+        return None
+    if r == z3.unknown:
+        return None
+    # The origins: multiples of the box, not negative, on the grid of tiles, one program each.
+    pids2, _, subs = _second(p)
+    ntiles = [(n + b - 1) / b for n, b in zip(shape, box)]
+    aligned = [z3.Or(*[z3.Or(o < 0, o % b != 0) for o, b in zip(origin, box)])]
+    if p.query(p.domain + p.pid_range() + aligned)[0] != z3.unsat:
+        return None
+    distinct = z3.Or(*[a != b for a, b in zip(PIDS[:len(p.grid)], pids2)])
+    same = [o == _ren(o, subs) for o in origin]
+    if p.query(p.domain + p.pid_range() + p.pid_range(pids2) + [distinct] + same, subs)[0] != z3.unsat:
+        return None
+    total = z3.IntVal(1)
+    for t in ntiles:
+        total = total * t
+    r_out, m_out, _ = p.query(p.domain + p.pid_range() + [z3.Or(*[o >= n for o, n in zip(origin, shape)])])
+    r_few, m_few, _ = p.query(p.domain + [_grid_size(p) < total])
+    if r_out == z3.unsat and r_few == z3.unsat:
+        return Outcome("proved")
+    # Injective onto the tiles but a program lands off the grid, or fewer programs than tiles: some tile
+    # is written by no program (pigeonhole).
+    m = m_out if r_out == z3.sat else m_few if r_few == z3.sat else None
+    if m is None:
+        return None
+    cx = {"buffer": name, "scalars": _scalars(p, m), "stored_by": "no program (more tiles than programs on them)"}
+    if r_out == z3.sat:
+        cx["program_id"] = [_val(m, x) for x in PIDS[:len(p.grid)]]
+        cx["tile_origin"] = [_val(m, o) for o in origin]
+        cx["stored_by"] = "no program: this program's tile lies outside the buffer, so one tile has none"
+    return Outcome("counterexample", cx)
+
+
 def coverage(p: Problem) -> Outcome:
     outs = [(name, b) for name, (_, _, b) in p.buffers.items() if b.output]
     if not outs:
@@ -241,6 +374,11 @@ def coverage(p: Problem) -> Outcome:
         if bad:
             unknown.append(f"{name}: {bad[0].op} at {bad[0].loc} not modelled ({bad[0].reason or 'its mask'})")
             continue
+        tiled = [o for o in (_tiles(p, a, name, writes) for a in writes) if o is not None]
+        if any(o.status == "proved" for o in tiled):
+            continue
+        if tiled:
+            return tiled[0]
         idx = [z3.Int(f"elem{k}") for k in range(len(buf.shape))]
         shape = [s.z3(p.env) for s in buf.shape]
         strides = [s.z3(p.env) for s in buf.strides]
