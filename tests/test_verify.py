@@ -22,6 +22,9 @@ ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("verify_cases_kernels", ROOT / "tests/verify_cases/kernels.py")
 cases = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(cases)
+_spec = importlib.util.spec_from_file_location("verify_cases_grouped", ROOT / "tests/verify_cases/grouped.py")
+grouped = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(grouped)
 
 COPY = {"grid": ["cdiv(n, BLOCK)"], "scalars": {"n": [1, 2**31 - 1024]}, "constexprs": {"BLOCK": [128]},
         "buffers": {"x_ptr": {"shape": ["n"], "dtype": "float32"},
@@ -51,6 +54,13 @@ def test_planted_bug_gives_counterexample(fn, prop, spec):
     assert r.counterexample["constexprs"] == {"BLOCK": spec["constexprs"]["BLOCK"][0]}
 
 
+def test_grid_stride_loop_wraps_near_the_top():
+    """The carried offset's last increment (computed, then unused) wraps once n nears 2**31."""
+    r = run(cases.strided_loop_ok, {**COPY, "grid": ["min(cdiv(n, BLOCK), 132)"]}, ["overflow"])["overflow"]
+    assert r.status is Status.COUNTEREXAMPLE and "addi" in r.counterexample["operation"], r
+    assert r.counterexample["scalars"]["n"] > 2**31 - 132 * 128
+
+
 def test_off_by_one_counterexample_replays():
     """The counterexample is concrete: the address is the extent itself (one past the end)."""
     cx = run(cases.copy_off_by_one, COPY, ["bounds"])["bounds"].counterexample
@@ -62,12 +72,37 @@ def test_off_by_one_counterexample_replays():
 @pytest.mark.parametrize("fn, spec, props", [
     (cases.copy_ok, COPY, ["bounds", "overflow", "race", "coverage"]),
     (cases.rows_wide, ROWS, ["bounds", "overflow"]),
-    (cases.strided_loop_ok, {**COPY, "grid": ["min(cdiv(n, BLOCK), 132)"]}, ["bounds", "overflow", "race"]),
+    # the carried offset's last increment runs past n by up to a grid's span: n stays below 2**30 here
+    (cases.strided_loop_ok, {**COPY, "grid": ["min(cdiv(n, BLOCK), 132)"], "scalars": {"n": [1, 2**30]}},
+     ["bounds", "overflow", "race"]),
 ])
 def test_correct_twin_is_proved(fn, spec, props):
     results = run(fn, spec, props)
     for p in props:
         assert results[p].status is Status.PROVED, results[p]
+
+
+GROUPED = {"grid": ["cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N)"],
+           "scalars": {"M": [1, 4096], "N": [1, 4096], "K": [1, 4096], "stride_am": "K", "stride_ak": 1,
+                       "stride_bk": "N", "stride_bn": 1, "stride_cm": "N", "stride_cn": 1},
+           "constexprs": {"BLOCK_M": [64], "BLOCK_N": [64], "BLOCK_K": [32], "GROUP_M": [8], "CLIP": [True]},
+           "buffers": {"a_ptr": {"shape": ["M", "K"], "strides": ["stride_am", "stride_ak"], "dtype": "float16"},
+                       "b_ptr": {"shape": ["K", "N"], "strides": ["stride_bk", "stride_bn"], "dtype": "float16"},
+                       "c_ptr": {"shape": ["M", "N"], "strides": ["stride_cm", "stride_cn"], "dtype": "float16",
+                                 "output": True}}}
+
+
+@pytest.mark.parametrize("clip", [True, False])
+def test_grouped_ordering_last_group(clip):
+    """Unclipped, the last group's programs land past the last tile row, so some tile has no program."""
+    spec = json.loads(json.dumps(GROUPED))
+    spec["constexprs"]["CLIP"] = [clip]
+    r = run(grouped.grouped_matmul, spec, ["coverage"])["coverage"]
+    if clip:
+        assert r.status is Status.PROVED, r
+    else:
+        assert r.status is Status.COUNTEREXAMPLE, r
+        assert r.counterexample["tile_origin"][0] >= r.counterexample["scalars"]["M"]
 
 
 def test_result_round_trips():
@@ -102,12 +137,12 @@ def test_expression_semantics():
 
 def test_cli_on_example_contract():
     example = ROOT / "examples/verify/contract.toml"
-    out = subprocess.run([sys.executable, "-m", "ceiling.roofline.cli", "verify", str(example), "--json",
-                          "--property", "bounds", "--property", "overflow"], capture_output=True, text=True, timeout=170)
+    out = subprocess.run([sys.executable, "-m", "ceiling.roofline.cli", "verify", str(example), "--json"],
+                         capture_output=True, text=True, timeout=170)
     rows = [json.loads(line) for line in out.stdout.splitlines()]
-    assert out.returncode == 0, out.stderr
-    assert {(r["property"], r["status"]) for r in rows} == {("bounds", "proved"), ("overflow", "proved")}
-    assert len(rows) == 4  # two BLOCK_M values x two properties
+    assert out.returncode == 0, (out.stdout, out.stderr)
+    assert {(r["property"], r["status"]) for r in rows} == {(p, "proved") for p in ("bounds", "overflow", "race", "coverage")}
+    assert len(rows) == 8  # two BLOCK_M values x four properties
 
 
 def test_cli_bad_contract_is_one_line(tmp_path):
