@@ -21,7 +21,7 @@ from ceiling.verify.errors import ContractError
 from ceiling.verify.ir import dtype_info
 
 _FUNCS = ("cdiv", "min", "max")
-_TOP_KEYS = {"kernel", "grid", "scalars", "constexprs", "assume", "buffers", "contraction", "targets", "name"}
+_TOP_KEYS = {"kernel", "grid", "scalars", "constexprs", "assume", "buffers", "targets", "name"}
 
 
 @dataclass(frozen=True)
@@ -153,16 +153,6 @@ class Buffer:
         return z3.If(nonempty, 1 + sum((n - 1) * st for n, st in zip(shape, strides)), 0)
 
 
-@dataclass(frozen=True)
-class Contraction:
-    """The reduction a kernel accumulates: ``load`` reads the operand, ``axis`` is its contraction dim,
-    ``output`` the buffer it accumulates into, and ``lanes`` maps the load's other dims to the store's."""
-    load: str
-    axis: int
-    output: str
-    lanes: tuple = ()
-
-
 @dataclass
 class Contract:
     name: str
@@ -172,7 +162,6 @@ class Contract:
     constexprs: dict[str, list]
     assume: list[Expr]
     buffers: dict[str, Buffer]
-    contraction: Contraction | None = None
     targets: tuple = ("sm_90a",)
     source: str = ""
     text: str = ""
@@ -211,13 +200,6 @@ class Contract:
                 raise ContractError(f"{e.key}: unknown name {sorted(bad)[0]!r}")
         if not 1 <= len(self.grid) <= 3:
             raise ContractError(f"grid: expected 1 to 3 expressions, got {len(self.grid)}")
-        if self.contraction:
-            c = self.contraction
-            for key, buf in (("contraction.load", c.load), ("contraction.output", c.output)):
-                if buf not in self.buffers:
-                    raise ContractError(f"{key}: {buf!r} is not a buffer of the contract")
-            if not 0 <= c.axis < len(self.buffers[c.load].shape):
-                raise ContractError(f"contraction.axis: {c.axis} is not a dim of {c.load}")
         return self
 
 
@@ -308,13 +290,6 @@ def from_dict(data: dict, base: Path = Path("."), text: str = "", fn=None) -> Co
         if extra:
             raise ContractError(f"buffers.{name}.{sorted(extra)[0]}: unknown key")
         bufs[name] = buffer(name, spec["shape"], spec["dtype"], spec.get("strides"), spec.get("output", False))
-    contraction = None
-    if data.get("contraction"):
-        c = data["contraction"]
-        try:
-            contraction = Contraction(c["load"], int(c["axis"]), c["output"], tuple(c.get("lanes", ())))
-        except KeyError as exc:
-            raise ContractError(f"contraction.{exc.args[0]}: missing") from None
     targets = data.get("targets", ["sm_90a"])
     from ceiling.verify.ir import TARGETS
     for t in targets:
@@ -326,5 +301,5 @@ def from_dict(data: dict, base: Path = Path("."), text: str = "", fn=None) -> Co
         scalars={k: scalar(k, v) for k, v in (data.get("scalars") or {}).items()},
         constexprs={k: v if isinstance(v, list) else [v] for k, v in (data.get("constexprs") or {}).items()},
         assume=[parse_expr(c, f"assume.conditions[{i}]", condition=True) for i, c in enumerate(assume)],
-        buffers=bufs, contraction=contraction, targets=tuple(targets), text=text)
+        buffers=bufs, targets=tuple(targets), text=text)
     return contract.check()

@@ -180,10 +180,6 @@ class Encoder:
         self.loops: dict[int, int] = {}
         self.num_programs = num_programs
         self.domain = list(domain)
-        # Kept for the queries' interface: definitions of auxiliary variables (none are introduced now).
-        self.div_vars: list = []
-        self.defs: list = []
-        self.facts: list = []
         self.record = True
         for name, vid in zip(kernel.arg_names, kernel.arg_ids):
             self.env[vid] = args[name]

@@ -39,17 +39,8 @@ class Problem:
     scalar_names: tuple = ()
 
     def query(self, constraints, subs=None):
-        """Solve with the divisions' cheap facts first (an UNSAT there is a proof), then exactly. ``subs``
-        renames a second program instance's variables: its divisions are added too."""
-        facts, defs = list(self.enc.facts), list(self.enc.defs)
-        if subs:
-            facts += [z3.substitute(f, *subs) for f in self.enc.facts]
-            defs += [z3.substitute(d, *subs) for d in self.enc.defs]
-        if facts:
-            r, m, why = solve(constraints + facts, max(self.timeout_ms // 4, 500))
-            if r == z3.unsat:
-                return r, m, why
-        return solve(constraints + facts + defs, self.timeout_ms)
+        """Solve ``constraints`` within the per-query timeout."""
+        return solve(constraints, self.timeout_ms)
 
     def pid_range(self, pids=PIDS):
         return [z3.And(0 <= p, p < g) for p, g in zip(pids, self.grid)] + [p == 0 for p in pids[len(self.grid):]]
@@ -205,9 +196,7 @@ def _second(p: Problem):
     lanes2 = [z3.Int(f"{x}_b") for x in map(str, LANES)]
     its = [z3.Int(f"it{n}") for n in range(len(p.enc.loops))]
     its2 = [z3.Int(f"it{n}_b") for n in range(len(p.enc.loops))]
-    divs2 = [z3.Int(f"{d}_b") for d in p.enc.div_vars]
-    return pids2, lanes2, (list(zip(PIDS, pids2)) + list(zip(LANES, lanes2)) + list(zip(its, its2))
-                           + list(zip(p.enc.div_vars, divs2)))
+    return pids2, lanes2, list(zip(PIDS, pids2)) + list(zip(LANES, lanes2)) + list(zip(its, its2))
 
 
 def _ren(term, subs):
@@ -256,10 +245,10 @@ def _hit(acc: Access, target, p: Problem, elem=None):
     loops = [lp.it for lp in acc.ctx.loops]
     d = indices(p, acc.buffer, acc.offset) if elem is not None else None
     at = [acc.offset == target] if d is None else [d[0] == 0] + [a == e for a, e in zip(d[1], elem)]
-    body = z3.And(*(p.pid_range() + lanes_in(acc.shape) + _conds(acc.ctx) + list(p.enc.defs) +
+    body = z3.And(*(p.pid_range() + lanes_in(acc.shape) + _conds(acc.ctx) +
                     [acc.mask] + ([acc.ok] if acc.ok is not None else []) + at))
     # Every program id is bound, the unused ones too (the grid pins them to 0).
-    return PIDS + LANES[:len(acc.shape)] + loops + list(p.enc.div_vars), body
+    return PIDS + LANES[:len(acc.shape)] + loops, body
 
 
 def _grid_size(p: Problem):
