@@ -22,6 +22,9 @@ ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("verify_cases_kernels", ROOT / "tests/verify_cases/kernels.py")
 cases = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(cases)
+_spec = importlib.util.spec_from_file_location("verify_cases_matmul", ROOT / "tests/verify_cases/matmul_cases.py")
+matmul_cases = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(matmul_cases)
 _spec = importlib.util.spec_from_file_location("verify_cases_grouped", ROOT / "tests/verify_cases/grouped.py")
 grouped = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(grouped)
@@ -105,6 +108,31 @@ def test_grouped_ordering_last_group(clip):
         assert r.counterexample["tile_origin"][0] >= r.counterexample["scalars"]["M"]
 
 
+MATMUL = {"grid": ["cdiv(M, BLOCK_M)", "cdiv(N, BLOCK_N)"],
+          "scalars": {"M": [1, 4096], "N": [1, 4096], "K": [1, 4096], "stride_am": "K", "stride_ak": 1,
+                      "stride_bk": "N", "stride_bn": 1, "stride_cm": "N", "stride_cn": 1},
+          "constexprs": {"BLOCK_M": [64], "BLOCK_N": [64], "BLOCK_K": [32], "BUG": [0]},
+          "buffers": GROUPED["buffers"], "contraction": {"load": "a_ptr", "axis": 1, "output": "c_ptr"}}
+
+
+@pytest.mark.parametrize("bug, prop", [(0, "bounds"), (0, "accumulate"), (1, "bounds"), (2, "accumulate")])
+def test_matmul_k_loop(bug, prop):
+    """An unmasked K tail reads past A; a K loop stepping by half a block reads each index twice."""
+    spec = json.loads(json.dumps(MATMUL))
+    spec["constexprs"]["BUG"] = [bug]
+    r = run(matmul_cases.matmul, spec, [prop])[prop]
+    if bug == 0:
+        assert r.status is Status.PROVED, r
+        return
+    assert r.status is Status.COUNTEREXAMPLE, r
+    cx = r.counterexample
+    if bug == 1:
+        assert cx["buffer"] == "a_ptr" and cx["offset"] >= cx["extent"]
+        assert cx["scalars"]["K"] % 32 != 0  # only a K tail reads past the end
+    else:
+        assert cx["reads"] == "twice" and 0 <= cx["contraction_index"] < cx["scalars"]["K"]
+
+
 def test_result_round_trips():
     r = Result("k", "bounds", Status.COUNTEREXAMPLE, {"B": 1}, 0.5, {"offset": 3}, None)
     assert Result.from_dict(json.loads(json.dumps(r.as_dict()))) == r
@@ -141,8 +169,9 @@ def test_cli_on_example_contract():
                          capture_output=True, text=True, timeout=170)
     rows = [json.loads(line) for line in out.stdout.splitlines()]
     assert out.returncode == 0, (out.stdout, out.stderr)
-    assert {(r["property"], r["status"]) for r in rows} == {(p, "proved") for p in ("bounds", "overflow", "race", "coverage")}
-    assert len(rows) == 8  # two BLOCK_M values x four properties
+    props = ("bounds", "overflow", "race", "coverage", "accumulate")
+    assert {(r["property"], r["status"]) for r in rows} == {(p, "proved") for p in props}
+    assert len(rows) == 10  # two BLOCK_M values x five properties
 
 
 def test_cli_bad_contract_is_one_line(tmp_path):

@@ -121,7 +121,7 @@ def _worst(outcomes):
 def verify(contract: Contract, properties=None, targets=None, timeout_ms=props.DEFAULT_TIMEOUT_MS,
            combinations=None) -> list[Result]:
     """Every (target, constexpr combination, property) of ``contract`` as a :class:`Result`."""
-    properties = list(properties or props.PROPERTIES)
+    properties = list(properties or [p for p in props.PROPERTIES if p != "accumulate" or contract.contraction])
     for p in properties:
         if p not in props.PROPERTIES:
             raise ContractError(f"properties: unknown {p!r} (expected {', '.join(props.PROPERTIES)})")
@@ -147,7 +147,8 @@ def verify(contract: Contract, properties=None, targets=None, timeout_ms=props.D
                 ovf = None
                 for p in properties:
                     t1 = time.perf_counter()
-                    o = getattr(props, p)(problem)
+                    o = props.accumulate(problem, contract.contraction) if p == "accumulate" else \
+                        getattr(props, p)(problem)
                     if p == "overflow":
                         ovf = o
                     per[p].append(o)

@@ -21,7 +21,7 @@ from ceiling.verify.errors import ContractError
 from ceiling.verify.ir import dtype_info
 
 _FUNCS = ("cdiv", "min", "max")
-_TOP_KEYS = {"kernel", "grid", "scalars", "constexprs", "assume", "buffers", "targets", "name"}
+_TOP_KEYS = {"kernel", "grid", "scalars", "constexprs", "assume", "buffers", "contraction", "targets", "name"}
 
 
 @dataclass(frozen=True)
@@ -162,6 +162,8 @@ class Contract:
     constexprs: dict[str, list]
     assume: list[Expr]
     buffers: dict[str, Buffer]
+    # (buffer read along the contracted dim, that dim, the output it accumulates into), or None
+    contraction: tuple | None = None
     targets: tuple = ("sm_90a",)
     source: str = ""
     text: str = ""
@@ -290,6 +292,20 @@ def from_dict(data: dict, base: Path = Path("."), text: str = "", fn=None) -> Co
         if extra:
             raise ContractError(f"buffers.{name}.{sorted(extra)[0]}: unknown key")
         bufs[name] = buffer(name, spec["shape"], spec["dtype"], spec.get("strides"), spec.get("output", False))
+    contraction = None
+    if "contraction" in data:
+        c = data["contraction"]
+        for k in ("load", "axis", "output"):
+            if not isinstance(c, dict) or k not in c:
+                raise ContractError(f"contraction.{k}: missing (expected load, axis, output)")
+        for k in ("load", "output"):
+            if c[k] not in bufs:
+                raise ContractError(f"contraction.{k}: {c[k]!r} is not a buffer of the contract")
+        if not isinstance(c["axis"], int) or not 0 <= c["axis"] < len(bufs[c["load"]].shape):
+            raise ContractError(f"contraction.axis: {c['axis']!r} is not a dim of {c['load']}")
+        if not bufs[c["output"]].output:
+            raise ContractError(f"contraction.output: {c['output']!r} is not an output buffer")
+        contraction = (c["load"], c["axis"], c["output"])
     targets = data.get("targets", ["sm_90a"])
     from ceiling.verify.ir import TARGETS
     for t in targets:
@@ -301,5 +317,5 @@ def from_dict(data: dict, base: Path = Path("."), text: str = "", fn=None) -> Co
         scalars={k: scalar(k, v) for k, v in (data.get("scalars") or {}).items()},
         constexprs={k: v if isinstance(v, list) else [v] for k, v in (data.get("constexprs") or {}).items()},
         assume=[parse_expr(c, f"assume.conditions[{i}]", condition=True) for i, c in enumerate(assume)],
-        buffers=bufs, targets=tuple(targets), text=text)
+        buffers=bufs, contraction=contraction, targets=tuple(targets), text=text)
     return contract.check()

@@ -1,8 +1,9 @@
 """The properties, each a set of z3 queries over one encoded kernel variant and its contract's domain
 (UNSAT of the negated property = proved): ``bounds`` (every masked access inside its buffer),
 ``overflow`` (no integer operation wraps its width, no division by zero), ``race`` (no two distinct
-programs store the same element non-atomically), and ``coverage`` (every element of each output buffer is
-stored by some program). A query that times out, or an access the encoder could not model, gives unknown; a property that
+programs store the same element non-atomically), ``coverage`` (every element of each output buffer is
+stored by some program) and ``accumulate`` (each contracted index reaches each output element exactly
+once, where the contract names the contraction). A query that times out, or an access the encoder could not model, gives unknown; a property that
 assumed no wrap is proved only when ``overflow`` is."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import z3
 
 from ceiling.verify.encoding import LANES, PIDS, Access, Encoder, free_consts, lanes_in
 
-PROPERTIES = ("bounds", "overflow", "race", "coverage")
+PROPERTIES = ("bounds", "overflow", "race", "coverage", "accumulate")
 DEFAULT_TIMEOUT_MS = 10_000
 
 
@@ -391,4 +392,96 @@ def coverage(p: Problem) -> Outcome:
                                               "stored_by": "no program"})
         if r == z3.unknown:
             unknown.append(f"{name}: solver {why} on the quantified coverage query")
+    return Outcome("unknown", reason="; ".join(unknown)) if unknown else Outcome("proved")
+
+
+def accumulate(p: Problem, contraction) -> Outcome:
+    """Each index of the contracted dim reaches each output element exactly once. The load of the
+    contracted operand (``contraction.load``, dim ``contraction.axis``) and the write of the output share
+    their other dims' lanes (the tile's rows stay rows): at most once is an existential query over two
+    read events of one output element; at least once takes the witness iteration ``(k - k0) // step`` and
+    lane ``(k - k0) % step`` of the program that writes the element, and is confirmed across programs
+    before it is reported (a split reduction reads other indices in other programs)."""
+    name, axis, out = contraction
+    loads = [a for a in p.enc.accesses if a.buffer == name and a.kind == "load"]
+    writes = [a for a in p.enc.accesses if a.buffer == out and a.kind in ("store", "atomic")]
+    if len(loads) != 1 or not writes:
+        return Outcome("unknown", reason=f"expected one load of {name} and a write of {out}, found "
+                                         f"{len(loads)} and {len(writes)}")
+    ld = loads[0]
+    unknown = []
+    for wr in writes:
+        for a in (ld, wr):
+            if a.reason or not a.mask_exact:
+                return Outcome("unknown", reason=f"{a.op} at {a.loc} not modelled ({a.reason or 'its mask'})")
+        dl, dw = indices(p, name, ld.offset), indices(p, out, wr.offset)
+        if dl is None or dw is None or not in_shape(p, ld, dl) or not in_shape(p, wr, dw):
+            return Outcome("unknown", reason="the load or the write is not indexed dim by dim inside its buffer")
+        if any(ld.shape[d] != wr.shape[d] for d in range(min(len(ld.shape), len(wr.shape))) if d != axis):
+            return Outcome("unknown", reason="the load's and the write's tiles differ in a shared dim")
+        inner = [lp for lp in ld.ctx.loops if all(not lp.it.eq(w.it) for w in wr.ctx.loops)]
+        kl = z3.Int("klane")
+        to_k = [(LANES[axis], kl)]
+        kidx = z3.substitute(dl[1][axis], *to_k)
+        read = (lanes_in(wr.shape) + [0 <= kl, kl < ld.shape[axis]]
+                + [z3.substitute(c, *to_k) for c in ld.ctx.conds] + [z3.substitute(ld.mask, *to_k)]
+                + ([z3.substitute(ld.ok, *to_k)] if ld.ok is not None else []))
+        write = _conds(wr.ctx) + [wr.mask] + ([wr.ok] if wr.ok is not None else [])
+        pids2, lanes2, subs = _second(p)
+        subs2 = subs + [(kl, z3.Int("klane_b"))]
+        distinct = z3.Or(*([a != b for a, b in zip(PIDS[:len(p.grid)], pids2)] + [kl != z3.Int("klane_b")]
+                           + [lp.it != _ren(lp.it, subs) for lp in inner]))
+        q = (p.domain + p.pid_range() + p.pid_range(pids2) + read + write + [_ren(c, subs2) for c in read + write]
+             + [a == _ren(b, subs) for a, b in zip(dw[1], dw[1])] + [kidx == _ren(kidx, subs2), distinct])
+        r, m, why = p.query(q)
+        if r == z3.sat:
+            return Outcome("counterexample", {
+                "output": out, "element": [_val(m, i) for i in dw[1]], "contraction_index": _val(m, kidx),
+                "scalars": _scalars(p, m), "reads": "twice",
+                "first": {**_where(p, m, ld.shape, ld.ctx), "k_lane": _val(m, kl)},
+                "second": {**_where(p, m, ld.shape, ld.ctx, pids2, lanes2, subs), "k_lane": _val(m, z3.Int("klane_b"))}})
+        if r == z3.unknown:
+            unknown.append(f"at most once: solver {why}")
+            continue
+        # At least once, by the witness iteration and lane of the writing program.
+        if len(inner) > 1:
+            unknown.append("at least once: the contracted load is in more than one loop of its own")
+            continue
+        kk = z3.Int("contraction_index")
+        extent = p.buffers[name][2].shape[axis].z3(p.env)
+        if z3.is_int_value(z3.simplify(extent)) and z3.simplify(extent).as_long() == 1:
+            # One index (a size pinned to 1): the first iteration's first lane reads it.
+            form, step = kidx, z3.IntVal(1)
+            wit = [(kl, z3.IntVal(0))] + ([(inner[0].it, z3.IntVal(0))] if inner else [])
+        elif inner:
+            it = inner[0].it
+            k0 = z3.substitute(kidx, (it, z3.IntVal(0)), (kl, z3.IntVal(0)))
+            step = z3.simplify(z3.substitute(kidx, (it, z3.IntVal(1)), (kl, z3.IntVal(0))) - k0)
+            form = k0 + it * step + kl
+            wit = [(it, (kk - k0) / step), (kl, (kk - k0) % step)]
+        else:  # a loop of one iteration that the compiler removed: the lanes alone
+            k0 = z3.substitute(kidx, (kl, z3.IntVal(0)))
+            step, form, wit = z3.IntVal(1), k0 + kl, [(kl, kk - k0)]
+        rest = z3.simplify(kidx - form, som=True)
+        if not (z3.is_int_value(rest) and rest.as_long() == 0):
+            unknown.append("at least once: the contraction index is not k0 + iteration * step + lane")
+            continue
+        miss = z3.Not(z3.And(*[z3.substitute(c, *wit) for c in read], z3.substitute(kidx, *wit) == kk))
+        q = p.domain + p.pid_range() + lanes_in(wr.shape) + write + [0 <= kk, kk < extent, step > 0, miss]
+        r, m, why = p.query(q)
+        if r == z3.unknown:
+            unknown.append(f"at least once: solver {why}")
+            continue
+        if r == z3.sat:
+            # Another program may read it (a split reduction): look for any read event at these scalars.
+            fix = [v == m.eval(v, model_completion=True) for k, v in p.env.items() if k in p.scalar_names]
+            elem = [m.eval(i, model_completion=True) for i in dw[1]]
+            other = (p.domain + fix + p.pid_range(pids2) + [_ren(c, subs2) for c in read + write]
+                     + [_ren(i, subs) == e for i, e in zip(dw[1], elem)] + [_ren(kidx, subs2) == m.eval(kk)])
+            r2, _, why2 = p.query(other)
+            if r2 == z3.unsat:
+                return Outcome("counterexample", {"output": out, "element": [e.as_long() for e in elem],
+                                                  "contraction_index": _val(m, kk), "scalars": _scalars(p, m),
+                                                  "reads": "never"})
+            unknown.append("at least once: the reduction is split across programs, which is not modelled")
     return Outcome("unknown", reason="; ".join(unknown)) if unknown else Outcome("proved")
