@@ -21,7 +21,7 @@ from ceiling.verify.errors import ContractError
 from ceiling.verify.ir import dtype_info
 
 _FUNCS = ("cdiv", "min", "max")
-_TOP_KEYS = {"kernel", "grid", "scalars", "constexprs", "assume", "buffers", "contraction", "targets", "name"}
+_TOP_KEYS = {"kernel", "grid", "scalars", "sizes", "constexprs", "assume", "buffers", "contraction", "targets", "name"}
 
 
 @dataclass(frozen=True)
@@ -165,6 +165,8 @@ class Contract:
     # (buffer read along the contracted dim, that dim, the output it accumulates into), or None
     contraction: tuple | None = None
     targets: tuple = ("sm_90a",)
+    # Sizes of the problem that are not kernel arguments (a batch count only the grid sees).
+    sizes: dict = None
     source: str = ""
     text: str = ""
 
@@ -173,6 +175,10 @@ class Contract:
         names = list(self.constexprs)
         for values in itertools.product(*(self.constexprs[n] for n in names)):
             yield dict(zip(names, values))
+
+    def domain_scalars(self) -> dict:
+        """The integer arguments and the sizes: every name with a domain."""
+        return {**(self.sizes or {}), **self.scalars}
 
     def check(self):
         """Every kernel argument covered once; every name in every expression known."""
@@ -192,8 +198,11 @@ class Contract:
         for k, vals in self.constexprs.items():
             if not isinstance(vals, list) or not vals:
                 raise ContractError(f"constexprs.{k}: expected a non-empty list of values")
-        known = set(self.scalars) | set(self.constexprs)
-        exprs = list(self.grid) + list(self.assume) + [s.expr for s in self.scalars.values() if s.expr]
+        for k in self.sizes or {}:
+            if k in args:
+                raise ContractError(f"sizes.{k}: a kernel argument (give it under [scalars])")
+        known = set(self.scalars) | set(self.constexprs) | set(self.sizes or {})
+        exprs = list(self.grid) + list(self.assume) + [s.expr for s in self.domain_scalars().values() if s.expr]
         for b in self.buffers.values():
             exprs += list(b.shape) + list(b.strides)
         for e in exprs:
@@ -315,6 +324,7 @@ def from_dict(data: dict, base: Path = Path("."), text: str = "", fn=None) -> Co
         name=data.get("name") or (kernel if isinstance(kernel, str) else fn.__name__), fn=fn,
         grid=[parse_expr(g, f"grid[{i}]") for i, g in enumerate(grid)],
         scalars={k: scalar(k, v) for k, v in (data.get("scalars") or {}).items()},
+        sizes={k: scalar(k, v, "sizes") for k, v in (data.get("sizes") or {}).items()},
         constexprs={k: v if isinstance(v, list) else [v] for k, v in (data.get("constexprs") or {}).items()},
         assume=[parse_expr(c, f"assume.conditions[{i}]", condition=True) for i, c in enumerate(assume)],
         buffers=bufs, contraction=contraction, targets=tuple(targets), text=text)

@@ -163,10 +163,16 @@ def compile_ttir(fn, signature: dict, constexprs: dict, divisible: tuple = (), t
     context = ir.context()
     ir.load_dialects(context)
     backend.load_dialects(context)
-    module = src.make_ir(tgt, options, backend.get_codegen_implementation(options), backend.get_module_map(), context)
-    stages: dict = {}
-    backend.add_stages(stages, options, src.language)
-    ttir = stages["ttir"](module, {"hash": "verify", "target": tgt, **options.__dict__})
+    try:
+        module = src.make_ir(tgt, options, backend.get_codegen_implementation(options), backend.get_module_map(),
+                             context)
+        stages: dict = {}
+        backend.add_stages(stages, options, src.language)
+        ttir = stages["ttir"](module, {"hash": "verify", "target": tgt, **options.__dict__})
+    except Exception as exc:  # the kernel does not compile for this launch: say which, in one line
+        first = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        raise ContractError(f"kernel: {fn.__name__} does not compile for {target} with {constexprs} "
+                            f"({type(exc).__name__}: {first})") from None
     kernel = _tree(ttir, ttir.str_nodebug(), target)
     # Arguments that became constants are not in the function's signature any more.
     kernel.arg_names = [n for n in names if signature.get(n) != "constexpr"]

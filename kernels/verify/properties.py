@@ -61,7 +61,7 @@ def _val(model, term):
 
 
 def _scalars(p: Problem, model) -> dict:
-    return {k: _val(model, v) for k, v in p.env.items() if not isinstance(v, int) or k in p.scalar_names}
+    return {k: p.env[k] if isinstance(p.env[k], int) else _val(model, p.env[k]) for k in p.scalar_names}
 
 
 def _where(p: Problem, model, acc_shape, ctx, pids=PIDS, lanes=LANES, rename=None) -> dict:
@@ -262,7 +262,7 @@ def _grid_size(p: Problem):
 def _hits(p: Problem, writes, name, elem, model) -> bool:
     """Whether, at the model's scalars, some write of ``writes`` stores element ``elem`` (a plain
     existential query: the scalars are numbers, so no quantifier is needed)."""
-    fix = [v == model.eval(v, model_completion=True) for k, v in p.env.items() if k in p.scalar_names]
+    fix = [p.env[k] == model.eval(p.env[k], model_completion=True) for k in p.scalar_names]
     esize = p.buffers[name][1]
     buf = p.buffers[name][2]
     target = sum((e * s.z3(p.env) for e, s in zip(elem, buf.strides)), z3.IntVal(0))
@@ -474,7 +474,7 @@ def accumulate(p: Problem, contraction) -> Outcome:
             continue
         if r == z3.sat:
             # Another program may read it (a split reduction): look for any read event at these scalars.
-            fix = [v == m.eval(v, model_completion=True) for k, v in p.env.items() if k in p.scalar_names]
+            fix = [p.env[k] == m.eval(p.env[k], model_completion=True) for k in p.scalar_names]
             elem = [m.eval(i, model_completion=True) for i in dw[1]]
             other = (p.domain + fix + p.pid_range(pids2) + [_ren(c, subs2) for c in read + write]
                      + [_ren(i, subs) == e for i, e in zip(dw[1], elem)] + [_ren(kidx, subs2) == m.eval(kk)])

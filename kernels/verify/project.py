@@ -1,0 +1,63 @@
+"""The project's own contracts, written next to the launchers they describe: each entry names the kernel,
+the target it is launched for, its grid and buffers as the launcher builds them, and the domain of its
+integer arguments over the op's spec and the configs its space allows. ``tests/test_verify_project.py``
+runs each launcher under the interpreter and checks the grid and buffers it really launches against the
+contract, so the two cannot drift. ``ceiling verify --all`` verifies every entry."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ceiling.verify import contract as contracts
+
+# The sizes a GEMM may have here: any M and N up to 2^17 (a 2^34-element output, well past the i32
+# range of element offsets); the split-K reduction exists for every SPLIT_K the space's search offers.
+_SIZE = [1, 2**17]
+_SPLIT_K = [2, 4]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One contract: a name, where its kernel lives, and its TOML-shaped body."""
+    name: str
+    module: str
+    kernel: str
+    body: dict
+
+    def contract(self) -> contracts.Contract:
+        import importlib
+
+        fn = getattr(importlib.import_module(self.module), self.kernel)
+        return contracts.from_dict({"kernel": f"{self.module}:{self.kernel}", "name": self.name, **self.body}, fn=fn)
+
+
+ENTRIES = (
+    # kernels/nvidia/gemm.py: the split-K partial planes (SPLIT_K * M rows of a row-padded fp32
+    # workspace) summed into C, grid (cdiv(m, 32), cdiv(n, 128)).
+    Entry("gemm.splitk_reduce", "ceiling.nvidia.gemm_kernels", "splitk_reduce_kernel", {
+        "targets": ["sm_90a"],
+        "grid": ["cdiv(M, BLOCK_M)", "cdiv(N, BLOCK_N)"],
+        "scalars": {"M": _SIZE, "N": _SIZE, "PLANE_ROWS": "M", "stride_ws": [1, 2**17 + 4],
+                    "stride_cm": [1, 2**17 + 8]},
+        "constexprs": {"SPLIT_K": _SPLIT_K, "HAS_BIAS": [True], "ACTIVATION": ["gelu"], "BLOCK_M": [32],
+                       "BLOCK_N": [128]},
+        "assume": {"conditions": ["stride_ws >= N", "stride_cm >= N"]},
+        "buffers": {"ws_ptr": {"shape": ["SPLIT_K * M", "N"], "strides": ["stride_ws", 1], "dtype": "float32"},
+                    "c_ptr": {"shape": ["M", "N"], "strides": ["stride_cm", 1], "dtype": "bfloat16", "output": True},
+                    "bias_ptr": {"shape": ["N"], "dtype": "bfloat16"}},
+    }),
+    # kernels/amd/gemm.py: SPLIT_K fp32 planes of (batch, M, N) summed in a fixed order, grid
+    # (cdiv(m, 64), cdiv(n, 64), batch).
+    Entry("gemm.splitk_reduce", "ceiling.amd.gemm", "splitk_reduce_kernel", {
+        "targets": ["gfx942"],
+        "grid": ["cdiv(M, BLOCK_M)", "cdiv(N, BLOCK_N)", "B"],
+        "sizes": {"B": [1, 64]},
+        "scalars": {"M": _SIZE, "N": _SIZE, "stride_ws": "B * M * N", "stride_wb": "M * N",
+                    "stride_wm": "N", "stride_cb": "M * N", "stride_cm": "N", "stride_cn": 1},
+        "constexprs": {"SPLIT_K": _SPLIT_K, "BLOCK_M": [64], "BLOCK_N": [64], "HAS_BIAS": [True], "ACTIVATION": [2]},
+        "buffers": {"ws_ptr": {"shape": ["SPLIT_K", "B", "M", "N"], "dtype": "float32"},
+                    "c_ptr": {"shape": ["B", "M", "N"], "strides": ["stride_cb", "stride_cm", "stride_cn"],
+                              "dtype": "bfloat16", "output": True},
+                    "bias_ptr": {"shape": ["N"], "dtype": "bfloat16"}},
+    }),
+)
