@@ -206,7 +206,7 @@ def splitk_reduce_kernel(ws_ptr, c_ptr, bias_ptr, M, N, PLANE_ROWS, stride_ws, s
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for split in range(SPLIT_K):
-        rows = split.to(tl.int64) * PLANE_ROWS + offs_m
+        rows = (split * PLANE_ROWS + offs_m).to(tl.int64)
         acc += tl.load(ws_ptr + rows[:, None] * stride_ws + offs_n[None, :], mask=mask, other=0.0)
     acc = epilogue(acc, bias_ptr, offs_n, N, HAS_BIAS, ACTIVATION)
     tl.store(c_ptr + offs_m.to(tl.int64)[:, None] * stride_cm + offs_n[None, :], acc.to(c_ptr.dtype.element_ty),

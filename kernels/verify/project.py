@@ -61,3 +61,46 @@ ENTRIES = (
                     "bias_ptr": {"shape": ["N"], "dtype": "bfloat16"}},
     }),
 )
+
+
+def cache_dir():
+    import os
+    from pathlib import Path
+
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(root) / "ceiling" / "verify"
+
+
+def digest(entry: Entry, properties) -> str:
+    """What a cached answer depends on: the kernel's source with every function it calls (Triton's own
+    cache key), the contract, the properties, and the Triton and z3 versions."""
+    import hashlib
+    import importlib
+    import json
+
+    import triton
+    import z3
+
+    fn = getattr(importlib.import_module(entry.module), entry.kernel)
+    key = json.dumps([entry.name, entry.module, entry.kernel, fn.cache_key, entry.body, list(properties or []),
+                      triton.__version__, z3.get_version_string()], sort_keys=True, default=str)
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def verify_all(properties=None, timeout_ms=None, use_cache=True):
+    """Every entry's results, from the cache when its digest is there; yields (entry, results, cached)."""
+    import json
+
+    from ceiling.verify import check
+    from ceiling.verify.result import Result
+
+    for entry in ENTRIES:
+        path = cache_dir() / f"{digest(entry, properties)}.json"
+        if use_cache and path.is_file():
+            yield entry, [Result.from_dict(d) for d in json.loads(path.read_text())], True
+            continue
+        kw = {"timeout_ms": timeout_ms} if timeout_ms else {}
+        results = check.verify(entry.contract(), properties, **kw)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps([r.as_dict() for r in results]))
+        yield entry, results, False

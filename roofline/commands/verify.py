@@ -11,8 +11,20 @@ from typing import Optional
 import typer
 
 
+def _line(r) -> str:
+    ce = ", ".join(f"{k}={v}" for k, v in r.constexprs.items())
+    line = f"{r.kernel} [{ce}] {r.property}: {r.status.value} ({r.seconds:.1f} s)"
+    if r.counterexample:
+        line += "\n    " + json.dumps(r.counterexample, sort_keys=True)
+    if r.reason:
+        line += f"\n    {r.reason}"
+    return line
+
+
 def verify(
-    contract: Path = typer.Argument(..., help="The kernel's contract (TOML): kernel, grid, scalars, constexprs, buffers."),
+    contract: Optional[Path] = typer.Argument(None, help="The kernel's contract (TOML): kernel, grid, scalars, "
+                                                        "constexprs, buffers."),
+    every: bool = typer.Option(False, "--all", help="The project's own contracts (ceiling.verify.project), cached."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object per (constexpr combination, property)."),
     prop: Optional[list[str]] = typer.Option(None, "--property", help="Only this property (repeatable)."),
     timeout_s: float = typer.Option(10.0, "--timeout", help="Seconds per solver query (a timeout is unknown)."),
@@ -24,23 +36,27 @@ def verify(
     from ceiling.verify import check, contract as contracts
     from ceiling.verify.result import exit_code
 
+    if (contract is None) == (not every):
+        typer.echo("Error: give a contract or --all (not both)", err=True)
+        raise typer.Exit(2)
+    results = []
     try:
-        c = contracts.load(contract)
-        results = check.verify(c, prop or None, timeout_ms=int(timeout_s * 1000))
+        if every:
+            from ceiling.verify import project
+
+            for entry, rs, cached in project.verify_all(prop or None, int(timeout_s * 1000)):
+                results += rs
+                if not as_json:
+                    typer.echo(f"{entry.name} ({entry.module}.{entry.kernel}){' [cached]' if cached else ''}")
+                for r in rs:
+                    typer.echo(json.dumps(r.as_dict(), sort_keys=True) if as_json else _line(r))
+        else:
+            results = check.verify(contracts.load(contract), prop or None, timeout_ms=int(timeout_s * 1000))
+            for r in results:
+                typer.echo(json.dumps(r.as_dict(), sort_keys=True) if as_json else _line(r))
     except InputError as exc:
         typer.echo(f"Error: {exc}", err=True)
         raise typer.Exit(2) from None
-    for r in results:
-        if as_json:
-            typer.echo(json.dumps(r.as_dict(), sort_keys=True))
-            continue
-        ce = ", ".join(f"{k}={v}" for k, v in r.constexprs.items())
-        line = f"{r.kernel} [{ce}] {r.property}: {r.status.value} ({r.seconds:.1f} s)"
-        if r.counterexample:
-            line += "\n    " + json.dumps(r.counterexample, sort_keys=True)
-        if r.reason:
-            line += f"\n    {r.reason}"
-        typer.echo(line)
     sys.stdout.flush()
     raise typer.Exit(exit_code(results))
 
