@@ -90,3 +90,73 @@ def test_contract_matches_the_launch(key, monkeypatch):
         assert str(t.dtype).removeprefix("torch.") == buf.dtype, name
         assert list(t.shape) == [s.value(env) for s in buf.shape], name
         assert list(t.stride()) == [s.value(env) for s in buf.strides], name
+
+
+# --- the proofs' consumers: import-point, the adapters, the exported certificate ------------------------
+
+def _planted(monkeypatch, cache):
+    """A gemm/gfx942 entry whose kernel has an off-by-one load mask, launched when GROUP_M > 4."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("ceiling_verify_planted",
+                                                  Path(__file__).parent / "verify_cases" / "kernels.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setitem(sys.modules, "ceiling_verify_planted", module)
+    monkeypatch.setattr(project, "cache_dir", lambda: cache)
+    entry = project.Entry("planted.copy", "ceiling_verify_planted", "copy_off_by_one", family="gemm",
+                          applies="GROUP_M > 4", point_keys=(), body={
+                              "targets": ["gfx942"], "grid": ["cdiv(n, BLOCK)"], "scalars": {"n": [1, 2**20]},
+                              "constexprs": {"BLOCK": [128]},
+                              "buffers": {"x_ptr": {"shape": ["n"], "dtype": "float32"},
+                                          "y_ptr": {"shape": ["n"], "dtype": "float32", "output": True}}})
+    monkeypatch.setattr(project, "ENTRIES", (entry,))
+
+
+def test_import_point_refuses_a_point_whose_proof_fails(tmp_path, monkeypatch):
+    from ceiling.errors import InputError
+    from ceiling.roofline.templates import export, importing
+
+    folder = export.export(tmp_path, [], ["gemm"], ["gfx942"])[0]
+    _planted(monkeypatch, tmp_path / "cache")
+    point = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "num_stages": 2, "num_warps": 4,
+             "waves_per_eu": 2, "matrix_instr_nonkdim": 16, "kpack": 2}
+    with pytest.raises(InputError, match="planted.copy@gfx942: bounds.*counterexample"):
+        importing.import_point(folder, {**point, "GROUP_M": 8}, {"M": 512, "N": 1024, "K": 1024}, "test",
+                               table=tmp_path / "t.json")
+    # a point that does not launch the planted kernel is filed
+    importing.import_point(folder, {**point, "GROUP_M": 4}, {"M": 512, "N": 1024, "K": 1024}, "test",
+                           table=tmp_path / "t.json")
+
+
+def test_adapters_offer_only_points_that_hold(tmp_path, monkeypatch):
+    from ceiling.roofline.templates import adapters, export
+
+    template = export.build("gemm", "gfx942", [])
+    _planted(monkeypatch, tmp_path)
+    assert not adapters.proved(template, {"GROUP_M": 8})
+    assert adapters.proved(template, {"GROUP_M": 4})
+    prune = adapters.early_config_prune(template)
+
+    class Cfg:  # what early_config_prune reads of a triton.Config
+        def __init__(self, **kw):
+            self.kwargs, self.num_warps, self.num_stages = kw, 4, 2
+
+    base = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "waves_per_eu": 2, "matrix_instr_nonkdim": 16, "kpack": 2}
+    kept = prune([Cfg(**base, GROUP_M=8), Cfg(**base, GROUP_M=4)], {"M": 512, "N": 1024, "K": 1024})
+    assert [c.kwargs["GROUP_M"] for c in kept] == [4]
+
+
+def test_exported_template_carries_its_certificate(tmp_path):
+    import json
+
+    from ceiling.roofline.templates import export
+
+    folder = export.export(tmp_path, [], ["gemm"], ["gfx942"])[0]
+    cert = json.loads((folder / "certificate.json").read_text())
+    (kernel,) = cert["kernels"]
+    assert kernel["name"] == "gemm.splitk_reduce" and kernel["properties"] == ["bounds", "coverage", "overflow", "race"]
+    assert [p["SPLIT_K"] for p in kernel["points_proved"]] == [2, 4] and not kernel["points_not_proved"]
+    assert cert["triton"] and cert["z3"] and cert["level"] == "TTIR" and len(kernel["digest"]) == 64

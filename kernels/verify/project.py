@@ -18,23 +18,43 @@ _SPLIT_K = [2, 4]
 
 @dataclass(frozen=True)
 class Entry:
-    """One contract: a name, where its kernel lives, and its TOML-shaped body."""
+    """One contract: a name, where its kernel lives, its TOML-shaped body, the kernel family (spaces) it
+    belongs to, when a config launches it (a condition over the config's keys), and which config keys
+    are its constexprs (a point's values replace the contract's)."""
     name: str
     module: str
     kernel: str
     body: dict
+    family: str = ""
+    applies: str = "True"
+    point_keys: tuple = ()
 
-    def contract(self) -> contracts.Contract:
+    @property
+    def target(self) -> str:
+        return self.body["targets"][0]
+
+    def contract(self, point: dict | None = None) -> contracts.Contract:
         import importlib
 
         fn = getattr(importlib.import_module(self.module), self.kernel)
-        return contracts.from_dict({"kernel": f"{self.module}:{self.kernel}", "name": self.name, **self.body}, fn=fn)
+        body = dict(self.body)
+        if point:
+            body["constexprs"] = {**body["constexprs"], **{k: [point[k]] for k in self.point_keys if k in point}}
+        return contracts.from_dict({"kernel": f"{self.module}:{self.kernel}", "name": self.name, **body}, fn=fn)
+
+    def launched_by(self, point: dict) -> bool:
+        env = {k: v for k, v in point.items() if isinstance(v, (int, bool))}
+        try:
+            return bool(contracts.parse_expr(self.applies, f"{self.name}.applies", condition=True).value(env))
+        except contracts.ContractError:  # the point lacks a key the condition reads: not this kernel's
+            return False
 
 
 ENTRIES = (
     # kernels/nvidia/gemm.py: the split-K partial planes (SPLIT_K * M rows of a row-padded fp32
     # workspace) summed into C, grid (cdiv(m, 32), cdiv(n, 128)).
-    Entry("gemm.splitk_reduce", "ceiling.nvidia.gemm_kernels", "splitk_reduce_kernel", {
+    Entry("gemm.splitk_reduce", "ceiling.nvidia.gemm_kernels", "splitk_reduce_kernel", family="gemm",
+          applies="SPLIT_K > 1", point_keys=("SPLIT_K",), body={
         "targets": ["sm_90a"],
         "grid": ["cdiv(M, BLOCK_M)", "cdiv(N, BLOCK_N)"],
         "scalars": {"M": _SIZE, "N": _SIZE, "PLANE_ROWS": "M", "stride_ws": [1, 2**17 + 4],
@@ -48,7 +68,8 @@ ENTRIES = (
     }),
     # kernels/amd/gemm.py: SPLIT_K fp32 planes of (batch, M, N) summed in a fixed order, grid
     # (cdiv(m, 64), cdiv(n, 64), batch).
-    Entry("gemm.splitk_reduce", "ceiling.amd.gemm", "splitk_reduce_kernel", {
+    Entry("gemm.splitk_reduce", "ceiling.amd.gemm", "splitk_reduce_kernel", family="gemm",
+          applies="SPLIT_K > 1", point_keys=("SPLIT_K",), body={
         "targets": ["gfx942"],
         "grid": ["cdiv(M, BLOCK_M)", "cdiv(N, BLOCK_N)", "B"],
         "sizes": {"B": [1, 64]},
@@ -71,7 +92,7 @@ def cache_dir():
     return Path(root) / "ceiling" / "verify"
 
 
-def digest(entry: Entry, properties) -> str:
+def digest(entry: Entry, properties, point=None) -> str:
     """What a cached answer depends on: the kernel's source with every function it calls (Triton's own
     cache key), the contract, the properties, and the Triton and z3 versions."""
     import hashlib
@@ -83,24 +104,71 @@ def digest(entry: Entry, properties) -> str:
 
     fn = getattr(importlib.import_module(entry.module), entry.kernel)
     key = json.dumps([entry.name, entry.module, entry.kernel, fn.cache_key, entry.body, list(properties or []),
+                      {k: point[k] for k in entry.point_keys if k in point} if point else None,
                       triton.__version__, z3.get_version_string()], sort_keys=True, default=str)
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-def verify_all(properties=None, timeout_ms=None, use_cache=True):
-    """Every entry's results, from the cache when its digest is there; yields (entry, results, cached)."""
+def results(entry: Entry, properties=None, point=None, timeout_ms=None, use_cache=True):
+    """(results, cached) of one entry, for ``point``'s constexprs if given; cached by digest."""
     import json
 
     from ceiling.verify import check
     from ceiling.verify.result import Result
 
+    path = cache_dir() / f"{digest(entry, properties, point)}.json"
+    if use_cache and path.is_file():
+        return [Result.from_dict(d) for d in json.loads(path.read_text())], True
+    kw = {"timeout_ms": timeout_ms} if timeout_ms else {}
+    out = check.verify(entry.contract(point), properties, **kw)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps([r.as_dict() for r in out]))
+    return out, False
+
+
+def verify_all(properties=None, timeout_ms=None, use_cache=True):
+    """Every entry's results, from the cache when its digest is there; yields (entry, results, cached)."""
     for entry in ENTRIES:
-        path = cache_dir() / f"{digest(entry, properties)}.json"
-        if use_cache and path.is_file():
-            yield entry, [Result.from_dict(d) for d in json.loads(path.read_text())], True
+        yield (entry, *results(entry, properties, None, timeout_ms, use_cache))
+
+
+def check_point(family: str, target: str, point: dict) -> list:
+    """The results of every kernel ``point`` (a config of ``family`` on ``target``) launches that has a
+    contract, at the point's constexprs."""
+    out = []
+    for entry in ENTRIES:
+        if entry.family == family and entry.target == target and entry.launched_by(point):
+            out += results(entry, None, point)[0]
+    return out
+
+
+def failures(family: str, target: str, point: dict) -> list:
+    """The results that do not hold for ``point`` (empty when every proof holds)."""
+    return [r for r in check_point(family, target, point) if not r.proved]
+
+
+def certificate(family: str, target: str) -> dict:
+    """What the proofs of a family's kernels on a target cover: the properties, each kernel's domain and
+    digest, the constexpr points proved and those not, and the Triton and z3 versions."""
+    import triton
+    import z3
+
+    kernels = []
+    for entry in ENTRIES:
+        if entry.family != family or entry.target != target:
             continue
-        kw = {"timeout_ms": timeout_ms} if timeout_ms else {}
-        results = check.verify(entry.contract(), properties, **kw)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps([r.as_dict() for r in results]))
-        yield entry, results, False
+        rs, _ = results(entry)
+        combos: dict = {}
+        for r in rs:
+            combos.setdefault(tuple(sorted(r.constexprs.items())), []).append(r)
+        c = entry.contract()
+        kernels.append({
+            "name": entry.name, "kernel": f"{entry.module}.{entry.kernel}", "launched_when": entry.applies,
+            "digest": digest(entry, None), "properties": sorted({r.property for r in rs}),
+            "domain": {k: (f"[{s.lo}, {s.hi}]" if s.expr is None else s.expr.text) for k, s in c.domain_scalars().items()},
+            "assume": [a.text for a in c.assume],
+            "points_proved": [dict(k) for k, v in combos.items() if all(r.proved for r in v)],
+            "points_not_proved": [{"constexprs": dict(k), "results": [r.as_dict() for r in v if not r.proved]}
+                                  for k, v in combos.items() if not all(r.proved for r in v)]})
+    return {"family": family, "target": target, "level": "TTIR", "kernels": kernels,
+            "triton": triton.__version__, "z3": z3.get_version_string()}
