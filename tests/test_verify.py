@@ -64,6 +64,14 @@ def test_grid_stride_loop_wraps_near_the_top():
     assert r.counterexample["scalars"]["n"] > 2**31 - 132 * 128
 
 
+def test_i64_length_still_wraps_the_i32_program_offset():
+    """Past 2^31 elements n is an i64 argument, but pid * BLOCK is still computed in 32 bits."""
+    spec = {**COPY, "scalars": {"n": [1, 2**33]}}
+    r = run(cases.copy_ok, spec, ["overflow"])["overflow"]
+    assert r.status is Status.COUNTEREXAMPLE and "i32 wrap in arith.muli" in r.counterexample["operation"], r
+    assert r.counterexample["program_id"][0] * 128 >= 2**31 and r.counterexample["scalars"]["n"] > 2**31
+
+
 def test_off_by_one_counterexample_replays():
     """The counterexample is concrete: the address is the extent itself (one past the end)."""
     cx = run(cases.copy_off_by_one, COPY, ["bounds"])["bounds"].counterexample
