@@ -16,16 +16,45 @@ pytest.importorskip("triton")
 import ceiling  # noqa: E402
 from ceiling.verify import Status, check, project  # noqa: E402
 
-ENTRIES = {f"{e.name}@{e.body['targets'][0]}": e for e in project.ENTRIES}
-# A split-K launch of each GEMM backend on the CPU: (backend, launcher module, config, batch).
+ENTRIES = {f"{e.name}@{e.target}": e for e in project.ENTRIES}
+NVIDIA_SPLIT = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 2, "num_stages": 2, "num_warps": 4,
+                "EPILOGUE_SUBTILE": False, "WARP_SPECIALIZE": False, "STREAM_K": False, "SPLIT_K": 2}
+
+
+def _gemm(backend, config, batch):
+    def launch():
+        gen = torch.Generator().manual_seed(0)
+        m, n, k = 37, 45, 96
+        lead = [batch] if batch > 1 else []
+        a = torch.randn(*lead, m, k, generator=gen).to(torch.bfloat16)
+        b = torch.randn(*lead, k, n, generator=gen).to(torch.bfloat16)
+        bias = torch.randn(n, generator=gen).to(torch.bfloat16)
+        ceiling.gemm(a, b, bias=bias, activation="gelu", backend=backend, config=config)
+    return launch
+
+
+def _quantize(granularity, transpose):
+    def launch():
+        from ceiling.triton import fp8_quantize
+
+        x = torch.randn(150, 200, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+        fp8_quantize.quantize(x, granularity, transpose=transpose)
+    return launch
+
+
+# Each entry's launcher on the CPU: (the module whose launches are watched, the launch, its sizes that are
+# not kernel arguments).
 LAUNCHES = {
-    "gemm.splitk_reduce@sm_90a": ("nvidia", "ceiling.nvidia.gemm",
-                                  {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 2, "num_stages": 2,
-                                   "num_warps": 4, "EPILOGUE_SUBTILE": False, "WARP_SPECIALIZE": False,
-                                   "STREAM_K": False, "SPLIT_K": 2}, 1),
-    "gemm.splitk_reduce@gfx942": ("amd", "ceiling.amd.gemm", {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16,
-                                                              "SPLIT_K": 2}, 2),
+    "gemm.splitk_reduce@sm_90a": ("ceiling.nvidia.gemm", _gemm("nvidia", NVIDIA_SPLIT, 1), {}),
+    "gemm.splitk_reduce@gfx942": ("ceiling.amd.gemm", _gemm("amd", {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16,
+                                                                    "SPLIT_K": 2}, 2), {"B": 2}),
+    **{f"fp8_quantize.{g}{'.transposed' if t else ''}@{target}": ("ceiling.triton.fp8_quantize", _quantize(g, t), {})
+       for g, t in (("1x128", False), ("1x128", True), ("128x128", False)) for target in ("sm_90a", "gfx942")},
 }
+
+
+def test_every_entry_has_its_launch():
+    assert set(LAUNCHES) == set(ENTRIES)
 
 
 @pytest.mark.parametrize("key", sorted(ENTRIES))
@@ -58,14 +87,9 @@ def _spy(module, monkeypatch):
 @pytest.mark.parametrize("key", sorted(LAUNCHES))
 def test_contract_matches_the_launch(key, monkeypatch):
     entry = ENTRIES[key]
-    backend, module_name, config, batch = LAUNCHES[key]
+    module_name, launch, sizes = LAUNCHES[key]
     calls = _spy(importlib.import_module(module_name), monkeypatch)
-    gen = torch.Generator().manual_seed(0)
-    m, n, k = 37, 45, 96
-    a = torch.randn(*([batch] if batch > 1 else []), m, k, generator=gen).to(torch.bfloat16)
-    b = torch.randn(*([batch] if batch > 1 else []), k, n, generator=gen).to(torch.bfloat16)
-    bias = torch.randn(n, generator=gen).to(torch.bfloat16)
-    ceiling.gemm(a, b, bias=bias, activation="gelu", backend=backend, config=config)
+    launch()
 
     contract = entry.contract()
     launched = [c for c in calls if getattr(c[0], "__name__", getattr(getattr(c[0], "fn", None), "__name__", ""))
@@ -74,7 +98,7 @@ def test_contract_matches_the_launch(key, monkeypatch):
     fn, grid, args, kwargs = launched[0]
     values = dict(zip(contract.fn.arg_names, args), **kwargs)
     env = {name: values[name] for name in list(contract.scalars) + list(contract.constexprs)}
-    env.update({name: batch for name in contract.sizes})  # the only size a contract here names is the batch
+    env.update(sizes)
     for name, values_allowed in contract.constexprs.items():
         assert env[name] in values_allowed, (name, env[name])
     for name, s in contract.scalars.items():

@@ -170,7 +170,8 @@ def verify(contract: Contract, properties=None, targets=None, timeout_ms=props.D
                 o = _worst(per[p])
                 cx = o.counterexample
                 if cx is not None:
-                    cx = {**cx, "constexprs": combo, "target": target}
+                    safe = {k: v if isinstance(v, (int, float, bool, str)) else str(v) for k, v in combo.items()}
+                    cx = {**cx, "constexprs": safe, "target": target}
                 results.append(Result(f"{contract.name}@{target}", p, Status(o.status), dict(combo), secs[p], cx,
                                       o.reason))
     return results

@@ -50,6 +50,29 @@ class Entry:
             return False
 
 
+def _fp8_groups(target: str, tile: bool, transposed: bool) -> Entry:
+    """kernels/triton/fp8_quantize.py's quantize_groups_kernel as ``quantize`` launches it: 1x128 groups
+    (BLOCK_R = 32, scales stored column-major) or 128x128 tiles (scales row-major), reading ``x`` or
+    ``x.T`` through its strides, e4m3 codes written as bytes; grid (cdiv(R, BLOCK_R), cdiv(C, 128))."""
+    import triton.language as tl
+
+    x_strides = ["1", "R"] if transposed else ["C", "1"]
+    s_strides = ["cdiv(C, 128)", "1"] if tile else ["1", "R"]
+    name = f"fp8_quantize.{'128x128' if tile else '1x128'}{'.transposed' if transposed else ''}"
+    return Entry(name, "ceiling.triton.fp8_quantize", "quantize_groups_kernel", body={
+        "targets": [target],
+        "grid": ["cdiv(R, BLOCK_R)", "cdiv(C, 128)"],
+        "scalars": {"R": _SIZE, "C": _SIZE, "stride_xr": x_strides[0], "stride_xc": x_strides[1], "stride_qr": "C",
+                    "stride_qc": 1, "stride_sr": s_strides[0], "stride_sc": s_strides[1]},
+        "constexprs": {"BLOCK_R": [128 if tile else 32], "ONE_SCALE_PER_TILE": [tile], "FP8": [tl.float8e4nv],
+                       "FP8_MAX": [448.0], "HAS_INF": [False], "NAN_CODE": [0x7F], "POW2": [False]},
+        "buffers": {"x_ptr": {"shape": ["R", "C"], "strides": ["stride_xr", "stride_xc"], "dtype": "bfloat16"},
+                    "q_ptr": {"shape": ["R", "C"], "strides": ["stride_qr", "stride_qc"], "dtype": "uint8",
+                              "output": True},
+                    "s_ptr": {"shape": ["cdiv(R, 128)" if tile else "R", "cdiv(C, 128)"],
+                              "strides": ["stride_sr", "stride_sc"], "dtype": "float32", "output": True}}})
+
+
 ENTRIES = (
     # kernels/nvidia/gemm.py: the split-K partial planes (SPLIT_K * M rows of a row-padded fp32
     # workspace) summed into C, grid (cdiv(m, 32), cdiv(n, 128)).
@@ -81,6 +104,9 @@ ENTRIES = (
                               "dtype": "bfloat16", "output": True},
                     "bias_ptr": {"shape": ["N"], "dtype": "bfloat16"}},
     }),
+    # The FP8 quantizer (kernels/triton, both GPU targets): per 1x128 group, transposed, per 128x128 tile.
+    *(_fp8_groups(t, tile, tr) for t in ("sm_90a", "gfx942") for tile, tr in ((False, False), (False, True),
+                                                                              (True, False))),
 )
 
 

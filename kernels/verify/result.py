@@ -41,8 +41,10 @@ class Result:
         return self.status is Status.PROVED
 
     def as_dict(self) -> dict:
+        # A constexpr may be a Triton dtype (an FP8 format): JSON gets its name.
+        ce = {k: v if isinstance(v, (int, float, bool, str, type(None))) else str(v) for k, v in self.constexprs.items()}
         return {"kernel": self.kernel, "property": self.property, "status": self.status.value,
-                "constexprs": dict(self.constexprs), "seconds": round(float(self.seconds), 6),
+                "constexprs": ce, "seconds": round(float(self.seconds), 6),
                 "counterexample": None if self.counterexample is None else dict(self.counterexample),
                 "reason": self.reason}
 
