@@ -61,7 +61,7 @@ def test_every_entry_has_its_launch():
 def test_entry_is_proved(key):
     contract = ENTRIES[key].contract()
     combo = next(contract.combinations())
-    for r in check.verify(contract, combinations=[combo]):
+    for r in check.verify(contract, combinations=[combo], timeout_ms=60_000):
         assert r.status is Status.PROVED, r
 
 

@@ -5,6 +5,7 @@ every property; one :class:`Result` per (target, combination, property), the wor
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import z3
@@ -68,7 +69,6 @@ def variants(contract: Contract, combo: dict):
     pinned = [n for n in contract.scalars if _implied(cons, env[n] == 1)]
     out = []
     # i32/i64: every combination of the arguments whose range straddles 2^31.
-    import itertools
     split = [n for n, w in widths.items() if len(w) > 1]
     for choice in itertools.product(*(widths[n] for n in split)):
         sig, extra = dict(base_sig), []

@@ -12,7 +12,7 @@ import importlib.util
 import itertools
 import sys
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import z3

@@ -11,7 +11,7 @@ proved."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import z3
 
@@ -185,7 +185,7 @@ class Encoder:
             self.env[vid] = args[name]
         self._block(kernel.body, Ctx())
 
-    # -- helpers ---------------------------------------------------------------------------------
+    # -- building blocks ---------------------------------------------------------------------------
     def _obligation(self, ok, what, loc, shape, ctx, cone) -> frozenset:
         if not self.record:
             return frozenset()

@@ -8,7 +8,6 @@ assumed no wrap is proved only when ``overflow`` is."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import z3
@@ -39,7 +38,7 @@ class Problem:
     timeout_ms: int = DEFAULT_TIMEOUT_MS
     scalar_names: tuple = ()
 
-    def query(self, constraints, subs=None):
+    def query(self, constraints):
         """Solve ``constraints`` within the per-query timeout."""
         return solve(constraints, self.timeout_ms)
 
@@ -226,7 +225,7 @@ def race(p: Problem) -> Outcome:
             q = (p.domain + p.pid_range() + p.pid_range(pids2) + lanes_in(s1.shape) + lanes_b + _conds(s1.ctx)
                  + [_ren(c, subs) for c in s2.ctx.conds]
                  + [s1.mask, s1.ok, _ren(s2.mask, subs), _ren(s2.ok, subs), distinct, same])
-            r, m, why = p.query(q, subs)
+            r, m, why = p.query(q)
             if r == z3.sat:
                 if not (s1.mask_exact and s2.mask_exact):
                     unknown.append(f"{s1.op} at {s1.loc}: may race, but a mask or branch is not modelled")
@@ -331,7 +330,7 @@ def _tiles(p: Problem, acc: Access, name: str, writes) -> Outcome | None:
         return None
     distinct = z3.Or(*[a != b for a, b in zip(PIDS[:len(p.grid)], pids2)])
     same = [o == _ren(o, subs) for o in origin]
-    if p.query(p.domain + p.pid_range() + p.pid_range(pids2) + [distinct] + same, subs)[0] != z3.unsat:
+    if p.query(p.domain + p.pid_range() + p.pid_range(pids2) + [distinct] + same)[0] != z3.unsat:
         return None
     total = z3.IntVal(1)
     for t in ntiles:
