@@ -416,13 +416,18 @@ def accumulate(p: Problem, contraction) -> Outcome:
         dl, dw = indices(p, name, ld.offset), indices(p, out, wr.offset)
         if dl is None or dw is None or not in_shape(p, ld, dl) or not in_shape(p, wr, dw):
             return Outcome("unknown", reason="the load or the write is not indexed dim by dim inside its buffer")
-        if any(ld.shape[d] != wr.shape[d] for d in range(min(len(ld.shape), len(wr.shape))) if d != axis):
+        # The tile dim of the load that walks the contracted buffer dim: the one lane in its index.
+        walking = [d for d in range(len(ld.shape)) if str(LANES[d]) in free_consts(dl[1][axis])]
+        if len(walking) != 1:
+            return Outcome("unknown", reason=f"the contracted index of {name} is not walked by one tile dim")
+        kdim = walking[0]
+        if any(ld.shape[d] != wr.shape[d] for d in range(min(len(ld.shape), len(wr.shape))) if d != kdim):
             return Outcome("unknown", reason="the load's and the write's tiles differ in a shared dim")
         inner = [lp for lp in ld.ctx.loops if all(not lp.it.eq(w.it) for w in wr.ctx.loops)]
         kl = z3.Int("klane")
-        to_k = [(LANES[axis], kl)]
+        to_k = [(LANES[kdim], kl)]
         kidx = z3.substitute(dl[1][axis], *to_k)
-        read = (lanes_in(wr.shape) + [0 <= kl, kl < ld.shape[axis]]
+        read = (lanes_in(wr.shape) + [0 <= kl, kl < ld.shape[kdim]]
                 + [z3.substitute(c, *to_k) for c in ld.ctx.conds] + [z3.substitute(ld.mask, *to_k)]
                 + ([z3.substitute(ld.ok, *to_k)] if ld.ok is not None else []))
         write = _conds(wr.ctx) + [wr.mask] + ([wr.ok] if wr.ok is not None else [])
