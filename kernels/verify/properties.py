@@ -417,7 +417,12 @@ def accumulate(p: Problem, contraction) -> Outcome:
         if dl is None or dw is None or not in_shape(p, ld, dl) or not in_shape(p, wr, dw):
             return Outcome("unknown", reason="the load or the write is not indexed dim by dim inside its buffer")
         # The tile dim of the load that walks the contracted buffer dim: the one lane in its index.
-        walking = [d for d in range(len(ld.shape)) if str(LANES[d]) in free_consts(dl[1][axis])]
+        kvars = free_consts(z3.simplify(dl[1][axis], som=True))
+        walking = [d for d in range(len(ld.shape)) if str(LANES[d]) in kvars]
+        if not walking and len(dl[1]) == len(ld.shape):
+            # A contracted size pinned to 1 leaves the index constant; a tile of the buffer's rank keeps
+            # the buffer's dim order, so the contracted dim is the tile's too.
+            walking = [axis]
         if len(walking) != 1:
             return Outcome("unknown", reason=f"the contracted index of {name} is not walked by one tile dim")
         kdim = walking[0]
