@@ -184,3 +184,25 @@ def test_exported_template_carries_its_certificate(tmp_path):
     assert kernel["name"] == "gemm.splitk_reduce" and kernel["properties"] == ["bounds", "coverage", "overflow", "race"]
     assert [p["SPLIT_K"] for p in kernel["points_proved"]] == [2, 4] and not kernel["points_not_proved"]
     assert cert["triton"] and cert["z3"] and cert["level"] == "TTIR" and len(kernel["digest"]) == 64
+
+
+def test_verify_all_cli_and_its_cache(tmp_path, monkeypatch):
+    """`ceiling verify --all`: every entry's results, exit 0 when all are proved, the second run from the cache."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from ceiling.roofline.cli import app
+
+    monkeypatch.setattr(project, "ENTRIES", (ENTRIES["fp8_quantize.1x128@gfx942"],))
+    monkeypatch.setattr(project, "cache_dir", lambda: tmp_path)
+    first = CliRunner().invoke(app, ["verify", "--all", "--json"])
+    assert first.exit_code == 0, first.output
+    rows = [json.loads(line) for line in first.output.splitlines()]
+    assert [(r["property"], r["status"]) for r in rows] == [(p, "proved") for p in ("bounds", "overflow", "race",
+                                                                                    "coverage")]
+    assert len(list(tmp_path.glob("*.json"))) == 1
+    second = CliRunner().invoke(app, ["verify", "--all"])
+    assert second.exit_code == 0 and "[cached]" in second.output.splitlines()[0]
+    neither = CliRunner().invoke(app, ["verify"])
+    assert neither.exit_code == 2
