@@ -78,7 +78,10 @@ def quantize_groups_kernel(
     rows = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)
     cols = pid_c * 128 + tl.arange(0, 128)
     mask = (rows[:, None] < R) & (cols[None, :] < C)
-    x = tl.load(x_ptr + rows[:, None] * stride_xr + cols[None, :] * stride_xc, mask=mask, other=0.0).to(tl.float32)
+    # 64-bit offsets throughout: a row or column index times its stride passes 2^31 at 2^31-element tensors.
+    x = tl.load(x_ptr + (rows[:, None].to(tl.int64) * stride_xr + cols[None, :].to(tl.int64) * stride_xc),
+                mask=mask, other=0.0)
+    x = x.to(tl.float32)
     mag = finite_abs(x)
     if ONE_SCALE_PER_TILE:
         scale = scale_from_amax(tl.max(tl.max(mag, axis=1), axis=0), FP8_MAX, POW2)
@@ -90,7 +93,8 @@ def quantize_groups_kernel(
         tl.store(s_ptr + rows * stride_sr + pid_c * stride_sc, scale, mask=rows < R)
         inv = tl.div_rn(tl.full(scale.shape, 1.0, tl.float32), scale)
         codes = encode(x, inv[:, None], FP8, FP8_MAX, HAS_INF, NAN_CODE)
-    tl.store(q_ptr + rows[:, None] * stride_qr + cols[None, :] * stride_qc, codes, mask=mask)
+    tl.store(q_ptr + (rows[:, None].to(tl.int64) * stride_qr + cols[None, :].to(tl.int64) * stride_qc),
+             codes, mask=mask)
 
 
 @triton.jit
@@ -108,7 +112,8 @@ def quantize_rows_kernel(
     for c0 in range(0, C, BLOCK_C):
         cols = c0 + tl.arange(0, BLOCK_C)
         mask = row_ok[:, None] & (cols[None, :] < C)
-        x = tl.load(x_ptr + rows[:, None] * stride_xr + cols[None, :] * stride_xc, mask=mask, other=0.0)
+        x = tl.load(x_ptr + (rows[:, None].to(tl.int64) * stride_xr + cols[None, :].to(tl.int64) * stride_xc),
+                    mask=mask, other=0.0)
         amax = tl.maximum(amax, tl.max(finite_abs(x.to(tl.float32)), axis=1))
     scale = scale_from_amax(amax, FP8_MAX, POW2)
     tl.store(s_ptr + rows * stride_sr, scale, mask=row_ok)
@@ -116,9 +121,11 @@ def quantize_rows_kernel(
     for c0 in range(0, C, BLOCK_C):
         cols = c0 + tl.arange(0, BLOCK_C)
         mask = row_ok[:, None] & (cols[None, :] < C)
-        x = tl.load(x_ptr + rows[:, None] * stride_xr + cols[None, :] * stride_xc, mask=mask, other=0.0)
+        x = tl.load(x_ptr + (rows[:, None].to(tl.int64) * stride_xr + cols[None, :].to(tl.int64) * stride_xc),
+                    mask=mask, other=0.0)
         codes = encode(x.to(tl.float32), inv[:, None], FP8, FP8_MAX, HAS_INF, NAN_CODE)
-        tl.store(q_ptr + rows[:, None] * stride_qr + cols[None, :] * stride_qc, codes, mask=mask)
+        tl.store(q_ptr + (rows[:, None].to(tl.int64) * stride_qr + cols[None, :].to(tl.int64) * stride_qc),
+                 codes, mask=mask)
 
 
 @triton.jit
@@ -133,7 +140,8 @@ def amax_partials_kernel(x_ptr, partial_ptr, R, C, stride_xr, stride_xc,
         rows = (tile // tiles_c) * BLOCK_R + tl.arange(0, BLOCK_R)
         cols = (tile % tiles_c) * BLOCK_C + tl.arange(0, BLOCK_C)
         mask = (rows[:, None] < R) & (cols[None, :] < C)
-        x = tl.load(x_ptr + rows[:, None] * stride_xr + cols[None, :] * stride_xc, mask=mask, other=0.0)
+        x = tl.load(x_ptr + (rows[:, None].to(tl.int64) * stride_xr + cols[None, :].to(tl.int64) * stride_xc),
+                    mask=mask, other=0.0)
         amax = tl.maximum(amax, finite_abs(x.to(tl.float32)))
     tl.store(partial_ptr + pid, tl.max(tl.max(amax, axis=1), axis=0))
 
@@ -154,9 +162,11 @@ def quantize_tensor_kernel(
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     mask = (rows[:, None] < R) & (cols[None, :] < C)
-    x = tl.load(x_ptr + rows[:, None] * stride_xr + cols[None, :] * stride_xc, mask=mask, other=0.0)
+    x = tl.load(x_ptr + (rows[:, None].to(tl.int64) * stride_xr + cols[None, :].to(tl.int64) * stride_xc),
+                mask=mask, other=0.0)
     codes = encode(x.to(tl.float32), inv, FP8, FP8_MAX, HAS_INF, NAN_CODE)
-    tl.store(q_ptr + rows[:, None] * stride_qr + cols[None, :] * stride_qc, codes, mask=mask)
+    tl.store(q_ptr + (rows[:, None].to(tl.int64) * stride_qr + cols[None, :].to(tl.int64) * stride_qc),
+             codes, mask=mask)
 
 
 # --------------------------------------------------------------------------- launch
