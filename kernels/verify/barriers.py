@@ -52,6 +52,16 @@ def check(proto: Protocol, max_states: int = 2_000_000) -> Verdict:
                 return Verdict(False, 0, "uninitialized barrier", f"{names[p]}: {e} uses a barrier never initialized",
                                [])
     consumers = {slot_ids[s]: frozenset(ps) for s, ps in readers_of.items()}
+    # A slot only one partition ever touches (no other partition reads, writes or loads it): that
+    # partition's events on it commute with every other partition's and with every landing (a load
+    # into it would be another touch), so they are taken alone (a persistent set; the state graph
+    # is acyclic, the partition's own order is kept, deadlocks and violations are all still reached).
+    touched: dict = {}
+    for p, evs in enumerate(programs):
+        for e in evs:
+            for x in e.slots:
+                touched.setdefault(slot_ids[x], set()).add(p)
+    private = {i: next(iter(ps)) for i, ps in touched.items() if len(ps) == 1}
     slot_names = {i: s for s, i in slot_ids.items()}
 
     # state: (pcs, bars((pending, tx, phase)...), inflight((slot, bar, bytes)...), mma per partition,
@@ -62,11 +72,17 @@ def check(proto: Protocol, max_states: int = 2_000_000) -> Verdict:
     parent = {init: None}
     queue = deque([init])
 
+    def show(label) -> str:
+        """A move as text: ("p", partition, pc) or ("tma", slot)."""
+        if label[0] == "tma":
+            return f"tma: lands in {sname(label[1])}"
+        return f"{names[label[1]]}: {programs[label[1]][label[2]]}"
+
     def trace(state, last=None):
         out = []
         while parent[state] is not None:
             state, label = parent[state]
-            out.append(label)
+            out.append(show(label))
         out.reverse()
         if last:
             out.append(last)
@@ -80,7 +96,7 @@ def check(proto: Protocol, max_states: int = 2_000_000) -> Verdict:
         pending, tx, phase = bars[b]
         pending -= n
         if pending < 0:
-            raise Violation("too many arrivals", f"{what}: more arrivals than the barrier's count in one phase")
+            raise Violation("too many arrivals", f"{what()}: more arrivals than the barrier's count in one phase")
         if pending == 0 and tx == 0:
             pending, phase = counts[b], phase + 1
         bars[b] = (pending, tx, phase)
@@ -95,7 +111,8 @@ def check(proto: Protocol, max_states: int = 2_000_000) -> Verdict:
         e: Event = programs[p][pcs[p]]
         bars, mma, stores, slots = list(bars), list(mma), list(stores), list(slots)
         inflight = list(inflight)
-        what = f"{names[p]}: {e}"
+        def what():
+            return f"{names[p]}: {e}"
         if e.kind == "wait":
             if (bars[bar_ids[e.bar]][2] & 1) == e.value:
                 return None
@@ -109,14 +126,14 @@ def check(proto: Protocol, max_states: int = 2_000_000) -> Verdict:
         elif e.kind == "load":
             s = slot_ids[e.slots[0]]
             if any(f[0] == s for f in inflight):
-                raise Violation("early overwrite", f"{what}: loads into {sname(s)} while its previous load is in flight")
+                raise Violation("early overwrite", f"{what()}: loads into {sname(s)} while its previous load is in flight")
             busy = outstanding(mma, stores, s)
             if busy:
-                raise Violation("early overwrite", f"{what}: overwrites {sname(s)} while {busy} still read it")
+                raise Violation("early overwrite", f"{what()}: overwrites {sname(s)} while {busy} still read it")
             full, readers = slots[s]
             missing = consumers.get(s, frozenset()) - readers
             if full and missing:
-                raise Violation("early overwrite", f"{what}: overwrites {sname(s)} before "
+                raise Violation("early overwrite", f"{what()}: overwrites {sname(s)} before "
                                 f"{[names[q] for q in sorted(missing)]} read its contents")
             inflight.append((s, bar_ids[e.bar], e.value))
             inflight.sort()
@@ -125,9 +142,9 @@ def check(proto: Protocol, max_states: int = 2_000_000) -> Verdict:
             for slot in e.slots:
                 s = slot_ids[slot]
                 if any(f[0] == s for f in inflight):
-                    raise Violation("read before load", f"{what}: reads {sname(s)} while its TMA load is in flight")
+                    raise Violation("read before load", f"{what()}: reads {sname(s)} while its TMA load is in flight")
                 if not slots[s][0]:
-                    raise Violation("read before load", f"{what}: reads {sname(s)}, which no completed load or "
+                    raise Violation("read before load", f"{what()}: reads {sname(s)}, which no completed load or "
                                     "store has filled")
                 slots[s] = (True, slots[s][1] | {p})
             ids = tuple(slot_ids[x] for x in e.slots)
@@ -142,10 +159,10 @@ def check(proto: Protocol, max_states: int = 2_000_000) -> Verdict:
         elif e.kind == "write":
             s = slot_ids[e.slots[0]]
             if any(f[0] == s for f in inflight):
-                raise Violation("early overwrite", f"{what}: writes {sname(s)} while a TMA load into it is in flight")
+                raise Violation("early overwrite", f"{what()}: writes {sname(s)} while a TMA load into it is in flight")
             busy = outstanding(mma, stores, s)
             if busy:
-                raise Violation("early overwrite", f"{what}: writes {sname(s)} while {busy} still read it")
+                raise Violation("early overwrite", f"{what()}: writes {sname(s)} while {busy} still read it")
             slots[s] = (True, frozenset())
         pcs = pcs[:p] + (pcs[p] + 1,) + pcs[p + 1:]
         return (pcs, tuple(bars), tuple(inflight), tuple(mma), tuple(stores), tuple(slots))
@@ -165,20 +182,37 @@ def check(proto: Protocol, max_states: int = 2_000_000) -> Verdict:
         slots[s] = (True, frozenset())
         return (pcs, tuple(bars), inflight[:i] + inflight[i + 1:], mma, stores, tuple(slots))
 
+    def alone(state, p) -> bool:
+        """Whether p's next event touches nothing another partition or the TMA engine can."""
+        pcs, mma, stores = state[0], state[3], state[4]
+        e = programs[p][pcs[p]]
+        if e.kind in ("read", "mma", "store", "write"):
+            return all(private.get(slot_ids[x]) == p for x in e.slots)
+        if e.kind == "mma_wait":
+            retired = mma[p][:len(mma[p]) - e.value] if e.value else mma[p]
+            return all(private.get(i) == p for g in retired for i in g)
+        if e.kind == "store_wait":
+            retired = stores[p][:len(stores[p]) - e.value] if e.value else stores[p]
+            return all(private.get(i) == p for i in retired)
+        return False
+
     while queue:
         state = queue.popleft()
         pcs, bars, inflight = state[0], state[1], state[2]
         moves = []
         try:
-            for p in range(len(programs)):
+            solo = next((p for p in range(len(programs)) if pcs[p] < len(programs[p]) and alone(state, p)), None)
+            if solo is not None:
+                moves.append((step(state, solo), ("p", solo, pcs[solo])))
+            for p in ([] if solo is not None else range(len(programs))):
                 if pcs[p] < len(programs[p]):
                     nxt = step(state, p)
                     if nxt is not None:
-                        moves.append((nxt, f"{names[p]}: {programs[p][pcs[p]]}"))
-            for i in range(len(inflight)):
+                        moves.append((nxt, ("p", p, pcs[p])))
+            for i in ([] if solo is not None else range(len(inflight))):
                 if i and inflight[i] == inflight[i - 1]:
                     continue
-                moves.append((land(state, i), f"tma: lands in {sname(inflight[i][0])}"))
+                moves.append((land(state, i), ("tma", inflight[i][0])))
         except Violation as v:
             return Verdict(False, len(parent), v.args[0], v.args[1], trace(state, v.args[1]))
         if not moves and any(pcs[p] < len(programs[p]) for p in range(len(programs))):
