@@ -90,3 +90,12 @@ def test_space_points_cover_the_space():
     assert {k["pingpong"] for _, _, k in fwd} == {False, True}
     assert {c for _, c, _ in fwd} == {False, True}
     assert {k["num_stages"] for _, _, k in protocol.space_points("bwd")} == {1, 2, 3}
+
+
+@pytest.mark.parametrize("bug", protocol.PLANTED)
+def test_reduction_keeps_every_verdict(bug):
+    """The persistent-set reduction explores fewer states but reaches the same verdict."""
+    proto = protocol.ring(2, 6, bug)
+    full, reduced = barriers.check(proto, reduce=False), barriers.check(proto)
+    assert (full.ok, full.kind) == (reduced.ok, reduced.kind)
+    assert reduced.states <= full.states

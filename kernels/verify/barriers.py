@@ -11,6 +11,7 @@ barrier's count and no more bytes landing than expected (a shortfall is a deadlo
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass
 
@@ -33,7 +34,7 @@ class Verdict:
         return {"violation": self.kind, "message": self.message, "trace": self.trace, "states": self.states}
 
 
-def check(proto: Protocol, max_states: int = 2_000_000) -> Verdict:
+def check(proto: Protocol, max_states: int = 1_500_000, reduce: bool = True) -> Verdict:
     """Every interleaving of ``proto``: a verdict with the number of states, or the first violation
     with the events that lead to it (``"partition: event"``; ``"tma: lands ..."`` for the engine)."""
     names = [n for n, _ in proto.partitions]
@@ -63,6 +64,23 @@ def check(proto: Protocol, max_states: int = 2_000_000) -> Verdict:
                 touched.setdefault(slot_ids[x], set()).add(p)
     private = {i: next(iter(ps)) for i, ps in touched.items() if len(ps) == 1}
     slot_names = {i: s for s, i in slot_ids.items()}
+    # For the read reduction below: where each partition next loads or writes each slot, where its
+    # waits are, and how many arrivals it still makes on each barrier from each point on.
+    touches = [{} for _ in programs]
+    waits = [[] for _ in programs]
+    arrivals_left = [[[0] * (len(evs) + 1) for _ in counts] for evs in programs]
+    for q, evs in enumerate(programs):
+        for i, e in enumerate(evs):
+            if e.kind in ("load", "write"):
+                touches[q].setdefault(slot_ids[e.slots[0]], []).append(i)
+            elif e.kind == "wait":
+                waits[q].append(i)
+        for b in range(len(counts)):
+            left = arrivals_left[q][b]
+            for i in range(len(evs) - 1, -1, -1):
+                e = evs[i]
+                mine = e.bar is not None and bar_ids.get(e.bar) == b
+                left[i] = left[i + 1] + (e.value if mine and e.kind == "arrive" else 1 if mine and e.kind == "expect" else 0)
 
     # state: (pcs, bars((pending, tx, phase)...), inflight((slot, bar, bytes)...), mma per partition,
     #         stores per partition, slots((full, readers)...))
@@ -182,19 +200,51 @@ def check(proto: Protocol, max_states: int = 2_000_000) -> Verdict:
         slots[s] = (True, frozenset())
         return (pcs, tuple(bars), inflight[:i] + inflight[i + 1:], mma, stores, tuple(slots))
 
+    def held_back(state, p, q, slot) -> bool:
+        """Whether partition q cannot load or write ``slot`` before p moves: it has no such event
+        left, or before it q waits on a barrier whose phase is not complete and cannot complete
+        without an arrival of p (more arrivals pending than all the other partitions still make)."""
+        pcs, bars = state[0], state[1]
+        at = touches[q].get(slot, ())
+        k = bisect_left(at, pcs[q])
+        if k == len(at):
+            return True
+        j = at[k]
+        qwaits = waits[q]
+        for w in range(bisect_left(qwaits, pcs[q]), len(qwaits)):
+            i = qwaits[w]
+            if i >= j:
+                break
+            e = programs[q][i]
+            b = bar_ids[e.bar]
+            pending, _, phase = bars[b]
+            if (phase & 1) == e.value:
+                others = sum(arrivals_left[r][b][pcs[r]] for r in range(len(programs)) if r != p)
+                if pending > others:
+                    return True
+        return False
+
     def alone(state, p) -> bool:
-        """Whether p's next event touches nothing another partition or the TMA engine can."""
+        """Whether p's next event can be taken alone: it touches only p's own slots, or it reads
+        (or retires reads of) slots that no other partition can load or write before p moves
+        (a persistent set: every event another partition can take first is independent of it)."""
+        if not reduce:
+            return False
         pcs, mma, stores = state[0], state[3], state[4]
         e = programs[p][pcs[p]]
-        if e.kind in ("read", "mma", "store", "write"):
+        if e.kind == "write":
             return all(private.get(slot_ids[x]) == p for x in e.slots)
-        if e.kind == "mma_wait":
+        if e.kind in ("read", "mma", "store"):
+            slots = [slot_ids[x] for x in e.slots]
+        elif e.kind == "mma_wait":
             retired = mma[p][:len(mma[p]) - e.value] if e.value else mma[p]
-            return all(private.get(i) == p for g in retired for i in g)
-        if e.kind == "store_wait":
-            retired = stores[p][:len(stores[p]) - e.value] if e.value else stores[p]
-            return all(private.get(i) == p for i in retired)
-        return False
+            slots = [i for g in retired for i in g]
+        elif e.kind == "store_wait":
+            slots = list(stores[p][:len(stores[p]) - e.value] if e.value else stores[p])
+        else:
+            return False
+        return all(private.get(i) == p or all(held_back(state, p, q, i) for q in range(len(programs)) if q != p)
+                   for i in slots)
 
     while queue:
         state = queue.popleft()
