@@ -115,3 +115,17 @@ def test_gluon_refuses_rows_its_descriptors_cannot_hold():
 def test_verify_all_returns_results():
     results = tma.verify_all(("gfx942",))
     assert results == []
+
+
+def test_fp8_unit_k_with_a_strided_k_runs_interpreted():
+    """The FP8 GEMM on a K = 1 operand whose K stride is 8 (rows 16 bytes apart): before the fix its
+    descriptor had a last stride of 8 and ``TensorDescriptor`` refused it ("Last dimension must be
+    contiguous"), under the interpreter as on a GPU."""
+    import ceiling
+
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(128, generator=gen).to(torch.float8_e4m3fn).as_strided((8, 1), (16, 8))
+    b = torch.randn(1, 16, generator=gen).to(torch.float8_e4m3fn)
+    one = torch.tensor(1.0)
+    out = ceiling.scaled_gemm(a, b, one, one, backend="nvidia")
+    assert torch.equal(out, ceiling.scaled_gemm(a, b, one, one, backend="reference"))
