@@ -69,13 +69,14 @@ def test_compiled_forward_protocol_proved(fwd_ttgir):
     assert r.status is Status.PROVED, r.as_dict()
 
 
-@pytest.mark.parametrize("bug", ["tx_over_one_box", "missing_release", "wrong_phase"])
-def test_mutated_ttgir_gives_counterexample(fwd_ttgir, bug):
+@pytest.mark.parametrize("bug,violation", [("tx_over_one_box", "deadlock"), ("missing_release", "deadlock"),
+                                           ("wrong_phase", "deadlock"), ("early_release", "early overwrite")])
+def test_mutated_ttgir_gives_counterexample(fwd_ttgir, bug, violation):
     mutated = protocol.mutate(fwd_ttgir["ttgir"], bug)
     assert mutated != fwd_ttgir["ttgir"]
     r = protocol.check_ttgir("fwd", "fwd", mutated, fwd_ttgir["constexprs"])
     assert r.status is Status.COUNTEREXAMPLE, r.as_dict()
-    assert r.counterexample["violation"] == "deadlock"
+    assert r.counterexample["violation"] == violation, r.counterexample["message"]
 
 
 def test_unmodelled_ttgir_is_unknown_not_proved(fwd_ttgir):

@@ -22,22 +22,27 @@ from ceiling.verify.result import Result, Status
 
 PROPERTY = "protocol"
 TARGET = "sm_90a"
-COMPILE_TIMEOUT_S = 300
+COMPILE_S = (30, 15)  # a compile subprocess's time limit: a start-up allowance plus this much per kernel
+CHUNK = 12  # kernels per compile subprocess
 
 
 # ------------------------------------------------------------------ configs and TTGIR
 
 
 def space_points(direction: str) -> list[tuple[int, bool, dict]]:
-    """(head dim, causal, knobs) of every point of the Gluon space for ``direction`` ("fwd"/"bwd")."""
+    """(head dim, causal, knobs) of every point of the Gluon space for ``direction`` ("fwd"/"bwd") that
+    its constraints allow at that head dim (bf16; the search-only register bound included: the
+    search never proposes a point past it)."""
     from ceiling import spaces
     from ceiling.nvidia.gluon.attention import head_dims
 
-    flat = spaces.get("attention_gluon", TARGET).flat()
+    space = spaces.get("attention_gluon", TARGET)
+    flat = space.flat()
     keys = [k.split(".", 1)[1] for k in flat if k.startswith(direction + ".")]
     values = [flat[f"{direction}.{k}"].values for k in keys]
-    return [(d, causal, dict(zip(keys, combo))) for d in head_dims(direction) for causal in (False, True)
-            for combo in itertools.product(*values)]
+    return [(d, causal, knobs) for d in head_dims(direction) for causal in (False, True)
+            for knobs in (dict(zip(keys, combo)) for combo in itertools.product(*values))
+            if not space.broken({direction: knobs}, {"head_dim": d, "dtype_bytes": 2})]
 
 
 _COMPILE = r"""
@@ -71,29 +76,39 @@ def compile_ttgir(points: list[tuple[str, int, bool, dict]]) -> dict:
     """{(kernel, head dim, causal, knobs) json: {"ttgir", "constexprs"}} for the points, compiled in
     one subprocess through the launcher's own specs (``ceiling.nvidia.gluon.static_check.spec``),
     stopping at TTGIR (what runs, after the Gluon passes; the later LLVM/PTX stages are not read)."""
-    proc = subprocess.run([sys.executable, "-c", _COMPILE], input=json.dumps(points), capture_output=True, text=True,
-                          timeout=COMPILE_TIMEOUT_S)
-    if proc.returncode != 0:
-        raise RuntimeError(f"the Gluon compile failed (exit {proc.returncode}): {proc.stderr[-600:]}")
-    return json.loads(proc.stdout)
+    out = {}
+    for i in range(0, len(points), CHUNK):
+        chunk = points[i:i + CHUNK]
+        try:
+            proc = subprocess.run([sys.executable, "-c", _COMPILE], input=json.dumps(chunk), capture_output=True,
+                                  text=True, timeout=COMPILE_S[0] + COMPILE_S[1] * len(chunk))
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"the Gluon compile of {len(chunk)} kernels took over "
+                               f"{COMPILE_S[0] + COMPILE_S[1] * len(chunk)} s") from None
+        if proc.returncode != 0:
+            last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
+            raise RuntimeError(f"the Gluon compile failed (exit {proc.returncode}): {last[-300:]}")
+        out.update(json.loads(proc.stdout))
+    return out
 
 
 # ------------------------------------------------------------------ the problem each program runs
 
 
 def program(kernel: str, constexprs: dict) -> tuple[dict, dict]:
-    """(scalar arguments, program) of one program whose ring is refilled ``2 * NUM_STAGES`` times
-    or more (every slot reused, so each ring wraps twice), with a ragged last block so that every
-    loop of the kernel (masked, full, tail) runs. Forward: one persistent program over two tiles
-    (the Q slots and ping-pong turns are reused across them); causal, its second tile is the last
-    query block, which sees every key. Backward: the first key block, which every query block sees."""
+    """(scalar arguments, program) of one program in which every ring slot is refilled (the ring wraps
+    twice) and the ring wraps within one tile, with a ragged last block so that every loop of the
+    kernel (masked, full, tail) runs. Forward: one persistent program over two tiles (the Q slots and
+    ping-pong turns are reused across them) of NUM_STAGES + 1 key blocks; causal, its second tile is
+    the last query block, which sees all 2 * NUM_STAGES key blocks. Backward: the first key block,
+    which all 2 * NUM_STAGES query blocks see."""
     s, d = constexprs["NUM_STAGES"], constexprs["HEAD_DIM"]
     bm, bn = constexprs["BLOCK_M"], constexprs["BLOCK_N"]
     if kernel == "fwd":
         if constexprs["CAUSAL"]:
             seqlen_q = seqlen_k = max(2 * bm, 2 * s * bn) - bn // 2
         else:
-            seqlen_q, seqlen_k = 2 * bm, s * bn - bn // 2
+            seqlen_q, seqlen_k = 2 * bm, (s + 1) * bn - bn // 2  # the ring wraps within each tile
         n_mblocks = -(-seqlen_q // bm)
         args = dict(seqlen_q=seqlen_q, seqlen_k=seqlen_k, n_heads=1, group=1, n_mblocks=n_mblocks, n_bh=1)
         prog = {"pid": (0, 0, 0), "num_programs": (n_mblocks - 1, 1, 1)}  # pid 0: tiles 0 and n_mblocks - 1
@@ -167,15 +182,22 @@ def _name(kernel: str, d: int, causal: bool, knobs: dict) -> str:
         ",".join(f"{k}={v}" for k, v in sorted(knobs.items())) + "]"
 
 
-def verify_points(points: list[tuple[str, int, bool, dict]]) -> list[Result]:
-    """Compile and check each (kernel, head dim, causal, knobs) point."""
-    try:
-        compiled = compile_ttgir(points)
-    except (RuntimeError, subprocess.TimeoutExpired) as err:
-        return [Result(_name(*p), PROPERTY, Status.UNKNOWN, {}, 0.0, reason=f"no TTGIR: {err}") for p in points]
-    cache: dict = {}
-    return [check_ttgir(_name(*p), p[0], compiled[json.dumps(list(p))]["ttgir"],
-                        compiled[json.dumps(list(p))]["constexprs"], cache) for p in points]
+def verify_points(points: list[tuple[str, int, bool, dict]], cache: dict | None = None) -> list[Result]:
+    """Compile and check each (kernel, head dim, causal, knobs) point, a compile subprocess per
+    :data:`CHUNK` points (a chunk that does not compile makes its points unknown, with the reason)."""
+    cache = {} if cache is None else cache
+    results = []
+    for i in range(0, len(points), CHUNK):
+        chunk = points[i:i + CHUNK]
+        try:
+            compiled = compile_ttgir(chunk)
+        except RuntimeError as err:
+            results += [Result(_name(*p), PROPERTY, Status.UNKNOWN, {}, 0.0, reason=f"no TTGIR: {err}") for p in chunk]
+            continue
+        for p in chunk:
+            c = compiled[json.dumps(list(p))]
+            results.append(check_ttgir(_name(*p), p[0], c["ttgir"], c["constexprs"], cache))
+    return results
 
 
 def shipped_points() -> list[tuple[str, int, bool, dict]]:
@@ -243,7 +265,8 @@ def check_planted(bug: str, stages: int = 2) -> Result:
 def mutate(text: str, bug: str) -> str:
     """A compiled TTGIR with one planted bug: ``tx_over_one_box`` (the first K expect announces one
     box more), ``missing_release`` (the default partition's first K-slot release removed),
-    ``wrong_phase`` (the producer's first ring wait parity flipped)."""
+    ``wrong_phase`` (the producer's first ring wait parity flipped), ``early_release`` (the default
+    partition releases its first K slot before the wgmma reading it retires)."""
     lines = text.splitlines()
     import re
 
@@ -265,5 +288,12 @@ def mutate(text: str, bug: str) -> str:
             if m and "arith.xori" in "\n".join(lines[i - 4:i]):
                 xor = next(j for j in range(i - 4, i) if "arith.xori" in lines[j])
                 lines[xor] = re.sub(r"arith\.xori (%\w+), (%\w+)", r"arith.ori \1, \1", lines[xor])
+                return "\n".join(lines)
+    if bug == "early_release":
+        start = next(i for i, line in enumerate(lines) if line.strip().startswith("default {"))
+        for i in range(start, len(lines) - 2):
+            if "ttng.warp_group_dot_wait" in lines[i] and "k_empty" in lines[i + 1] and \
+                    "ttng.arrive_barrier" in lines[i + 2]:
+                lines[i:i + 3] = [lines[i + 1], lines[i + 2], lines[i]]
                 return "\n".join(lines)
     raise ValueError(f"no site for {bug!r} in this TTGIR")
