@@ -100,3 +100,13 @@ def test_reduction_keeps_every_verdict(bug):
     full, reduced = barriers.check(proto, reduce=False), barriers.check(proto)
     assert (full.ok, full.kind) == (reduced.ok, reduced.kind)
     assert reduced.states <= full.states
+
+
+@pytest.mark.slow
+def test_forward_protocol_under_the_devices_triton():
+    """The same forward compiled by Triton 3.6 (the H200's; installed apart by pinned_triton)."""
+    from ceiling.nvidia.gluon.pinned_triton import DEVICE_TRITON
+
+    compiled = protocol.compile_ttgir([FWD], DEVICE_TRITON)[json.dumps(list(FWD))]
+    r = protocol.check_ttgir("fwd", "fwd", compiled["ttgir"], compiled["constexprs"])
+    assert r.status is Status.PROVED, r.as_dict()

@@ -65,23 +65,31 @@ for kernel, d, causal, knobs in json.loads(sys.stdin.read()):
     stages = {}; backend.add_stages(stages, options, src.language)
     mod = src.make_ir(target, options, backend.get_codegen_implementation(options), backend.get_module_map(), ctx)
     md = {"hash": "", "target": target, **options.__dict__}
-    for stage in ("glir", "ttgir"):
+    names = list(stages)
+    for stage in names[names.index(src.ext):names.index("ttgir") + 1]:
         mod = stages[stage](mod, md)
     out[json.dumps([kernel, d, causal, knobs])] = {"ttgir": str(mod), "constexprs": s.constexprs}
 sys.stdout.write(json.dumps(out))
 """
 
 
-def compile_ttgir(points: list[tuple[str, int, bool, dict]]) -> dict:
+def compile_ttgir(points: list[tuple[str, int, bool, dict]], triton: str | None = None) -> dict:
     """{(kernel, head dim, causal, knobs) json: {"ttgir", "constexprs"}} for the points, compiled in
     one subprocess through the launcher's own specs (``ceiling.nvidia.gluon.static_check.spec``),
-    stopping at TTGIR (what runs, after the Gluon passes; the later LLVM/PTX stages are not read)."""
+    stopping at TTGIR (what runs, after the Gluon passes; the later LLVM/PTX stages are not read).
+    ``triton``: a release to compile with instead of the running one (the device's, "3.6.0",
+    installed apart by :mod:`ceiling.nvidia.gluon.pinned_triton`)."""
+    env = None
+    if triton is not None:
+        from ceiling.nvidia.gluon import pinned_triton
+
+        env = pinned_triton.environment(triton)
     out = {}
     for i in range(0, len(points), CHUNK):
         chunk = points[i:i + CHUNK]
         try:
             proc = subprocess.run([sys.executable, "-c", _COMPILE], input=json.dumps(chunk), capture_output=True,
-                                  text=True, timeout=COMPILE_S[0] + COMPILE_S[1] * len(chunk))
+                                  text=True, timeout=COMPILE_S[0] + COMPILE_S[1] * len(chunk), env=env)
         except subprocess.TimeoutExpired:
             raise RuntimeError(f"the Gluon compile of {len(chunk)} kernels took over "
                                f"{COMPILE_S[0] + COMPILE_S[1] * len(chunk)} s") from None
@@ -182,7 +190,8 @@ def _name(kernel: str, d: int, causal: bool, knobs: dict) -> str:
         ",".join(f"{k}={v}" for k, v in sorted(knobs.items())) + "]"
 
 
-def verify_points(points: list[tuple[str, int, bool, dict]], cache: dict | None = None) -> list[Result]:
+def verify_points(points: list[tuple[str, int, bool, dict]], cache: dict | None = None,
+                  triton: str | None = None) -> list[Result]:
     """Compile and check each (kernel, head dim, causal, knobs) point, a compile subprocess per
     :data:`CHUNK` points (a chunk that does not compile makes its points unknown, with the reason)."""
     cache = {} if cache is None else cache
@@ -190,7 +199,7 @@ def verify_points(points: list[tuple[str, int, bool, dict]], cache: dict | None 
     for i in range(0, len(points), CHUNK):
         chunk = points[i:i + CHUNK]
         try:
-            compiled = compile_ttgir(chunk)
+            compiled = compile_ttgir(chunk, triton)
         except RuntimeError as err:
             results += [Result(_name(*p), PROPERTY, Status.UNKNOWN, {}, 0.0, reason=f"no TTGIR: {err}") for p in chunk]
             continue
@@ -208,14 +217,14 @@ def shipped_points() -> list[tuple[str, int, bool, dict]]:
             if kernel in entry for causal in (False, True)]
 
 
-def verify_all(scope: str = "space") -> list[Result]:
+def verify_all(scope: str = "space", triton: str | None = None) -> list[Result]:
     """``scope="space"``: every point of the Gluon space, forward and backward, each head dim, causal
-    and not; ``"shipped"``: the shipped configs only."""
+    and not; ``"shipped"``: the shipped configs only. ``triton``: see :func:`compile_ttgir`."""
     if scope == "shipped":
-        return verify_points(shipped_points())
+        return verify_points(shipped_points(), triton=triton)
     points = [("fwd", d, c, k) for d, c, k in space_points("fwd")] + \
              [("bwd", d, c, k) for d, c, k in space_points("bwd")]
-    return verify_points(points)
+    return verify_points(points, triton=triton)
 
 
 # ------------------------------------------------------------------ planted bugs
