@@ -138,7 +138,8 @@ def program(kernel: str, constexprs: dict) -> tuple[dict, dict]:
 
 
 def laps(proto: ttgir.Protocol) -> int:
-    """How often the least-refilled slot of a ring (an allocation of several slots) is loaded."""
+    """How often the least-refilled slot of a ring is loaded (a ring: an allocation some slot of which
+    is loaded more than once; a buffer loaded once, as the backward's K and V, is none)."""
     loads: dict = {}
     for _, events in proto.partitions:
         for e in events:
@@ -147,7 +148,7 @@ def laps(proto: ttgir.Protocol) -> int:
     rings: dict = {}
     for slot, n in loads.items():
         rings.setdefault(slot[0], []).append(n)
-    counts = [n for ns in rings.values() if len(ns) > 1 for n in ns]
+    counts = [n for ns in rings.values() if max(ns) > 1 for n in ns]
     return min(counts) if counts else 0
 
 
