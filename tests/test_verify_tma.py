@@ -7,11 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-pytest.importorskip("z3")
-
-from ceiling.nvidia import tma_descriptors as td  # noqa: E402
-from ceiling.nvidia.gluon import tma_descriptors as gtd  # noqa: E402
-from ceiling.verify import Status, tma  # noqa: E402
+from ceiling.nvidia import tma_descriptors as td
+from ceiling.nvidia.gluon import tma_descriptors as gtd
+from ceiling.verify import Status, tma
 
 
 def _old_tma_ready(x):
