@@ -196,6 +196,10 @@ def report_step(out: Path, summary: dict, families: list[str] | None = None,
     hardware = summary.get("hardware")
     if isinstance(hardware, dict):
         data.hardware = hardware
+    if (out / "proofs.json").is_file():  # ceiling run's proofs step
+        import json
+
+        data.proofs = json.loads((out / "proofs.json").read_text())
     paths = _report.write(data, out / "report")
     summary["report"] = {k: str(v) for k, v in paths.items()}
     return paths

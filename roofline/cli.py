@@ -32,7 +32,7 @@ app = typer.Typer(
 
 # Modules under ceiling.roofline.commands, one per subcommand (or group of them).
 COMMANDS = ("backends", "bench", "device_check", "inspect", "run", "tune", "microbench", "fit", "export_templates", "import_point",
-            "sweep")
+            "sweep", "verify")
 
 for _name in COMMANDS:
     importlib.import_module(f"ceiling.roofline.commands.{_name}").register(app)

@@ -60,6 +60,7 @@ class ReportData:
     model_modes: dict[str, str] = field(default_factory=dict)  # "device|op" -> "fitted" / "analytic"
     model_source: str = ""  # which records the model was fit on
     templates: list[dict] = field(default_factory=list)  # {"family", "target", "path", "valid_points", "best_points"}
+    proofs: list[dict] = field(default_factory=list)  # ceiling.verify Result.as_dict() per kernel x property
     notes: list[str] = field(default_factory=list)
     title: str = "ceiling run"
 
@@ -368,6 +369,14 @@ def tables(data: ReportData, rel=str) -> dict[str, Table]:
                                  f"({', '.join(sorted(static_where))}); hover a kernel or config for its full key."
                                  if static_where else ""),
                         empty="No static profiles."),
+        "proofs": Table("proofs-table", ["kernel", "property", "status", "constexprs", "counterexample or reason"],
+                        [_cells(p["kernel"], p["property"], Cell(p["status"], cls="ok" if p["status"] == "proved"
+                                                                 else "failed"),
+                                ", ".join(f"{k}={v}" for k, v in p["constexprs"].items()), _readable(p))
+                         for p in data.proofs],
+                        caption="ceiling verify --all over the project's contracts (TTIR, every shape of each "
+                                "contract's domain); a counterexample lists the scalars, program and address.",
+                        empty="No proofs in this run."),
         "templates": Table("templates-table", ["family", "target", "valid points", "best points", "model", "folder"],
                            [_cells(t["family"], t["target"], t["valid_points"], t["best_points"], t["mode"],
                                    Cell(rel(t["path"]), title=f"{rel(t['path'])}/template.json"))
@@ -375,6 +384,16 @@ def tables(data: ReportData, rel=str) -> dict[str, Table]:
                            numeric={"valid points", "best points"}, empty="No templates exported."),
     }
     return out
+
+
+def _readable(result: dict) -> str:
+    """A counterexample as ``key=value`` pairs (scalars first), or the reason a result is unknown."""
+    cx = result.get("counterexample")
+    if not cx:
+        return result.get("reason") or ""
+    scalars = ", ".join(f"{k}={v}" for k, v in (cx.get("scalars") or {}).items())
+    rest = ", ".join(f"{k}={v}" for k, v in cx.items() if k not in ("scalars", "constexprs", "target"))
+    return f"{scalars}; {rest}" if scalars else rest
 
 
 def _ceilings_table(table_id: str, rows: list[dict]) -> Table:

@@ -128,6 +128,9 @@ def test_ceiling_run_end_to_end_on_a_small_plan(tmp_path, monkeypatch):
     assert re.search(r"<td[^>]*>cpu: [^<]+</td>.*?measured here \(", page, re.S)
     assert "measured on NVIDIA H200, 2026-11-30, commit " in page
     assert "measured on cpu: " not in page  # the committed records' host (another machine's CPU) is left out
+    # the proofs step: the project's contracts, all proved, in the report's Proofs table
+    assert summary["proofs"]["proved"] > 0 and summary["proofs"]["counterexample"] == 0
+    assert re.search(r'id="proofs-table".*?gemm\.splitk_reduce@sm_90a.*?proved', page, re.S)
 
 
 def test_ceiling_run_json_prints_the_summary_and_keeps_progress_off_stdout(tmp_path, monkeypatch):
@@ -145,6 +148,7 @@ def test_ceiling_run_json_prints_the_summary_and_keeps_progress_off_stdout(tmp_p
     monkeypatch.setattr(run_command, "step_host", host)
     monkeypatch.setattr(run_command, "steps_in_pool", pool)
     monkeypatch.setattr(run_command, "step_report", report)
+    monkeypatch.setattr(run_command, "step_proofs", lambda out, summary, say: "ok: stand-in")
     result = CliRunner().invoke(app, ["run", "--out", str(tmp_path), "--json"])
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)

@@ -199,16 +199,18 @@ def gemm_kernel(
 def splitk_reduce_kernel(ws_ptr, c_ptr, bias_ptr, M, N, PLANE_ROWS, stride_ws, stride_cm,
                          SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Sum the SPLIT_K partial planes, then bias, activation and cast."""
+    """Sum the SPLIT_K partial planes, then bias, activation and cast. Row offsets are 64-bit: SPLIT_K
+    planes of M rows times the row stride pass 2^31 elements at shapes the space allows."""
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for split in range(SPLIT_K):
-        rows = split * PLANE_ROWS + offs_m
+        rows = (split * PLANE_ROWS + offs_m).to(tl.int64)
         acc += tl.load(ws_ptr + rows[:, None] * stride_ws + offs_n[None, :], mask=mask, other=0.0)
     acc = epilogue(acc, bias_ptr, offs_n, N, HAS_BIAS, ACTIVATION)
-    tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :], acc.to(c_ptr.dtype.element_ty), mask=mask)
+    tl.store(c_ptr + offs_m.to(tl.int64)[:, None] * stride_cm + offs_n[None, :], acc.to(c_ptr.dtype.element_ty),
+             mask=mask)
 
 
 @triton.jit

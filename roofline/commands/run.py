@@ -91,6 +91,23 @@ def step_host(out: Path, summary: dict, say: Callable[[str], None]) -> str:
     return f"ok: {len(outcome.records)} records"
 
 
+def step_proofs(out: Path, summary: dict, say: Callable[[str], None]) -> str:
+    """``ceiling verify --all``: the project's contracts, from the cache when their digests match."""
+    from ceiling.verify import project
+
+    results = []
+    for entry, rs, cached in project.verify_all():
+        say(f"{entry.name}@{entry.target}{' (cached)' if cached else ''}")
+        results += rs
+    _write_json(out / "proofs.json", [r.as_dict() for r in results])
+    counts = {s: sum(r.status.value == s for r in results) for s in ("proved", "counterexample", "unknown")}
+    summary["proofs"] = counts
+    bad = [r for r in results if r.status.value == "counterexample"]
+    if bad:
+        return f"failed: {bad[0].kernel} {bad[0].property}: {bad[0].counterexample}"[:300]
+    return f"ok: {counts['proved']} proved, {counts['unknown']} unknown, of {len(results)}"
+
+
 def step_report(out: Path, summary: dict, say: Callable[[str], None]) -> str:
     from ceiling.roofline.analysis import report_step
 
@@ -238,6 +255,7 @@ def run(
                                                              "seconds": 0.0}
             with (out / "errors.log").open("a") as log:
                 log.write(f"== ISA and correctness smoke\n{traceback.format_exc()}\n")
+        _in_process(out, summary, progress, "proofs (ceiling verify --all)", step_proofs)
         _in_process(out, summary, progress, "ceilings, model, plots, templates and report", step_report)
     summary["seconds"] = round(time.perf_counter() - start, 1)
     _write_json(out / "summary.json", summary)

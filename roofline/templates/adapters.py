@@ -58,6 +58,31 @@ def _predicted_order(template: Template, shape: dict | None, configs: list[dict]
     return sorted(configs, key=lambda c: rank.get(config_key(c), len(rank)))
 
 
+def proved(template: Template, point: dict[str, Any]) -> bool:
+    """Whether every proof of the kernels ``point`` launches holds (``ceiling.verify.project``; a kernel
+    without a contract has nothing to hold). The adapters offer only such points."""
+    from ceiling.verify import project
+
+    return not project.failures(template.family, template.target, {_local(k): v for k, v in point.items()})
+
+
+def _proved_values(template: Template, names: list[str]) -> dict[str, list]:
+    """Each parameter's values, less those whose proofs fail with the others at any value (a parameter a
+    contract reads as a constexpr is checked value by value; every other value passes through)."""
+    from ceiling.verify import project
+
+    keys = {k for e in project.ENTRIES if e.family == template.family and e.target == template.target
+            for k in e.point_keys}
+    out = {}
+    for n in names:
+        values = list(template.parameter(n).values)
+        if _local(n) in keys:
+            values = [v for v in values if not project.failures(template.family, template.target,
+                                                                 {_local(n): v})]
+        out[n] = values
+    return out
+
+
 def triton_configs(template: Template, shape: dict | None = None, limit: int | None = None,
                    section: str | None = None) -> list:
     """``triton.Config`` objects for the valid points of one kernel (for ``shape``, or the
@@ -66,6 +91,7 @@ def triton_configs(template: Template, shape: dict | None = None, limit: int | N
 
     _names(template, section)
     configs = _predicted_order(template, shape, template.valid_points(shape, section), section)
+    configs = [c for c in configs if proved(template, c)]
     out = []
     for c in configs[:limit]:
         local = {_local(k): v for k, v in c.items()}
@@ -93,7 +119,7 @@ def early_config_prune(template: Template, section: str | None = None) -> Callab
         keep = []
         for cfg in configs:
             point = {k: v for k, v in config_of(cfg, section).items() if k in names}
-            if template.is_valid(point, shape or None, section):
+            if template.is_valid(point, shape or None, section) and proved(template, point):
                 keep.append(cfg)
         return keep
 
@@ -116,7 +142,8 @@ def kernel_tuner_space(template: Template, shape: dict[str, Any], section: str |
     renames = {n: kt_name(n) for n in names}
     restrictions = [expressions.rename(expressions.substitute(c.expr, context), renames)
                     for c in template.constraints_for(shape, section)]
-    return KernelTunerSpace({kt_name(n): list(template.parameter(n).values) for n in names}, restrictions, None)
+    values = _proved_values(template, names)
+    return KernelTunerSpace({kt_name(n): values[n] for n in names}, restrictions, None)
 
 
 def kernel_tuner_cache(template: Template, shape: dict[str, Any], records: list[Record], path: str | Path,
@@ -197,7 +224,8 @@ def optuna_space(template: Template, section: str | None = None) -> dict[str, An
     name; all of them (every kernel's) unless ``section`` names one."""
     from optuna.distributions import CategoricalDistribution
 
-    return {n: CategoricalDistribution(list(template.parameter(n).values)) for n in template.section_names(section)}
+    names = template.section_names(section)
+    return {n: CategoricalDistribution(v) for n, v in _proved_values(template, names).items()}
 
 
 def warm_start_points(template: Template, shape: dict[str, Any], top_k: int = 5,

@@ -279,6 +279,10 @@ def write(template: Template, records: list[Record], out: str | Path) -> Path:
     folder = Path(out) / template.family / template.target
     folder.mkdir(parents=True, exist_ok=True)
     template.save(folder / "template.json")
+    from ceiling.verify import project
+
+    # The proofs that travel with the template: its kernels' contracts, the points proved, the versions.
+    (folder / "certificate.json").write_text(json.dumps(project.certificate(template.family, template.target), indent=1))
     mine = [r for r in _records_for(records, template.op, template.backend, template.dtype)
             if devices.match(r.provenance.device) in (devices.get(template.device), None)]
     # the caches replay device times only: the timings the model's selection admits

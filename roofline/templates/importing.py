@@ -42,6 +42,20 @@ class Imported:
         return self.path
 
 
+def _check_proofs(template: Template, point: dict) -> None:
+    """Refuse a point whose kernels' proofs do not hold (``ceiling.verify.project``), naming the property
+    and its counterexample (or why it is not proved)."""
+    from ceiling.errors import InputError
+    from ceiling.verify import project
+
+    bad = project.failures(template.family, template.target, point)
+    if bad:
+        r = bad[0]
+        why = r.counterexample if r.counterexample is not None else r.reason
+        raise InputError("config", f"a point whose kernels are proved ({r.kernel}: {r.property})",
+                         f"{r.status.value}: {why}")
+
+
 def import_point(folder: str | Path, config: dict[str, Any], shape: dict[str, Any] | None = None,
                  provenance: str = "", device_name: str | None = None, table: str | Path | None = None,
                  section: str | None = None) -> Imported:
@@ -56,6 +70,7 @@ def import_point(folder: str | Path, config: dict[str, Any], shape: dict[str, An
     space.check(point, partial=True)
     context = {"dtype_bytes": template.context(shape)["dtype_bytes"], **(shape or {})}
     space.check_constraints(point, context)
+    _check_proofs(template, point)
     stamp = _dt.datetime.now(_dt.timezone.utc).date().isoformat()
     line = (f"imported {stamp} (commit {_git_commit()}) through the {template.family}/{template.target} template "
             f"of {template.provenance.get('created', 'unknown date')}" + (f": {provenance}" if provenance else ""))

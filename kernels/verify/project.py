@@ -1,0 +1,174 @@
+"""The project's own contracts, written next to the launchers they describe: each entry names the kernel,
+the target it is launched for, its grid and buffers as the launcher builds them, and the domain of its
+integer arguments over the op's spec and the configs its space allows. ``tests/test_verify_project.py``
+runs each launcher under the interpreter and checks the grid and buffers it really launches against the
+contract, so the two cannot drift. ``ceiling verify --all`` verifies every entry."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ceiling.verify import contract as contracts
+
+# The sizes a GEMM may have here: any M and N up to 2^17 (a 2^34-element output, well past the i32
+# range of element offsets); the split-K reduction exists for every SPLIT_K the space's search offers.
+_SIZE = [1, 2**17]
+_SPLIT_K = [2, 4]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One contract: a name, where its kernel lives, its TOML-shaped body, the kernel family (spaces) it
+    belongs to, when a config launches it (a condition over the config's keys), and which config keys
+    are its constexprs (a point's values replace the contract's)."""
+    name: str
+    module: str
+    kernel: str
+    body: dict
+    family: str = ""
+    applies: str = "True"
+    point_keys: tuple = ()
+
+    @property
+    def target(self) -> str:
+        return self.body["targets"][0]
+
+    def contract(self, point: dict | None = None) -> contracts.Contract:
+        import importlib
+
+        fn = getattr(importlib.import_module(self.module), self.kernel)
+        body = dict(self.body)
+        if point:
+            body["constexprs"] = {**body["constexprs"], **{k: [point[k]] for k in self.point_keys if k in point}}
+        return contracts.from_dict({"kernel": f"{self.module}:{self.kernel}", "name": self.name, **body}, fn=fn)
+
+    def launched_by(self, point: dict) -> bool:
+        env = {k: v for k, v in point.items() if isinstance(v, (int, bool))}
+        try:
+            return bool(contracts.parse_expr(self.applies, f"{self.name}.applies", condition=True).value(env))
+        except contracts.ContractError:  # the point lacks a key the condition reads: not this kernel's
+            return False
+
+
+ENTRIES = (
+    # kernels/nvidia/gemm.py: the split-K partial planes (SPLIT_K * M rows of a row-padded fp32
+    # workspace) summed into C, grid (cdiv(m, 32), cdiv(n, 128)).
+    Entry("gemm.splitk_reduce", "ceiling.nvidia.gemm_kernels", "splitk_reduce_kernel", family="gemm",
+          applies="SPLIT_K > 1", point_keys=("SPLIT_K",), body={
+        "targets": ["sm_90a"],
+        "grid": ["cdiv(M, BLOCK_M)", "cdiv(N, BLOCK_N)"],
+        "scalars": {"M": _SIZE, "N": _SIZE, "PLANE_ROWS": "M", "stride_ws": [1, 2**17 + 4],
+                    "stride_cm": [1, 2**17 + 8]},
+        "constexprs": {"SPLIT_K": _SPLIT_K, "HAS_BIAS": [True], "ACTIVATION": ["gelu"], "BLOCK_M": [32],
+                       "BLOCK_N": [128]},
+        "assume": {"conditions": ["stride_ws >= N", "stride_cm >= N"]},
+        "buffers": {"ws_ptr": {"shape": ["SPLIT_K * M", "N"], "strides": ["stride_ws", 1], "dtype": "float32"},
+                    "c_ptr": {"shape": ["M", "N"], "strides": ["stride_cm", 1], "dtype": "bfloat16", "output": True},
+                    "bias_ptr": {"shape": ["N"], "dtype": "bfloat16"}},
+    }),
+    # kernels/amd/gemm.py: SPLIT_K fp32 planes of (batch, M, N) summed in a fixed order, grid
+    # (cdiv(m, 64), cdiv(n, 64), batch).
+    Entry("gemm.splitk_reduce", "ceiling.amd.gemm", "splitk_reduce_kernel", family="gemm",
+          applies="SPLIT_K > 1", point_keys=("SPLIT_K",), body={
+        "targets": ["gfx942"],
+        "grid": ["cdiv(M, BLOCK_M)", "cdiv(N, BLOCK_N)", "B"],
+        "sizes": {"B": [1, 64]},
+        "scalars": {"M": _SIZE, "N": _SIZE, "stride_ws": "B * M * N", "stride_wb": "M * N",
+                    "stride_wm": "N", "stride_cb": "M * N", "stride_cm": "N", "stride_cn": 1},
+        "constexprs": {"SPLIT_K": _SPLIT_K, "BLOCK_M": [64], "BLOCK_N": [64], "HAS_BIAS": [True], "ACTIVATION": [2]},
+        "buffers": {"ws_ptr": {"shape": ["SPLIT_K", "B", "M", "N"], "dtype": "float32"},
+                    "c_ptr": {"shape": ["B", "M", "N"], "strides": ["stride_cb", "stride_cm", "stride_cn"],
+                              "dtype": "bfloat16", "output": True},
+                    "bias_ptr": {"shape": ["N"], "dtype": "bfloat16"}},
+    }),
+)
+
+
+def cache_dir():
+    import os
+    from pathlib import Path
+
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(root) / "ceiling" / "verify"
+
+
+def digest(entry: Entry, properties, point=None) -> str:
+    """What a cached answer depends on: the kernel's source with every function it calls (Triton's own
+    cache key), the contract, the properties, and the Triton and z3 versions."""
+    import hashlib
+    import importlib
+    import json
+
+    import triton
+    import z3
+
+    fn = getattr(importlib.import_module(entry.module), entry.kernel)
+    key = json.dumps([entry.name, entry.module, entry.kernel, fn.cache_key, entry.body, list(properties or []),
+                      {k: point[k] for k in entry.point_keys if k in point} if point else None,
+                      triton.__version__, z3.get_version_string()], sort_keys=True, default=str)
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def results(entry: Entry, properties=None, point=None, timeout_ms=None, use_cache=True):
+    """(results, cached) of one entry, for ``point``'s constexprs if given; cached by digest."""
+    import json
+
+    from ceiling.verify import check
+    from ceiling.verify.result import Result
+
+    path = cache_dir() / f"{digest(entry, properties, point)}.json"
+    if use_cache and path.is_file():
+        return [Result.from_dict(d) for d in json.loads(path.read_text())], True
+    kw = {"timeout_ms": timeout_ms} if timeout_ms else {}
+    out = check.verify(entry.contract(point), properties, **kw)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps([r.as_dict() for r in out]))
+    return out, False
+
+
+def verify_all(properties=None, timeout_ms=None, use_cache=True):
+    """Every entry's results, from the cache when its digest is there; yields (entry, results, cached)."""
+    for entry in ENTRIES:
+        yield (entry, *results(entry, properties, None, timeout_ms, use_cache))
+
+
+def check_point(family: str, target: str, point: dict) -> list:
+    """The results of every kernel ``point`` (a config of ``family`` on ``target``) launches that has a
+    contract, at the point's constexprs."""
+    out = []
+    for entry in ENTRIES:
+        if entry.family == family and entry.target == target and entry.launched_by(point):
+            out += results(entry, None, point)[0]
+    return out
+
+
+def failures(family: str, target: str, point: dict) -> list:
+    """The results that do not hold for ``point`` (empty when every proof holds)."""
+    return [r for r in check_point(family, target, point) if not r.proved]
+
+
+def certificate(family: str, target: str) -> dict:
+    """What the proofs of a family's kernels on a target cover: the properties, each kernel's domain and
+    digest, the constexpr points proved and those not, and the Triton and z3 versions."""
+    import triton
+    import z3
+
+    kernels = []
+    for entry in ENTRIES:
+        if entry.family != family or entry.target != target:
+            continue
+        rs, _ = results(entry)
+        combos: dict = {}
+        for r in rs:
+            combos.setdefault(tuple(sorted(r.constexprs.items())), []).append(r)
+        c = entry.contract()
+        kernels.append({
+            "name": entry.name, "kernel": f"{entry.module}.{entry.kernel}", "launched_when": entry.applies,
+            "digest": digest(entry, None), "properties": sorted({r.property for r in rs}),
+            "domain": {k: (f"[{s.lo}, {s.hi}]" if s.expr is None else s.expr.text) for k, s in c.domain_scalars().items()},
+            "assume": [a.text for a in c.assume],
+            "points_proved": [dict(k) for k, v in combos.items() if all(r.proved for r in v)],
+            "points_not_proved": [{"constexprs": dict(k), "results": [r.as_dict() for r in v if not r.proved]}
+                                  for k, v in combos.items() if not all(r.proved for r in v)]})
+    return {"family": family, "target": target, "level": "TTIR", "kernels": kernels,
+            "triton": triton.__version__, "z3": z3.get_version_string()}

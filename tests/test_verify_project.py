@@ -1,0 +1,162 @@
+"""The project's contracts (ceiling.verify.project): every entry proved (the split-K reduction's 32-bit
+row offset wrapped before it was widened), and each contract matches what its launcher really launches:
+the launcher runs under the interpreter with a spy on its launches, and the grid, the integer arguments,
+the constexprs and the buffers' dtypes, shapes and strides must fit the contract."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+
+pytest.importorskip("z3")
+pytest.importorskip("triton")
+
+import ceiling  # noqa: E402
+from ceiling.verify import Status, check, project  # noqa: E402
+
+ENTRIES = {f"{e.name}@{e.body['targets'][0]}": e for e in project.ENTRIES}
+# A split-K launch of each GEMM backend on the CPU: (backend, launcher module, config, batch).
+LAUNCHES = {
+    "gemm.splitk_reduce@sm_90a": ("nvidia", "ceiling.nvidia.gemm",
+                                  {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 2, "num_stages": 2,
+                                   "num_warps": 4, "EPILOGUE_SUBTILE": False, "WARP_SPECIALIZE": False,
+                                   "STREAM_K": False, "SPLIT_K": 2}, 1),
+    "gemm.splitk_reduce@gfx942": ("amd", "ceiling.amd.gemm", {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16,
+                                                              "SPLIT_K": 2}, 2),
+}
+
+
+@pytest.mark.parametrize("key", sorted(ENTRIES))
+def test_entry_is_proved(key):
+    contract = ENTRIES[key].contract()
+    combo = next(contract.combinations())
+    for r in check.verify(contract, combinations=[combo]):
+        assert r.status is Status.PROVED, r
+
+
+def _spy(module, monkeypatch):
+    calls = []
+    real = module.launcher
+
+    def launcher(fn, *, on_gpu):
+        inner = real(fn, on_gpu=on_gpu)
+
+        class Grid:
+            def __getitem__(self, grid):
+                def run(*args, **kwargs):
+                    calls.append((fn, tuple(grid), args, kwargs))
+                    return inner[grid](*args, **kwargs)
+                return run
+        return Grid()
+
+    monkeypatch.setattr(module, "launcher", launcher)
+    return calls
+
+
+@pytest.mark.parametrize("key", sorted(LAUNCHES))
+def test_contract_matches_the_launch(key, monkeypatch):
+    entry = ENTRIES[key]
+    backend, module_name, config, batch = LAUNCHES[key]
+    calls = _spy(importlib.import_module(module_name), monkeypatch)
+    gen = torch.Generator().manual_seed(0)
+    m, n, k = 37, 45, 96
+    a = torch.randn(*([batch] if batch > 1 else []), m, k, generator=gen).to(torch.bfloat16)
+    b = torch.randn(*([batch] if batch > 1 else []), k, n, generator=gen).to(torch.bfloat16)
+    bias = torch.randn(n, generator=gen).to(torch.bfloat16)
+    ceiling.gemm(a, b, bias=bias, activation="gelu", backend=backend, config=config)
+
+    contract = entry.contract()
+    launched = [c for c in calls if getattr(c[0], "__name__", getattr(getattr(c[0], "fn", None), "__name__", ""))
+                == entry.kernel]
+    assert len(launched) == 1, [c[0] for c in calls]
+    fn, grid, args, kwargs = launched[0]
+    values = dict(zip(contract.fn.arg_names, args), **kwargs)
+    env = {name: values[name] for name in list(contract.scalars) + list(contract.constexprs)}
+    env.update({name: batch for name in contract.sizes})  # the only size a contract here names is the batch
+    for name, values_allowed in contract.constexprs.items():
+        assert env[name] in values_allowed, (name, env[name])
+    for name, s in contract.scalars.items():
+        if s.expr is not None:
+            assert env[name] == s.expr.value(env), name
+        else:
+            assert s.lo <= env[name] <= s.hi, name
+    assert all(c.value(env) for c in contract.assume)
+    expected = tuple(g.value(env) for g in contract.grid)
+    assert grid + (1,) * (len(expected) - len(grid)) == expected
+    for name, buf in contract.buffers.items():
+        t = values[name]
+        assert str(t.dtype).removeprefix("torch.") == buf.dtype, name
+        assert list(t.shape) == [s.value(env) for s in buf.shape], name
+        assert list(t.stride()) == [s.value(env) for s in buf.strides], name
+
+
+# --- the proofs' consumers: import-point, the adapters, the exported certificate ------------------------
+
+def _planted(monkeypatch, cache):
+    """A gemm/gfx942 entry whose kernel has an off-by-one load mask, launched when GROUP_M > 4."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("ceiling_verify_planted",
+                                                  Path(__file__).parent / "verify_cases" / "kernels.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setitem(sys.modules, "ceiling_verify_planted", module)
+    monkeypatch.setattr(project, "cache_dir", lambda: cache)
+    entry = project.Entry("planted.copy", "ceiling_verify_planted", "copy_off_by_one", family="gemm",
+                          applies="GROUP_M > 4", point_keys=(), body={
+                              "targets": ["gfx942"], "grid": ["cdiv(n, BLOCK)"], "scalars": {"n": [1, 2**20]},
+                              "constexprs": {"BLOCK": [128]},
+                              "buffers": {"x_ptr": {"shape": ["n"], "dtype": "float32"},
+                                          "y_ptr": {"shape": ["n"], "dtype": "float32", "output": True}}})
+    monkeypatch.setattr(project, "ENTRIES", (entry,))
+
+
+def test_import_point_refuses_a_point_whose_proof_fails(tmp_path, monkeypatch):
+    from ceiling.errors import InputError
+    from ceiling.roofline.templates import export, importing
+
+    folder = export.export(tmp_path, [], ["gemm"], ["gfx942"])[0]
+    _planted(monkeypatch, tmp_path / "cache")
+    point = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "num_stages": 2, "num_warps": 4,
+             "waves_per_eu": 2, "matrix_instr_nonkdim": 16, "kpack": 2}
+    with pytest.raises(InputError, match="planted.copy@gfx942: bounds.*counterexample"):
+        importing.import_point(folder, {**point, "GROUP_M": 8}, {"M": 512, "N": 1024, "K": 1024}, "test",
+                               table=tmp_path / "t.json")
+    # a point that does not launch the planted kernel is filed
+    importing.import_point(folder, {**point, "GROUP_M": 4}, {"M": 512, "N": 1024, "K": 1024}, "test",
+                           table=tmp_path / "t.json")
+
+
+def test_adapters_offer_only_points_that_hold(tmp_path, monkeypatch):
+    from ceiling.roofline.templates import adapters, export
+
+    template = export.build("gemm", "gfx942", [])
+    _planted(monkeypatch, tmp_path)
+    assert not adapters.proved(template, {"GROUP_M": 8})
+    assert adapters.proved(template, {"GROUP_M": 4})
+    prune = adapters.early_config_prune(template)
+
+    class Cfg:  # what early_config_prune reads of a triton.Config
+        def __init__(self, **kw):
+            self.kwargs, self.num_warps, self.num_stages = kw, 4, 2
+
+    base = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "waves_per_eu": 2, "matrix_instr_nonkdim": 16, "kpack": 2}
+    kept = prune([Cfg(**base, GROUP_M=8), Cfg(**base, GROUP_M=4)], {"M": 512, "N": 1024, "K": 1024})
+    assert [c.kwargs["GROUP_M"] for c in kept] == [4]
+
+
+def test_exported_template_carries_its_certificate(tmp_path):
+    import json
+
+    from ceiling.roofline.templates import export
+
+    folder = export.export(tmp_path, [], ["gemm"], ["gfx942"])[0]
+    cert = json.loads((folder / "certificate.json").read_text())
+    (kernel,) = cert["kernels"]
+    assert kernel["name"] == "gemm.splitk_reduce" and kernel["properties"] == ["bounds", "coverage", "overflow", "race"]
+    assert [p["SPLIT_K"] for p in kernel["points_proved"]] == [2, 4] and not kernel["points_not_proved"]
+    assert cert["triton"] and cert["z3"] and cert["level"] == "TTIR" and len(kernel["digest"]) == 64
