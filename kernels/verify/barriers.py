@@ -80,7 +80,8 @@ def check(proto: Protocol, max_states: int = 1_500_000, reduce: bool = True) -> 
             for i in range(len(evs) - 1, -1, -1):
                 e = evs[i]
                 mine = e.bar is not None and bar_ids.get(e.bar) == b
-                left[i] = left[i + 1] + (e.value if mine and e.kind == "arrive" else 1 if mine and e.kind == "expect" else 0)
+                made = (e.value if e.kind == "arrive" else 1 if e.kind == "expect" else 0) if mine else 0
+                left[i] = left[i + 1] + made
 
     # state: (pcs, bars((pending, tx, phase)...), inflight((slot, bar, bytes)...), mma per partition,
     #         stores per partition, slots((full, readers)...))
@@ -144,7 +145,8 @@ def check(proto: Protocol, max_states: int = 1_500_000, reduce: bool = True) -> 
         elif e.kind == "load":
             s = slot_ids[e.slots[0]]
             if any(f[0] == s for f in inflight):
-                raise Violation("early overwrite", f"{what()}: loads into {sname(s)} while its previous load is in flight")
+                raise Violation("early overwrite",
+                                f"{what()}: loads into {sname(s)} while its previous load is in flight")
             busy = outstanding(mma, stores, s)
             if busy:
                 raise Violation("early overwrite", f"{what()}: overwrites {sname(s)} while {busy} still read it")
@@ -266,7 +268,8 @@ def check(proto: Protocol, max_states: int = 1_500_000, reduce: bool = True) -> 
         except Violation as v:
             return Verdict(False, len(parent), v.args[0], v.args[1], trace(state, v.args[1]))
         if not moves and any(pcs[p] < len(programs[p]) for p in range(len(programs))):
-            blocked = [f"{names[p]} at {programs[p][pcs[p]]}" for p in range(len(programs)) if pcs[p] < len(programs[p])]
+            blocked = [f"{names[p]} at {programs[p][pcs[p]]}" for p in range(len(programs))
+                       if pcs[p] < len(programs[p])]
             owed = [f"{b[0]}[{','.join(map(str, b[1:]))}] awaits {bars[i][1]} bytes"
                     for b, i in bar_ids.items() if bars[i][1] > 0]
             return Verdict(False, len(parent), "deadlock", "blocked: " + "; ".join(blocked)

@@ -13,6 +13,7 @@ import functools
 import hashlib
 import itertools
 import json
+import re
 import subprocess
 import sys
 import time
@@ -278,8 +279,6 @@ def mutate(text: str, bug: str) -> str:
     ``wrong_phase`` (the producer's first ring wait parity flipped), ``early_release`` (the default
     partition releases its first K slot before the wgmma reading it retires)."""
     lines = text.splitlines()
-    import re
-
     if bug == "tx_over_one_box":
         for i, line in enumerate(lines):
             m = re.search(r"ttng\.barrier_expect (%\w+), (\d+)", line)

@@ -217,8 +217,8 @@ def gluon_attention_cases(dtype: str = "bfloat16") -> list[Case]:
                 ksw = smem_layout([1, kr, d], dtype).swizzle_byte_width
                 descs = [gtd.rows("q", 1, 1, 1, d, item, r, sw), gtd.rows("k", 1, 1, 1, d, item, kr, ksw)]
                 if direction == "bwd":
-                    descs += [gtd.rows("dq", 1, 1, 1, d, 4, r, smem_layout([1, r, DQ_PIECE], "float32").swizzle_byte_width,
-                                       DQ_PIECE),
+                    dq_swizzle = smem_layout([1, r, DQ_PIECE], "float32").swizzle_byte_width
+                    descs += [gtd.rows("dq", 1, 1, 1, d, 4, r, dq_swizzle, DQ_PIECE),
                               gtd.vector("lse", 1, r, smem_layout([r], "float32").swizzle_byte_width)]
                 blocks.append(({"head_dim": d, "rows": r, "key_rows": kr}, descs))
         case.blocks = blocks

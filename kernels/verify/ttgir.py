@@ -81,7 +81,7 @@ def parse(text: str) -> list[Op]:
     lines = [_strip_loc(raw) for raw in text.splitlines()]
     pos = 0
 
-    def block(stop_depth_line=None) -> list[Op]:
+    def block() -> list[Op]:
         nonlocal pos
         ops = []
         while pos < len(lines):
@@ -140,6 +140,8 @@ def parse(text: str) -> list[Op]:
 
 
 _INT = re.compile(r"^-?\d+$")
+_TMA_LOAD = re.compile(r"ttng\.async_tma_copy_global_to_local %[\w.]+\[[^\]]*\]\s+(%[\w.#]+),\s*(%[\w.#]+)"
+                       r"(?:,\s*(%[\w.#]+))?")
 
 
 @dataclass(frozen=True)
@@ -226,7 +228,8 @@ class Interpreter:
         operands = re.findall(r"%[\w.#]+", t.split(":")[0] if name not in ("scf.for",) else t)
         if name == "arith.constant":
             m = re.match(r"arith\.constant (true|false|-?\d+)(?:\s*:\s*(i\d+|index))?$", t)
-            self._set(op, None if not m else (m.group(1) == "true" if m.group(1) in ("true", "false") else int(m.group(1))))
+            word = m.group(1) if m else None
+            self._set(op, None if word is None else word == "true" if word in ("true", "false") else int(word))
         elif name in self._ARITH and ": tensor" not in t:
             a, b = operands[:2]
             try:
@@ -282,7 +285,7 @@ class Interpreter:
             else:
                 self.emit(Event("expect", bar, int(args[1])))
         elif name == "ttng.async_tma_copy_global_to_local":
-            m = re.match(r"ttng\.async_tma_copy_global_to_local %[\w.]+\[[^\]]*\]\s+(%[\w.#]+),\s*(%[\w.#]+)(?:,\s*(%[\w.#]+))?", t)
+            m = _TMA_LOAD.match(t)
             if not m:
                 raise Unsupported(f"TMA load form {t[:80]!r}")
             if m.group(3) and not self.scalar(m.group(3), "predicate"):

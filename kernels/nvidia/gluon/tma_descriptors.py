@@ -6,7 +6,7 @@ descriptor's shape to the kernel as i32). Integers as the launcher calls them, z
 
 from __future__ import annotations
 
-from ceiling.nvidia.tma_descriptors import FRESH, I32_LIMIT, Descriptor, all_, any_, row_major
+from ceiling.nvidia.tma_descriptors import FRESH, I32_LIMIT, Descriptor, any_, row_major
 
 
 def rows(name: str, batch, seq, heads, head_dim, item: int, block_rows: int, swizzle: int,
