@@ -110,3 +110,20 @@ def test_forward_protocol_under_the_devices_triton():
     compiled = protocol.compile_ttgir([FWD], DEVICE_TRITON)[json.dumps(list(FWD))]
     r = protocol.check_ttgir("fwd", "fwd", compiled["ttgir"], compiled["constexprs"])
     assert r.status is Status.PROVED, r.as_dict()
+
+
+def test_gluon_box_model_matches_the_compiler(fwd_ttgir):
+    """The boxes the ``tma`` property assumes for the Gluon forward's descriptors (Q, K, V, O) are
+    the ones the compiler encodes."""
+    from ceiling.nvidia import tma_descriptors as td
+    from ceiling.nvidia.gluon import tma_descriptors as gtd
+    from ceiling.nvidia.gluon.attention import smem_layout
+    from ceiling.verify.tma import SWIZZLE_BYTES
+
+    d, bn = FWD[1], FWD[3]["block_n"]
+    model = []
+    for rows in (64, bn, bn, 64):
+        desc = gtd.rows("x", 1, 1, 1, d, 2, rows, smem_layout([1, rows, d], "bfloat16").swizzle_byte_width)
+        dims, swizzle = td.box(desc)
+        model.append((list(dims), swizzle))
+    assert [(list(b), SWIZZLE_BYTES[s]) for b, s in fwd_ttgir["boxes"]] == model

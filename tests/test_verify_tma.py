@@ -127,3 +127,24 @@ def test_fp8_unit_k_with_a_strided_k_runs_interpreted():
     one = torch.tensor(1.0)
     out = ceiling.scaled_gemm(a, b, one, one, backend="nvidia")
     assert torch.equal(out, ceiling.scaled_gemm(a, b, one, one, backend="reference"))
+
+
+@pytest.mark.parametrize("cfg,dtype", [
+    (dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, EPILOGUE_SUBTILE=True), "bfloat16"),
+    (dict(BLOCK_M=64, BLOCK_N=16, BLOCK_K=256), "bfloat16"),
+    (dict(BLOCK_M=64, BLOCK_N=16, BLOCK_K=256), "float32"),
+    (dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, SPLIT_K=2), "bfloat16"),
+])
+def test_box_model_matches_the_compiler(cfg, dtype):
+    """The box and swizzle the verifier assumes for a block are the ones Triton encodes."""
+    from ceiling.nvidia import gemm_specs
+
+    full = {**dict(GROUP_M=8, num_stages=3, num_warps=8, EPILOGUE_SUBTILE=False, WARP_SPECIALIZE=False, SPLIT_K=1,
+                   STREAM_K=False), **cfg}
+    spec = gemm_specs.compile_spec(full, dtype, b_trans=True)
+    bm, bn, bk, split = full["BLOCK_M"], full["BLOCK_N"], full["BLOCK_K"], full["SPLIT_K"]
+    a, b, c = td.gemm_blocks(bm, bn, bk, False, True, False, bn // 2 if full["EPILOGUE_SUBTILE"] else bn)
+    item = tma.ITEM[dtype]
+    expected = [td.Descriptor("a", 0, (), (), tuple(a), item), td.Descriptor("b", 0, (), (), tuple(b), item),
+                td.Descriptor("c", 0, (), (), (1, bm, bn) if split > 1 else tuple(c), 4 if split > 1 else item)]
+    assert tma.compiled_boxes(spec) == [(list(td.box(d)[0]), td.box(d)[1]) for d in expected]

@@ -69,13 +69,15 @@ for kernel, d, causal, knobs in json.loads(sys.stdin.read()):
     names = list(stages)
     for stage in names[names.index(src.ext):names.index("ttgir") + 1]:
         mod = stages[stage](mod, md)
-    out[json.dumps([kernel, d, causal, knobs])] = {"ttgir": str(mod), "constexprs": s.constexprs}
+    boxes = [(m["block_size"], m["swizzle"]) for m in md.get("tensordesc_meta") or []]
+    out[json.dumps([kernel, d, causal, knobs])] = {"ttgir": str(mod), "constexprs": s.constexprs, "boxes": boxes}
 sys.stdout.write(json.dumps(out))
 """
 
 
 def compile_ttgir(points: list[tuple[str, int, bool, dict]], triton: str | None = None) -> dict:
-    """{(kernel, head dim, causal, knobs) json: {"ttgir", "constexprs"}} for the points, compiled in
+    """{(kernel, head dim, causal, knobs) json: {"ttgir", "constexprs", "boxes"}} for the points
+    (``boxes``: each descriptor's encoded box and swizzle, from the compiler's metadata), compiled in
     one subprocess through the launcher's own specs (``ceiling.nvidia.gluon.static_check.spec``),
     stopping at TTGIR (what runs, after the Gluon passes; the later LLVM/PTX stages are not read).
     ``triton``: a release to compile with instead of the running one (the device's, "3.6.0",

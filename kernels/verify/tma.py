@@ -250,6 +250,36 @@ def planted_cases() -> list[Case]:
     return cases
 
 
+# ------------------------------------------------------------------ the model against the compiler
+
+SWIZZLE_BYTES = {0: 0, 1: 32, 2: 64, 3: 128}  # Triton's tensordesc metadata: CUtensorMapSwizzle
+
+
+def compiled_boxes(spec) -> list[tuple[list, int]]:
+    """(box dims, swizzle bytes) Triton encodes for each tensor-descriptor argument of ``spec`` (a
+    ``ceiling.isa.CompileSpec`` for sm_90a), read from the compiler's own metadata after the TTGIR
+    passes (no GPU, no binary): what :func:`ceiling.nvidia.tma_descriptors.box` must agree with."""
+    from triton._C.libtriton import ir
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler.compiler import ASTSource, make_backend
+
+    target = GPUTarget("cuda", 90, 32)
+    backend = make_backend(target)
+    src = ASTSource(spec.fn, spec.signature, spec.constexprs)
+    options = backend.parse_options(dict(spec.options, **src.parse_options()))
+    ctx = ir.context()
+    ir.load_dialects(ctx)
+    backend.load_dialects(ctx)
+    stages: dict = {}
+    backend.add_stages(stages, options, src.language)
+    module = src.make_ir(target, options, backend.get_codegen_implementation(options), backend.get_module_map(), ctx)
+    metadata = {"hash": "", "target": target, **options.__dict__}
+    names = list(stages)
+    for stage in names[names.index(src.ext):names.index("ttgir") + 1]:
+        module = stages[stage](module, metadata)
+    return [(list(m["block_size"]), SWIZZLE_BYTES[m["swizzle"]]) for m in metadata["tensordesc_meta"]]
+
+
 # ------------------------------------------------------------------ proving
 
 
