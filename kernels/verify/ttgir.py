@@ -164,6 +164,13 @@ def _memdesc_bytes(ty: str) -> tuple[int, bool]:
     return n * _BYTES.get(m.group(2), 0), m.group(2) == "i64"
 
 
+# Dialects whose ops may touch shared memory, barriers or control flow: an op of theirs that is
+# neither modelled above nor known to touch none of them makes the result unknown.
+_GUARDED = ("ttg", "ttng", "gpu", "nvvm", "cf", "scf", "llvm", "nvgpu", "amdgpu")
+_HARMLESS = {"ttg.convert_layout", "ttg.warp_yield", "ttg.warp_return", "ttng.fence_async_shared",
+             "ttg.local_dealloc", "scf.yield"}
+
+
 class Interpreter:
     """Runs one partition's region on concrete scalars, collecting its events."""
 
@@ -314,6 +321,9 @@ class Interpreter:
             raise Unsupported("scf.while")
         elif name in ("ttg.warp_specialize",):
             raise Unsupported("nested warp_specialize")
+        elif (name.split(".")[0] in _GUARDED and name not in _HARMLESS) or name == "tt.call":
+            # shared memory, barriers, control flow the model does not know: fail closed
+            raise Unsupported(f"op {name}")
         else:
             for r in op.results:  # tensors, pointers, floats: no protocol value
                 self.env[r] = None
