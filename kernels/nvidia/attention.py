@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 import torch
 
+from ceiling.nvidia import tma_descriptors as td
 from ceiling.triton import attention as flash
 
 JAX = "gpu"  # forward_jax/backward_jax run on a JAX GPU (jax-triton); elsewhere the host callback
@@ -26,11 +27,13 @@ def table_target(problem) -> str | None:
 
 def uses_tma(problem, user=None) -> bool:
     """TMA on an sm_90+ GPU from PyTorch, pointer loads elsewhere (the interpreter; jax-triton,
-    which builds no descriptors), unless ``config`` says ``use_tma``."""
+    which builds no descriptors), unless ``config`` says ``use_tma``; pointer loads too for a
+    problem whose descriptors cannot hold it (a dim of 2^31 or more, Triton's i32 descriptor shapes)."""
     wanted = user.get("use_tma") if isinstance(user, Mapping) else None  # anything else: refused by the resolution
     if wanted is None:
         wanted = problem.framework == "torch" and (problem.arch or "").startswith("sm_") and int(problem.arch[3:]) >= 90
-    return bool(wanted)
+    return bool(wanted) and bool(td.attention_fits(problem.batch, problem.q_len, problem.k_len, problem.heads,
+                                                   flash.head_dim_pad(problem.head_dim)))
 
 
 def features(problem, user=None) -> dict:

@@ -14,6 +14,7 @@ import torch
 
 from ceiling import spaces
 from ceiling.nvidia import stream_k
+from ceiling.nvidia import tma_descriptors as td
 from ceiling.nvidia.gemm_kernels import (H100_H200_SMS, cdiv, gemm_kernel, gemm_streamk_kernel, grouped_tile,  # noqa: F401
                                          splitk_reduce_kernel, store_tile)  # grouped_tile, store_tile: the FP8 GEMM's
 from ceiling.triton_runtime import launcher
@@ -114,19 +115,18 @@ def _random_operands(p) -> tuple:
 
 # --------------------------------------------------------------------------- launch
 
-TMA_ALIGN = 16  # bytes: TMA needs 16-byte aligned base and strides
-
-
 def _aligned(x: torch.Tensor) -> bool:
-    item = x.element_size()
-    return x.data_ptr() % TMA_ALIGN == 0 and all((s * item) % TMA_ALIGN == 0 for s in x.stride()[:-1])
+    """Whether a descriptor can read x as it is (:func:`ceiling.nvidia.tma_descriptors.tma_ready`)."""
+    return bool(td.tma_ready(td.Operand.of(x)))
 
 
 def _tma_storage(x: torch.Tensor) -> tuple[torch.Tensor, bool]:
-    """(a unit-last-stride view TMA can read, whether x is the transpose of it)."""
-    if x.stride(-1) == 1 and (x.shape[-2] == 1 or x.stride(-2) >= x.shape[-1]):
+    """(a unit-last-stride view TMA can read, whether x is the transpose of it); the choice is
+    :func:`ceiling.nvidia.tma_descriptors.gemm_view`'s, which ``ceiling verify`` proves legal."""
+    o = td.Operand.of(x)
+    if td.keeps_layout(o):
         view, trans = x, False
-    elif x.stride(-2) == 1:
+    elif td.transposable(o):
         view, trans = x.mT, True
     else:
         view, trans = x.contiguous(), False
@@ -136,11 +136,9 @@ def _tma_storage(x: torch.Tensor) -> tuple[torch.Tensor, bool]:
 
 
 def _pad_rows(x: torch.Tensor, copy: bool = True) -> torch.Tensor:
-    """A view like x whose rows start on 16-byte boundaries (odd sizes only), holding x if ``copy``."""
-    per_row = TMA_ALIGN // x.element_size()
+    """A view like x whose rows start on 16-byte boundaries, holding x if ``copy``."""
     cols = x.shape[-1]
-    padded = cdiv(cols, per_row) * per_row
-    storage = torch.empty((*x.shape[:-1], padded), dtype=x.dtype, device=x.device)
+    storage = torch.empty((*x.shape[:-1], td.padded_cols(cols, x.element_size())), dtype=x.dtype, device=x.device)
     view = storage[..., :cols]
     if copy:
         view.copy_(x)
@@ -197,6 +195,12 @@ def forward(problem, config, a: torch.Tensor, b: torch.Tensor, bias) -> tuple[to
         z = torch.zeros(out.shape, dtype=torch.float32, device=out.device)
         return (out.copy_(activate_torch(z + bias.float() if bias is not None else z, activation)),)
 
+    too_large = td.gemm_too_large(nbatch, m, n, k)
+    if too_large:  # before any copy: a descriptor could not describe the operand
+        from ceiling.errors import InputError
+
+        arg, name, value = too_large
+        raise InputError(arg, f"{name} below 2^31 (the Hopper kernel's TMA descriptors)", f"{name} = {value}")
     cfg = config
     split_k = cfg["SPLIT_K"] if not batched else 1  # batched problems have parallelism to spare
     if bias is not None:
@@ -213,11 +217,8 @@ def forward(problem, config, a: torch.Tensor, b: torch.Tensor, bias) -> tuple[to
         target = c if _aligned(c) else _pad_rows(c, copy=False)
 
     bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
-    lead = [1] if batched else []
-    a_block = lead + ([bk, bm] if a_trans else [bm, bk])
-    b_block = lead + ([bn, bk] if b_trans else [bk, bn])
     subtile = cfg["EPILOGUE_SUBTILE"] and split_k == 1
-    c_block = lead + [bm, bn // 2 if subtile else bn]
+    a_block, b_block, c_block = td.gemm_blocks(bm, bn, bk, a_trans, b_trans, batched, bn // 2 if subtile else bn)
 
     num_items = cdiv(m, bm) * cdiv(n, bn) * nbatch * split_k
     programs = _sm_count(a.device.index or 0) if on_gpu else INTERPRETED_PROGRAMS
@@ -227,8 +228,9 @@ def forward(problem, config, a: torch.Tensor, b: torch.Tensor, bias) -> tuple[to
     if split_k > 1:
         from triton.tools.tensor_descriptor import TensorDescriptor
 
-        row = target.stride(0)
-        c_desc = TensorDescriptor(target, [split_k, m, n], [m * row, row, 1], [1, bm, bn])
+        d = td.splitk_partials(split_k, m, n, bm, bn)
+        assert target.stride(0) == d.strides[1]  # the plan's padded row is the buffer's
+        c_desc = TensorDescriptor(target, list(d.shape), list(d.strides), list(d.block))
     else:
         c_desc = _descriptor(target, c_block)
     launcher(gemm_kernel, on_gpu=on_gpu)[(num_sms,)](
@@ -262,11 +264,10 @@ def _gemm_streamk(a_view, a_trans, b_view, b_trans, c, bias, activation, cfg, on
     tiles = cdiv(m, bm) * cdiv(n, bn)
     sms = _sm_count(c.device.index or 0) if on_gpu else INTERPRETED_PROGRAMS
     programs = stream_k.programs_for(tiles * cdiv(k, bk), sms)
-    c_cols = bn // 2 if cfg["EPILOGUE_SUBTILE"] else bn
-    a_block = [bk, bm] if a_trans else [bm, bk]
-    b_block = [bn, bk] if b_trans else [bk, bn]
+    a_block, b_block, c_block = td.gemm_blocks(bm, bn, bk, a_trans, b_trans, False,
+                                               bn // 2 if cfg["EPILOGUE_SUBTILE"] else bn)
     launcher(gemm_streamk_kernel, on_gpu=on_gpu)[(programs,)](
-        _descriptor(a_view, a_block), _descriptor(b_view, b_block), _descriptor(target, [bm, c_cols]),
+        _descriptor(a_view, a_block), _descriptor(b_view, b_block), _descriptor(target, c_block),
         bias if bias is not None else target, stream_k.workspace(c.device, programs, bm, bn),
         stream_k.semaphores(c.device, tiles), m, n, k,
         A_TRANS=a_trans, B_TRANS=b_trans, HAS_BIAS=bias is not None, ACTIVATION=activation or "none",

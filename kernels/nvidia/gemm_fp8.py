@@ -14,6 +14,7 @@ import triton
 import triton.language as tl
 
 from ceiling.nvidia import stream_k
+from ceiling.nvidia import tma_descriptors as td
 from ceiling.nvidia.gemm import (H100_H200_SMS, INTERPRETED_PROGRAMS, _aligned, _descriptor, _pad_rows, _sm_count,
                                  grouped_tile, store_tile)
 from ceiling.nvidia.stream_k import fixup, range_start
@@ -149,12 +150,19 @@ def k_step(config) -> int:
 
 
 def _k_major(x: torch.Tensor) -> torch.Tensor:
-    """x (rows, K) with unit K stride and 16-byte aligned rows, as TMA reads FP8 operands."""
-    if x.stride(1) != 1 and x.shape[1] > 1:
+    """x (rows, K) with unit K stride and 16-byte aligned rows, as TMA reads FP8 operands; the choice
+    is :func:`ceiling.nvidia.tma_descriptors.fp8_view`'s, which ``ceiling verify`` proves legal."""
+    if td.strided_k(td.Operand.of(x)):
         x = x.contiguous()
-    if x.shape[0] > 1 and x.stride(0) < x.shape[1]:
+    if td.overlapping_rows(td.Operand.of(x)):
         x = x.contiguous()
     return x if _aligned(x) else _pad_rows(x)
+
+
+def fp8_blocks(cfg) -> tuple[list[int], list[int], list[int]]:
+    """Blocks of the A, B^T and C descriptors: both operands K-major."""
+    c_cols = cfg["BLOCK_N"] // 2 if cfg["EPILOGUE_SUBTILE"] else cfg["BLOCK_N"]
+    return [cfg["BLOCK_M"], cfg["BLOCK_K"]], [cfg["BLOCK_N"], cfg["BLOCK_K"]], [cfg["BLOCK_M"], c_cols]
 
 
 def _scale_strides(scale: torch.Tensor, kind: str) -> tuple[int, int]:
@@ -177,10 +185,16 @@ def forward(problem, config, a, b, a_scale, b_scale, bias) -> tuple[torch.Tensor
         z = torch.zeros((m, n), dtype=torch.float32, device=a.device)
         return (out.copy_(activate_torch(z + bias.float() if bias is not None else z, problem.activation)),)
 
+    too_large = td.gemm_too_large(1, m, n, k)
+    if too_large:  # before any copy: a descriptor could not describe the operand
+        from ceiling.errors import InputError
+
+        arg, name, value = too_large
+        raise InputError(arg, f"{name} below 2^31 (the Hopper kernel's TMA descriptors)", f"{name} = {value}")
     cfg = config
     a_view, bt_view = _k_major(a), _k_major(b.mT)
     target = out if _aligned(out) else _pad_rows(out, copy=False)
-    c_cols = cfg["BLOCK_N"] // 2 if cfg["EPILOGUE_SUBTILE"] else cfg["BLOCK_N"]
+    a_block, bt_block, c_block = fp8_blocks(cfg)
     tiles = triton.cdiv(m, cfg["BLOCK_M"]) * triton.cdiv(n, cfg["BLOCK_N"])
     step = k_step(cfg)
     k_groups = triton.cdiv(k, step)
@@ -198,8 +212,7 @@ def forward(problem, config, a, b, a_scale, b_scale, bias) -> tuple[torch.Tensor
     sbk, sbn = _scale_strides(b_scale, b_kind)
     bias_arg = bias if bias is not None else out  # never read when HAS_BIAS is False
     launcher(gemm_fp8_kernel, on_gpu=on_gpu)[(programs,)](
-        _descriptor(a_view, [cfg["BLOCK_M"], cfg["BLOCK_K"]]), _descriptor(bt_view, [cfg["BLOCK_N"], cfg["BLOCK_K"]]),
-        _descriptor(target, [cfg["BLOCK_M"], c_cols]), a_scale, b_scale, bias_arg, ws, sem,
+        _descriptor(a_view, a_block), _descriptor(bt_view, bt_block), _descriptor(target, c_block), a_scale, b_scale, bias_arg, ws, sem,
         m, n, k, sam, sak, sbk, sbn,
         A_SCALE=a_kind, B_SCALE=b_kind, HAS_BIAS=bias is not None, ACTIVATION=problem.activation or "none",
         BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg["GROUP_M"],

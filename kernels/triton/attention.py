@@ -602,8 +602,10 @@ def _tma_ok(head_dim: int, *tensors: torch.Tensor) -> bool:
 def _descriptor(t: torch.Tensor, block_rows: int):
     from triton.tools.tensor_descriptor import TensorDescriptor
 
-    b, s, h, d = t.shape
-    return TensorDescriptor(t, [b * s, h * d], [h * d, 1], [block_rows, d])
+    from ceiling.nvidia import tma_descriptors as td
+
+    desc = td.attention_rows("", *t.shape, t.element_size(), block_rows)
+    return TensorDescriptor(t, list(desc.shape), list(desc.strides), list(desc.block))
 
 
 def _broadcast4(x: torch.Tensor | None, shape4: tuple[int, int, int, int]):

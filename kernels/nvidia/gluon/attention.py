@@ -16,6 +16,7 @@ import torch
 
 from ceiling import spaces, tables
 from ceiling.constants import LOG2E
+from ceiling.nvidia.gluon import tma_descriptors as gtd
 from ceiling.nvidia.gluon import unsupported_reason
 
 TARGET = "sm_90a"
@@ -68,8 +69,9 @@ def uncovered(problem, direction: str = "fwd") -> str | None:
         return "a bias or a boolean mask (the Gluon kernels take neither)"
     if problem.head_dim not in head_dims(direction):
         return f"head_dim {problem.head_dim} (the Gluon {direction} is built for {head_dims(direction)})"
-    if direction == "bwd" and problem.batch * problem.heads * problem.q_len >= 2 ** 31:
-        return "batch * heads * q_len >= 2^31 (the backward's 32-bit TMA coordinates)"
+    if gtd.too_large(problem.batch, problem.q_len, problem.k_len, problem.heads, problem.head_dim, direction):
+        return ("a dimension its tensor descriptors cannot hold (batch, q_len, k_len, heads * head_dim"
+                f"{' or batch * heads * q_len' if direction == 'bwd' else ''} >= 2^31: Triton's 32-bit descriptor shapes)")
     return None
 
 
@@ -204,16 +206,18 @@ def _rows_descriptor(t: torch.Tensor, rows: int, cols: int | None = None):
     from ceiling.nvidia.gluon.api import TensorDescriptor
 
     b, s, h, d = t.shape
-    block = [1, rows, cols or d]
-    return TensorDescriptor(t.view(b, s, h * d), [b, s, h * d], [s * h * d, h * d, 1], block,
-                            smem_layout(block, _gl_dtype(t)))
+    layout = smem_layout([1, rows, cols or d], _gl_dtype(t))
+    desc = gtd.rows("", b, s, h, d, t.element_size(), rows, layout.swizzle_byte_width, cols)
+    return TensorDescriptor(t.view(desc.shape), list(desc.shape), list(desc.strides), list(desc.block), layout)
 
 
 def _vector_descriptor(t: torch.Tensor, rows: int):
     from ceiling.nvidia.gluon.api import TensorDescriptor
 
     flat = t.view(-1)
-    return TensorDescriptor(flat, [flat.numel()], [1], [rows], smem_layout([rows], "float32"))
+    layout = smem_layout([rows], "float32")
+    desc = gtd.vector("", flat.numel(), rows, layout.swizzle_byte_width)
+    return TensorDescriptor(flat, list(desc.shape), list(desc.strides), list(desc.block), layout)
 
 
 @functools.cache
