@@ -148,3 +148,26 @@ def test_box_model_matches_the_compiler(cfg, dtype):
     expected = [td.Descriptor("a", 0, (), (), tuple(a), item), td.Descriptor("b", 0, (), (), tuple(b), item),
                 td.Descriptor("c", 0, (), (), (1, bm, bn) if split > 1 else tuple(c), 4 if split > 1 else item)]
     assert tma.compiled_boxes(spec) == [(list(td.box(d)[0]), td.box(d)[1]) for d in expected]
+
+
+def test_verify_all_includes_the_launchers_and_caches_them_by_digest(monkeypatch, tmp_path):
+    from ceiling.verify import launchers
+    from ceiling.verify.result import Result, Status
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    ran = []
+
+    def run(group):
+        ran.append(group)
+        return [Result(f"{group}-kernel", group, Status.PROVED, {}, 0.1)]
+
+    monkeypatch.setattr(launchers, "_run", run)
+    first = list(launchers.verify_all())
+    assert [g for g, _, cached in first] == ["tma", "protocol"] and ran == ["tma", "protocol"]
+    assert not any(cached for _, _, cached in first)
+    second = list(launchers.verify_all())
+    assert ran == ["tma", "protocol"] and all(cached for _, _, cached in second)
+    assert [r.as_dict() for _, rs, _ in second for r in rs] == [r.as_dict() for _, rs, _ in first for r in rs]
+    monkeypatch.setattr(launchers, "_source", lambda module: "changed " + module)
+    list(launchers.verify_all())
+    assert ran == ["tma", "protocol"] * 2

@@ -92,12 +92,16 @@ def step_host(out: Path, summary: dict, say: Callable[[str], None]) -> str:
 
 
 def step_proofs(out: Path, summary: dict, say: Callable[[str], None]) -> str:
-    """``ceiling verify --all``: the project's contracts, from the cache when their digests match."""
-    from ceiling.verify import project
+    """``ceiling verify --all``: the project's contracts, TMA descriptors and Gluon protocols, from the cache
+    when their digests match."""
+    from ceiling.verify import launchers, project
 
     results = []
     for entry, rs, cached in project.verify_all():
         say(f"{entry.name}@{entry.target}{' (cached)' if cached else ''}")
+        results += rs
+    for group, rs, cached in launchers.verify_all():
+        say(f"{group}{' (cached)' if cached else ''}")
         results += rs
     _write_json(out / "proofs.json", [r.as_dict() for r in results])
     counts = {s: sum(r.status.value == s for r in results) for s in ("proved", "counterexample", "unknown")}

@@ -24,7 +24,7 @@ def _line(r) -> str:
 def verify(
     contract: Optional[Path] = typer.Argument(None, help="The kernel's contract (TOML): kernel, grid, scalars, "
                                                         "constexprs, buffers."),
-    every: bool = typer.Option(False, "--all", help="The project's own contracts (ceiling.verify.project), cached."),
+    every: bool = typer.Option(False, "--all", help="The project's own contracts (ceiling.verify.project), its TMA descriptors and Gluon barrier protocols, cached."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object per (constexpr combination, property)."),
     prop: Optional[list[str]] = typer.Option(None, "--property", help="Only this property (repeatable)."),
     timeout_s: float = typer.Option(10.0, "--timeout", help="Seconds per solver query (a timeout is unknown)."),
@@ -44,10 +44,17 @@ def verify(
         if every:
             from ceiling.verify import project
 
-            for entry, rs, cached in project.verify_all(prop or None, int(timeout_s * 1000)):
+            from ceiling.verify import launchers
+
+            groups = [(f"{e.name} ({e.module}.{e.kernel})", rs, cached)
+                      for e, rs, cached in project.verify_all(prop or None, int(timeout_s * 1000))]
+            if not prop or {"tma", "protocol"} & set(prop):
+                groups += [(g, [r for r in rs if not prop or r.property in prop], cached)
+                           for g, rs, cached in launchers.verify_all()]
+            for name, rs, cached in groups:
                 results += rs
                 if not as_json:
-                    typer.echo(f"{entry.name} ({entry.module}.{entry.kernel}){' [cached]' if cached else ''}")
+                    typer.echo(f"{name}{' [cached]' if cached else ''}")
                 for r in rs:
                     typer.echo(json.dumps(r.as_dict(), sort_keys=True) if as_json else _line(r))
         else:
