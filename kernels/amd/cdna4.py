@@ -1,0 +1,26 @@
+"""CDNA4 (MI355X, MI350X: gfx950) for the Triton kernels: which compile target a problem's GPU is,
+and the config it runs with where no table of that target or device holds an entry: the CDNA3
+heuristic and the gfx942 table's entries (never an MI300X measurement) fitted to the gfx950 space
+(:mod:`ceiling.spaces.derive`), whose LDS is 160 KB where CDNA3 has 64 KB."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ceiling.spaces.derive import derived
+
+CDNA3 = "gfx942"
+ARCH_TARGETS = {"gfx950": "gfx950"}
+
+
+def target(problem) -> str:
+    """The compile target of ``problem``'s GPU: gfx950 on CDNA4, else CDNA3's."""
+    return ARCH_TARGETS.get((problem.arch or "").split(":")[0], CDNA3)
+
+
+def config(family: str, problem, heuristic: dict[str, Any], features: dict[str, Any]) -> dict[str, Any]:
+    """``heuristic`` on CDNA3; on CDNA4, derived from it and the gfx942 table for gfx950."""
+    where = target(problem)
+    if where == CDNA3:
+        return heuristic
+    return derived("amd", family, CDNA3, where, heuristic, features)
