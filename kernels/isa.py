@@ -355,6 +355,15 @@ INSPECTORS: dict[tuple[str, str], str] = {
     ("triangle_multiplicative_update", "trn1"): "ceiling.trainium.inspection:inspect_trainium_trimul",
     ("triangle_multiplicative_update", "trn2"): "ceiling.trainium.inspection:inspect_trainium_trimul",
 }
+# Blackwell and CDNA4: the Hopper and CDNA3 spec functions, given the target (those that take
+# one resolve the configs the target's GPU runs; the others compile the shipped configs for it)
+for _new, _base in (("sm_100a", "sm_90a"), ("sm_103a", "sm_90a"), ("gfx950", "gfx942")):
+    for (_op, _t), _fn in list(INSPECTORS.items()):
+        if _t == _base:
+            INSPECTORS[(_op, _new)] = _fn
+INSPECTORS[("fp8_quantize", "gfx950")] = "ceiling.triton.fp8_quantize_specs:compile_specs"  # CDNA4 takes OCP FP8
+INSPECTORS[("triangle_attention", "gfx950")] = "ceiling.triton.triangle_attention_specs:compile_specs"
+INSPECTORS[("triangle_multiplicative_update", "gfx950")] = "ceiling.triton.triangle_multiplication_specs:compile_specs"
 
 
 def inspect_targets(op: str) -> list[str]:
@@ -364,6 +373,7 @@ def inspect_targets(op: str) -> list[str]:
 def inspect_op(op: str, target: str, dtype: str = "bfloat16", config: dict | None = None) -> list[dict[str, Any]]:
     """Static facts of every shipped config of ``op`` for ``target`` (or of one ``config``)."""
     import importlib
+    import inspect
 
     from ceiling.errors import InputError
     from ceiling.op import OP_PACKAGES
@@ -376,7 +386,8 @@ def inspect_op(op: str, target: str, dtype: str = "bfloat16", config: dict | Non
     func = getattr(importlib.import_module(module_name), func_name)
     if target not in TARGETS:
         return func(target, dtype=dtype, config=config) if config else func(target, dtype=dtype)
-    specs = func(dtype=dtype)
+    takes_target = "target" in inspect.signature(func).parameters
+    specs = func(dtype=dtype, target=target) if takes_target else func(dtype=dtype)
     if config is not None:
         specs = [s for s in specs if all(s.config.get(k) == v for k, v in config.items())]
         if not specs:
