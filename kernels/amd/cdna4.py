@@ -13,6 +13,17 @@ CDNA3 = "gfx942"
 ARCH_TARGETS = {"gfx950": "gfx950"}
 
 
+# CDNA4 has no XF32 matrix instruction: Triton refuses input_precision="tf32" when compiling for it
+NO_TF32 = frozenset(ARCH_TARGETS.values())
+
+
+def input_precision(float32: bool, target: str | None) -> str:
+    """``tl.dot``'s input precision in the kernels that take float32 operands: full fp32 ("ieee")
+    for float32 inputs (to match the reference with TF32 off) and on a target without TF32,
+    "tf32" otherwise (16-bit inputs ignore it)."""
+    return "ieee" if float32 or target in NO_TF32 else "tf32"
+
+
 def target(problem) -> str:
     """The compile target of ``problem``'s GPU: gfx950 on CDNA4, else CDNA3's."""
     return ARCH_TARGETS.get((problem.arch or "").split(":")[0], CDNA3)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from ceiling import spaces
+from ceiling.amd import cdna4
 from ceiling.triton import triangle_attention as T
 from ceiling.triton import triangle_attention_jax as TJ
 
@@ -50,7 +51,7 @@ def kernel_spec(name: str, cfg: Mapping, dtype: str = "bfloat16", head_dim: int 
 
     cfg = dict(cfg)
     t = TRITON_DTYPES[dtype]
-    prec = "ieee" if dtype == "float32" else "tf32"
+    prec = cdna4.input_precision(dtype == "float32", target)
     inputs = {"Q": f"*{t}", "K": f"*{t}", "V": f"*{t}", "Bias": "*fp32", "KeyBias": "*fp32"}
     bwd_inputs = {**inputs, "DO": f"*{t}", "LSE": "*fp32", "Delta": "*fp32"}
     ints = {"N": "i32", "H": "i32", "D": "i32", "kb_row_stride": "i32"}

@@ -12,6 +12,7 @@ from typing import Mapping
 import triton
 
 from ceiling import spaces
+from ceiling.amd import cdna4
 from ceiling.triton import triangle_multiplication as M
 from ceiling.triton import triangle_multiplication_jax as MJ
 
@@ -41,7 +42,7 @@ def compile_specs(dtype: str = "bfloat16", c_z: int = 128, c: int = 128, target:
     prefix = prefix or PREFIXES[target]
     options = spaces.get("triangle_multiplication", target).launch_options
     t = TRITON_DTYPES[dtype]
-    prec = "ieee" if dtype == "float32" else "tf32"
+    prec = cdna4.input_precision(dtype == "float32", target)
     czb, cb = triton.next_power_of_2(c_z), triton.next_power_of_2(c)
     kinds = {
         "ln_gate_proj": (M.ln_gate_proj_kernel, {

@@ -1,0 +1,257 @@
+"""Blackwell (sm_100a, sm_103a) and CDNA4 (gfx950): the kernels compiled for them on the CPU, their
+static facts, a planted regression per generation, the configs a B200/B300/MI355X resolves (never an
+H200 entry that breaks a limit there), the Gluon kernels' refusal, the CLI's one-line errors and the
+published device figures. Nothing here runs on such a device: correctness and speed there are not
+measured."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import pytest
+
+from ceiling import isa, isolated, spaces, tables
+from ceiling.errors import InputError
+from ceiling.op import resolve_config
+from ceiling.triangle.spec import SHIPPED_GPUS
+
+NEW = ("sm_100a", "sm_103a", "gfx950")
+FAMILIES = ("gemm", "gemm_fp8", "attention", "triangle_attention", "triangle_multiplication")
+
+
+def on(target: str) -> dict:
+    gpu, arch = SHIPPED_GPUS[target]
+    return {"gpu": gpu, "arch": arch}
+
+
+def gemm_problem(target: str, m: int = 4096, n: int = 4096, k: int = 4096, dtype: str = "bfloat16"):
+    from ceiling.gemm.spec import shipped_problem
+
+    return shipped_problem(m, n, k, dtype, **on(target))
+
+
+# ------------------------------------------------------------------------------------ spaces
+
+
+def test_every_triton_family_has_a_space_on_the_new_targets():
+    for family in FAMILIES:
+        assert set(NEW) <= set(spaces.targets(family)), family
+    assert spaces.target_limits("sm_100a")["smem_per_block"] == 232448
+    assert spaces.target_limits("sm_100a")["tmem_columns_per_unit"] == 512
+    assert (spaces.target_limits("sm_100a")["units"], spaces.target_limits("sm_103a")["units"]) == (148, 160)
+    assert spaces.target_limits("gfx950")["smem_per_block"] == 160 * 1024
+    # the Gluon kernels are Hopper's only, and the Blackwell attention space does not take their tiles
+    assert spaces.targets("attention_gluon") == ["sm_90a"]
+    assert "gluon" not in spaces.get("attention", "sm_100a").parameters
+
+
+def test_blackwell_space_keeps_what_the_compiler_showed_out_of_a_search():
+    space = spaces.get("gemm", "sm_100a")
+    ids = lambda cfg: {c.id for c, _ in space.broken(cfg, gemm_problem("sm_100a").features(), search=True)}  # noqa: E731
+    base = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_stages=4, num_warps=8)
+    assert ids(base) == set()
+    assert "warp-specialized-spills" in ids({**base, "WARP_SPECIALIZE": True})
+    assert "tcgen05-rows" in ids({**base, "BLOCK_M": 16, "num_warps": 4})
+    assert "tensor-memory" in ids({**base, "BLOCK_M": 256, "BLOCK_N": 512, "num_stages": 1})
+    # the same configs are fine on Hopper
+    assert not spaces.get("gemm", "sm_90a").broken({**base, "WARP_SPECIALIZE": True}, None, search=True)
+
+
+# ------------------------------------------------------------------------------------ dispatch
+
+
+@pytest.mark.parametrize("target", NEW)
+def test_a_new_gpu_resolves_its_own_target_within_its_limits(target):
+    from ceiling.gemm.op import GEMM
+
+    backend = spaces.target_info(target)["backend"]
+    for m in (16, 256, 4096):
+        problem = gemm_problem(target, m)
+        config = resolve_config(problem, GEMM.implementation(backend), None)
+        assert config.target == target, (m, config)
+        assert not spaces.get("gemm", target).broken(config.as_dict(), problem.features(), search=True), config
+
+
+def test_no_hopper_table_serves_a_blackwell_gpu():
+    for family in FAMILIES:
+        chain = tables.chain("nvidia", family, "NVIDIA B200", "sm_100a")
+        assert not [d for d in chain if d in ("sm_90a", "H200", "H100")], (family, chain)
+
+
+@pytest.mark.parametrize("family", ["gemm", "gemm_fp8"])
+def test_every_hopper_entry_is_valid_on_blackwell_or_replaced(family):
+    """Each shipped H100/H200/sm_90a entry: a point of the sm_100a space that breaks nothing there
+    (search-only constraints too), or one the derivation moves to a point that does."""
+    from ceiling.spaces.derive import fit
+
+    space = spaces.get(family, "sm_100a")
+    context = {"M": 4096, "N": 4096, "K": 4096, "dtype_bytes": 1 if family == "gemm_fp8" else 2,
+               "out_dtype_bytes": 2, "has_bias": 1}
+    checked = replaced = 0
+    for device in ("sm_90a", "H100", "H200"):
+        path = tables.path("nvidia", device, family)
+        if not path.exists():
+            continue
+        for entry in tables.read(path)["entries"]:
+            config = {**entry["config"], **({"SCALES": "1x128/128x128"} if family == "gemm_fp8" else {})}
+            context_here = {**context, **tables.pinned(entry)}
+            checked += 1
+            if space.broken(config, context_here, search=True):
+                moved = fit(family, "sm_100a", config, context_here)
+                assert moved != config and not space.broken(moved, context_here, search=True), (entry, moved)
+                replaced += 1
+    assert checked > 0
+    if family == "gemm":  # the H200's warp-specialized 128x256 entry spills on sm_100a: replaced
+        assert replaced >= 1
+
+
+@pytest.mark.parametrize("target", NEW)
+def test_attention_and_triangle_configs_on_the_new_gpus(target):
+    from ceiling.attention.op import ATTENTION
+    from ceiling.attention.spec import shipped_problem
+    from ceiling.triangle.op import TRIANGLE_ATTENTION, TRIANGLE_MULTIPLICATIVE_UPDATE
+    from ceiling.triangle.spec import shipped_attention_problem, shipped_trimul_problem
+
+    backend = spaces.target_info(target)["backend"]
+    for pad in (64, 128):
+        problem = shipped_problem(pad, "bfloat16", causal=True, **on(target))
+        config = resolve_config(problem, ATTENTION.implementation(backend), None)
+        assert config.target == target
+    for op, problem in ((TRIANGLE_ATTENTION, shipped_attention_problem(32, "bfloat16", target=target)),
+                        (TRIANGLE_MULTIPLICATIVE_UPDATE, shipped_trimul_problem("bfloat16", target=target))):
+        config = resolve_config(problem, op.implementation(backend, "triton"), None)
+        assert config.target == target, op.name
+
+
+def test_the_gluon_kernels_refuse_a_blackwell_gpu_before_compiling():
+    from ceiling.attention.op import ATTENTION
+    from ceiling.attention.spec import shipped_problem
+    from ceiling.nvidia.gluon import attention as gluon
+
+    problem = shipped_problem(128, "bfloat16", causal=True, **on("sm_100a"))
+    with pytest.raises(InputError, match=r"device: expected a Hopper GPU \(sm_90\).*NVIDIA B200 \(sm_100\)"):
+        gluon.forward(problem, None, None, None, None)  # refused before it reads an array or compiles
+    with pytest.raises(InputError, match="sm_103"):
+        gluon.backward(dataclasses.replace(problem, **on("sm_103a")), None, None, None, None)
+    # asked for by config=, the op runs the Triton kernels for the Blackwell target instead
+    forward = ATTENTION.implementation("nvidia", "gluon").load().choice(problem, {"implementation": "gluon"}, "forward")
+    assert forward[0] is False and "sm_100" in forward[1]
+    assert resolve_config(problem, ATTENTION.implementation("nvidia"), {"implementation": "gluon"}).target == "sm_100a"
+
+
+# ------------------------------------------------------------------------------------ static facts
+
+
+def test_isolated_call_survives_an_abort():
+    with pytest.raises(isolated.Aborted, match=r"signal 6.*going down"):
+        isolated.call("a test", lambda: (os.write(2, b"LLVM ERROR: going down\n"), os.abort()))
+    assert isolated.call("a test", lambda x: x + 1, 41) == 42
+    with pytest.raises(ZeroDivisionError):
+        isolated.call("a test", lambda: 1 // 0)
+
+
+def test_blackwell_gemm_facts():
+    from ceiling.nvidia import gemm_specs
+
+    config = resolve_config(gemm_problem("sm_100a"), __import__("ceiling.gemm.op").gemm.op.GEMM.implementation("nvidia"),
+                            None).as_dict()
+    facts = isa.profile(gemm_specs.compile_spec(config, target="sm_100a"), "sm_100a")
+    extra = facts.extra
+    assert extra["generation"] == "blackwell" and extra["utchmma"] > 0 and extra["hmma"] == 0
+    assert 0 < extra["tmem_columns"] <= 512 and extra["ldtm"] > 0
+    shape = f"f16 {config['BLOCK_M']}x{config['BLOCK_N']}x16 (cta_group::1)"
+    assert extra["mma_shapes"] == {shape: extra["utchmma"]}
+    assert facts.shared_bytes <= spaces.target_limits("sm_100a")["smem_per_block"]
+    assert isa.problems(facts) == []
+
+
+def test_sm103a_compiles_and_disassembles():
+    from ceiling.triton import triangle_multiplication_specs as M
+
+    spec = next(s for s in M.compile_specs("bfloat16", target="sm_103a") if "_contract_" in s.name)
+    facts = isa.profile(spec, "sm_103a")
+    assert facts.extra["utchmma"] > 0 and facts.extra["tmem_columns"] > 0 and isa.problems(facts) == []
+
+
+def test_planted_blackwell_regressions_fail_the_check():
+    from ceiling.nvidia import gemm_specs
+
+    base = dict(BLOCK_K=64, GROUP_M=8, num_stages=3)
+    lost = isa.profile(gemm_specs.compile_spec({**base, "BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4},
+                                               target="sm_100a"), "sm_100a")
+    assert lost.extra["hmma"] > 0 and any("no tcgen05" in p for p in isa.problems(lost))
+    spills = isa.profile(gemm_specs.compile_spec({**base, "BLOCK_M": 128, "BLOCK_N": 256, "num_warps": 4},
+                                                 target="sm_100a"), "sm_100a")
+    assert spills.spill_bytes > 0 and any("spills" in p for p in isa.problems(spills))
+
+
+def test_cdna4_facts_and_a_planted_spill():
+    from ceiling.amd import gemm_specs
+
+    spec = gemm_specs.compile_specs("bfloat16")[0]
+    facts = isa.profile(spec, "gfx950")
+    assert facts.extra["generation"] == "cdna4" and facts.tensor_core_instructions > 0
+    assert sum(facts.extra["mfma"].values()) == facts.tensor_core_instructions and isa.problems(facts) == []
+    big = dict(spec.config, BLOCK_M=256, BLOCK_N=256, BLOCK_K=128, num_warps=2, waves_per_eu=0)
+    spilled = isa.profile(dataclasses.replace(spec, name="planted_gfx950_spill", config=big,
+                                              constexprs={**spec.constexprs, "BLOCK_M": 256, "BLOCK_N": 256,
+                                                          "BLOCK_K": 128},
+                                              options={**spec.options, "num_warps": 2, "waves_per_eu": 0}), "gfx950")
+    assert spilled.spill_bytes > 0 and any("spills" in p for p in isa.problems(spilled))
+
+
+# ------------------------------------------------------------------------------------ CLI
+
+
+def _cli(*argv):
+    import sys
+
+    from ceiling.roofline.cli import main
+
+    old = sys.argv
+    sys.argv = ["ceiling", *argv]
+    try:
+        main()
+    except SystemExit as exit_:
+        return exit_.code
+    finally:
+        sys.argv = old
+    return 0
+
+
+def test_cli_unknown_target_or_op_is_one_line(capsys):
+    assert _cli("inspect", "gemm", "--target", "sm_999") == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "sm_100a" in err and "gfx950" in err and "Traceback" not in err
+    assert _cli("inspect", "nosuch", "--target", "sm_100a") == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "'gemm'" in err
+
+
+def test_cli_inspect_json_on_blackwell(capsys):
+    config = json.dumps(dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_stages=4, num_warps=4,
+                             EPILOGUE_SUBTILE=False, WARP_SPECIALIZE=False, SPLIT_K=1, STREAM_K=False))
+    assert _cli("inspect", "gemm", "--target", "sm_100a", "--json", "--config", config) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == 1 and rows[0]["extra"]["tmem_columns"] == 128 and rows[0]["spill_bytes"] == 0
+
+
+# ------------------------------------------------------------------------------------ devices
+
+
+def test_published_figures_of_the_new_devices():
+    from ceiling.roofline import ceilings, devices
+
+    for key, target in (("b200", "sm_100a"), ("gb200", "sm_100a"), ("b300", "sm_103a"), ("mi355x", "gfx950")):
+        spec = devices.PUBLISHED[key]
+        assert spec.target == target and spec.peak("bfloat16") and spec.peak("float8") and spec.peak("float4")
+        assert "hbm" in spec.bandwidth and spec.capacity["hbm"] > 0
+        for figure in ("peak_flops", "hbm", "units"):
+            assert "http" in spec.sources[figure], (key, figure)
+    assert devices.match("NVIDIA B200").key == "b200" and devices.match("NVIDIA GB200").key == "gb200"
+    assert devices.match("AMD Instinct MI355X").key == "mi355x"
+    table = ceilings.fit([], include_published=True)
+    assert table["b200"].compute["bfloat16"].source == "published"
+    assert table["b200"].compute["bfloat16"].value == 2.25e15
