@@ -28,7 +28,10 @@ class Aborted(RuntimeError):
 
 
 def _child(conn, fn: Callable, args: tuple, kwargs: dict, err_fd: int) -> None:
+    import faulthandler
+
     os.dup2(err_fd, 2)
+    faulthandler.disable()  # an abort is reported by the parent, not as a dump of this child's stacks
     try:
         result = ("ok", fn(*args, **kwargs))
     except BaseException as exc:  # carried to the caller; one that cannot be pickled goes as its text

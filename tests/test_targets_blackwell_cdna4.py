@@ -155,8 +155,9 @@ def test_isolated_call_survives_an_abort():
 def test_blackwell_gemm_facts():
     from ceiling.nvidia import gemm_specs
 
-    config = resolve_config(gemm_problem("sm_100a"), __import__("ceiling.gemm.op").gemm.op.GEMM.implementation("nvidia"),
-                            None).as_dict()
+    from ceiling.gemm.op import GEMM
+
+    config = resolve_config(gemm_problem("sm_100a"), GEMM.implementation("nvidia"), None).as_dict()
     facts = isa.profile(gemm_specs.compile_spec(config, target="sm_100a"), "sm_100a")
     extra = facts.extra
     assert extra["generation"] == "blackwell" and extra["utchmma"] > 0 and extra["hmma"] == 0
@@ -182,8 +183,9 @@ def test_planted_blackwell_regressions_fail_the_check():
     lost = isa.profile(gemm_specs.compile_spec({**base, "BLOCK_M": 16, "BLOCK_N": 64, "num_warps": 4},
                                                target="sm_100a"), "sm_100a")
     assert lost.extra["hmma"] > 0 and any("no tcgen05" in p for p in isa.problems(lost))
-    spills = isa.profile(gemm_specs.compile_spec({**base, "BLOCK_M": 128, "BLOCK_N": 256, "num_warps": 4},
-                                                 target="sm_100a"), "sm_100a")
+    # warp-specialized on 8 warps: fine on sm_90a, spills on sm_100a (the space's warp-specialized-spills)
+    ws = {**base, "BLOCK_M": 128, "BLOCK_N": 128, "num_stages": 4, "num_warps": 8, "WARP_SPECIALIZE": True}
+    spills = isa.profile(gemm_specs.compile_spec(ws, target="sm_100a"), "sm_100a")
     assert spills.spill_bytes > 0 and any("spills" in p for p in isa.problems(spills))
 
 
@@ -194,12 +196,14 @@ def test_cdna4_facts_and_a_planted_spill():
     facts = isa.profile(spec, "gfx950")
     assert facts.extra["generation"] == "cdna4" and facts.tensor_core_instructions > 0
     assert sum(facts.extra["mfma"].values()) == facts.tensor_core_instructions and isa.problems(facts) == []
-    big = dict(spec.config, BLOCK_M=256, BLOCK_N=256, BLOCK_K=128, num_warps=2, waves_per_eu=0)
-    spilled = isa.profile(dataclasses.replace(spec, name="planted_gfx950_spill", config=big,
-                                              constexprs={**spec.constexprs, "BLOCK_M": 256, "BLOCK_N": 256,
-                                                          "BLOCK_K": 128},
-                                              options={**spec.options, "num_warps": 2, "waves_per_eu": 0}), "gfx950")
+    # a 256 x 128 score tile of triangle attention on 4 waves: past the tile-elements rule, it spills
+    from ceiling.triton.triangle_attention_specs import kernel_spec
+
+    big = {"BLOCK_M": 256, "BLOCK_N": 128, "num_warps": 4, "num_stages": 1, "waves_per_eu": 2, "matrix_instr_nonkdim": 16}
+    spilled = isa.profile(kernel_spec("fwd", big, "bfloat16", 32, target="gfx950", prefix="planted", aligned=True), "gfx950")
     assert spilled.spill_bytes > 0 and any("spills" in p for p in isa.problems(spilled))
+    assert "fwd.tile-elements" in {c.id for c, _ in spaces.get("triangle_attention", "gfx950").broken({"fwd": big}, {},
+                                                                                                 search=True)}
 
 
 # ------------------------------------------------------------------------------------ CLI
@@ -219,6 +223,29 @@ def _cli(*argv):
     finally:
         sys.argv = old
     return 0
+
+
+# Spills the shipped configs show on a new target, each bounded: the attention dK/dV kernels' (their
+# float32 dK and dV accumulators at head dim 128 and 256, on Hopper's tiles)
+KNOWN_SPILLS = {("sm_100a", "attn_dkdv_d128_causal_tma"): 8, ("sm_100a", "attn_dkdv_d256_causal_tma"): 8,
+                ("sm_100a", "attn_dkdv_d256_bias_tma"): 16}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", NEW)
+@pytest.mark.parametrize("op", ["gemm", "scaled_gemm", "attention", "triangle_attention",
+                                "triangle_multiplicative_update", "fp8_quantize"])
+def test_every_shipped_config_on_the_new_targets(op, target):
+    """The full sweep (``ceiling inspect OP --target T`` for every family): tensor-core instructions
+    (tcgen05 on Blackwell), no spills beyond :data:`KNOWN_SPILLS`."""
+    rows = isa.inspect_op(op, target)
+    assert rows
+    for row in rows:
+        bound = KNOWN_SPILLS.get((target.replace("sm_103a", "sm_100a"), row["name"]), 0)
+        found = isa.problems(row, tensor_cores=op != "fp8_quantize")
+        if bound and row["spill_bytes"] <= bound:
+            found = [p for p in found if "spills" not in p]
+        assert found == [], found
 
 
 def test_cli_unknown_target_or_op_is_one_line(capsys):
