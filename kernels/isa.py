@@ -299,17 +299,33 @@ def profile(spec: CompileSpec, target: str) -> StaticProfile:
     return _profile_amd(spec, target, kernel)
 
 
-def problems(facts: StaticProfile | dict[str, Any], tensor_cores: bool = True) -> list[str]:
+# FP8 matrix instructions by generation: Hopper's QGMMA, Blackwell's UTCQMMA, CDNA's v_mfma_*fp8*/bf8/f8f6f4
+_FP8_MMA = {"hopper": ("QGMMA",), "blackwell": ("UTCQMMA", "UTCOMMA")}
+
+
+def problems(facts: StaticProfile | dict[str, Any], tensor_cores: bool = True, fp8: bool = False) -> list[str]:
     """What ``facts`` (a profile, or its ``as_dict``) show wrong, in words; empty when nothing:
-    spilled registers (local memory, LDL/STL, scratch), and, where the kernel is built on matrix
-    instructions (``tensor_cores``), none of them, or on Blackwell a fall back from tcgen05 to the
-    warp-level mma.sync."""
+    spilled registers (local memory, LDL/STL, scratch, VGPRs or SGPRs), and, where the kernel is
+    built on matrix instructions (``tensor_cores``), none of them, or on Blackwell a fall back from
+    tcgen05 to the warp-level mma.sync; for an FP8 kernel (``fp8``), no FP8 matrix instruction
+    (its operands widened to 16 bits)."""
     f = facts.as_dict() if isinstance(facts, StaticProfile) else facts
     extra = f.get("extra", {})
     out = []
     if f["spill_bytes"] or extra.get("ldl_stl") or extra.get("vgpr_spill") or extra.get("sgpr_spill"):
         out.append(f"{f['name']} on {f['target']}: spills ({f['spill_bytes']} B of local memory or scratch, "
-                   f"{extra.get('ldl_stl', 0)} LDL/STL, {extra.get('vgpr_spill', 0)} VGPRs)")
+                   f"{extra.get('ldl_stl', 0)} LDL/STL, {extra.get('vgpr_spill', 0)} VGPRs, "
+                   f"{extra.get('sgpr_spill', 0)} SGPRs)")
+    generation = extra.get("generation")
+    if fp8 and f["tensor_core_instructions"]:
+        mix = f.get("instruction_mix", {})
+        if generation in _FP8_MMA:
+            native = sum(mix.get(op, 0) for op in _FP8_MMA[generation])
+        else:
+            native = sum(v for k, v in (extra.get("mfma") or {}).items() if re.search(r"fp8|bf8|f8f6f4", k))
+        if not native:
+            out.append(f"{f['name']} on {f['target']}: no FP8 matrix instruction (the operands are widened: "
+                       f"{', '.join(sorted(extra.get('mfma') or {})) or 'no FP8 MMA'})")
     if tensor_cores and not f["tensor_core_instructions"]:
         out.append(f"{f['name']} on {f['target']}: no tensor-core instruction")
     elif tensor_cores and extra.get("generation") == "blackwell" and not any(extra.get(op.lower()) for op in UTC_MMA):

@@ -206,6 +206,45 @@ def test_cdna4_facts_and_a_planted_spill():
                                                                                                  search=True)}
 
 
+def test_cdna4_fp8_gemm_takes_ocp_operands_to_the_fp8_mfma():
+    """CDNA3's FNUZ codes compiled for gfx950 are widened to FP16 MFMA (the planted regression, which
+    the check names); the MI355X's configs take OCP codes to v_mfma_*_f8f6f4."""
+    from ceiling.amd import gemm_fp8_specs
+
+    ocp = gemm_fp8_specs.compile_specs(target="gfx950")[0]
+    config = {k: v for k, v in ocp.config.items() if k != "scales"}
+    fnuz = gemm_fp8_specs.compile_spec({**config, "SCALES": "tensor/tensor"}, "tensor", "tensor",
+                                       "float8_e4m3fnuz", target="gfx950")
+    good, widened = isa.profile(ocp, "gfx950"), isa.profile(fnuz, "gfx950")
+    assert ocp.signature["a_ptr"] == "*fp8e4nv" and isa.problems(good, fp8=True) == []
+    assert any("f8f6f4" in k for k in good.extra["mfma"])
+    assert any("no FP8 matrix instruction" in p for p in isa.problems(widened, fp8=True))
+
+
+def test_cdna4_fp8_gemm_interpreted_with_ocp_operands(monkeypatch):
+    """On a (faked) MI355X the FP8 GEMM resolves gfx950 and hands its OCP operands to the kernel
+    unconverted; interpreted, it matches the reference."""
+    import torch
+
+    import ceiling
+    from ceiling.scaled_gemm import spec
+    from ceiling.testing.numerics import assert_close
+
+    g = torch.Generator().manual_seed(3)
+    a = torch.randn(32, 256, generator=g).to(torch.float8_e4m3fn)
+    w = torch.randn(64, 256, generator=g).to(torch.float8_e4m3fn)
+    sa, sb = torch.tensor(0.5), torch.tensor(0.25)
+    expected = ceiling.scaled_gemm(a, w.mT, sa, sb, backend="reference")
+    monkeypatch.setattr(spec, "gpu_facts", lambda framework, device: SHIPPED_GPUS["gfx950"])
+    from ceiling.scaled_gemm.op import SCALED_GEMM
+
+    problem = spec.check(a, w.mT, sa, sb)
+    assert SCALED_GEMM.select(problem, "amd").forward.config.target == "gfx950"
+    got = ceiling.scaled_gemm(a, w.mT, sa, sb, backend="amd")
+    exact = (a.double() * 0.5) @ (w.double() * 0.25).mT
+    assert_close("cdna4 fp8 gemm", got, expected, exact)
+
+
 # ------------------------------------------------------------------------------------ CLI
 
 
@@ -242,7 +281,8 @@ def test_every_shipped_config_on_the_new_targets(op, target):
     assert rows
     for row in rows:
         bound = KNOWN_SPILLS.get((target.replace("sm_103a", "sm_100a"), row["name"]), 0)
-        found = isa.problems(row, tensor_cores=op != "fp8_quantize")
+        found = isa.problems(row, tensor_cores=op != "fp8_quantize" and "reduce" not in row["name"],
+                             fp8=op == "scaled_gemm")
         if bound and row["spill_bytes"] <= bound:
             found = [p for p in found if "spills" not in p]
         assert found == [], found
@@ -282,3 +322,31 @@ def test_published_figures_of_the_new_devices():
     table = ceilings.fit([], include_published=True)
     assert table["b200"].compute["bfloat16"].source == "published"
     assert table["b200"].compute["bfloat16"].value == 2.25e15
+
+
+# ------------------------------------------------------------------------------------ AlphaFold pair kernels
+
+
+def test_patched_pair_stack_runs_the_blackwell_configs(monkeypatch):
+    """``ceiling.triangle.patch`` on a Boltz Pairformer layer, with the GPU's facts faked to a B200:
+    every triangle call resolves the sm_100a configs, and the kernels at those configs (interpreted
+    here) match the unpatched layer, outputs and every parameter gradient."""
+    import ceiling.triangle.spec
+    from ceiling.op import Op
+    from tests.test_triangle_models import check_pair_stack_fp32, pair_inputs, pairformer_layer
+
+    monkeypatch.setattr(ceiling.triangle.spec, "gpu_facts", lambda framework, device: SHIPPED_GPUS["sm_100a"])
+    targets = []
+    select = Op.select
+
+    def spy(self, problem, backend, config=None, **kw):
+        call = select(self, problem, backend, config, **kw)
+        if self.name.startswith("triangle"):
+            targets.append((self.name, call.forward.config.target))
+        return call
+
+    monkeypatch.setattr(Op, "select", spy)
+    z, pair_mask = pair_inputs(seed=19)
+    check_pair_stack_fp32(pairformer_layer(20), z, pair_mask, "nvidia")
+    assert {name for name, _ in targets} == {"triangle_attention", "triangle_multiplicative_update"}
+    assert {target for _, target in targets} == {"sm_100a"}

@@ -17,6 +17,11 @@ ARCH_TARGETS = {"gfx950": "gfx950"}
 NO_TF32 = frozenset(ARCH_TARGETS.values())
 
 
+# CDNA4's FP8 matrix instructions (v_mfma_*_f8f6f4) take the OCP formats; given CDNA3's FNUZ codes
+# the compiler widens them to FP16 (compiled for gfx950, 4x the MFMA instructions of OCP operands)
+OCP_FP8 = frozenset(ARCH_TARGETS.values())
+
+
 def input_precision(float32: bool, target: str | None) -> str:
     """``tl.dot``'s input precision in the kernels that take float32 operands: full fp32 ("ieee")
     for float32 inputs (to match the reference with TF32 off) and on a target without TF32,
