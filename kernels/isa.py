@@ -305,17 +305,17 @@ _FP8_MMA = {"hopper": ("QGMMA",), "blackwell": ("UTCQMMA", "UTCOMMA")}
 
 def problems(facts: StaticProfile | dict[str, Any], tensor_cores: bool = True, fp8: bool = False) -> list[str]:
     """What ``facts`` (a profile, or its ``as_dict``) show wrong, in words; empty when nothing:
-    spilled registers (local memory, LDL/STL, scratch, VGPRs or SGPRs), and, where the kernel is
+    spilled registers (local memory, LDL/STL, scratch, VGPRs), and, where the kernel is
     built on matrix instructions (``tensor_cores``), none of them, or on Blackwell a fall back from
     tcgen05 to the warp-level mma.sync; for an FP8 kernel (``fp8``), no FP8 matrix instruction
     (its operands widened to 16 bits)."""
     f = facts.as_dict() if isinstance(facts, StaticProfile) else facts
     extra = f.get("extra", {})
     out = []
-    if f["spill_bytes"] or extra.get("ldl_stl") or extra.get("vgpr_spill") or extra.get("sgpr_spill"):
+    # an AMD kernel's SGPR spills go to VGPR lanes (no memory traffic): reported in extra, not flagged
+    if f["spill_bytes"] or extra.get("ldl_stl") or extra.get("vgpr_spill"):
         out.append(f"{f['name']} on {f['target']}: spills ({f['spill_bytes']} B of local memory or scratch, "
-                   f"{extra.get('ldl_stl', 0)} LDL/STL, {extra.get('vgpr_spill', 0)} VGPRs, "
-                   f"{extra.get('sgpr_spill', 0)} SGPRs)")
+                   f"{extra.get('ldl_stl', 0)} LDL/STL, {extra.get('vgpr_spill', 0)} VGPRs)")
     generation = extra.get("generation")
     if fp8 and f["tensor_core_instructions"]:
         mix = f.get("instruction_mix", {})
