@@ -14,14 +14,15 @@ from ceiling.roofline.tables import key_table
 
 def inspect(
     op: str = typer.Argument("gemm", help="The op whose kernels to inspect (gemm, attention, ...)."),
-    target: str = typer.Option("sm_90a", "--target", "-t", help="sm_90a, gfx942, tpu-v5e/v5p/v6e, trn1, trn2."),
+    target: str = typer.Option("sm_90a", "--target", "-t", help="sm_90a, sm_100a, sm_103a, gfx942, gfx950, tpu-v5e/v5p/v6e, trn1, trn2."),
     dtype: str = typer.Option("bfloat16", help="Input dtype of the specializations to compile."),
     config: Optional[str] = typer.Option(None, help='Only this config, as JSON: \'{"BLOCK_M": 128, ...}\'.'),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """Compile every shipped config of OP for TARGET on this machine (no GPU needed) and report
     registers, spills/scratch, shared memory/LDS, tensor-core instruction count (HGMMA, HMMA,
-    v_mfma) and the instruction mix; for TPU the blocks, grid and VMEM estimate of the Mosaic
+    Blackwell's UTC*MMA with its tensor-memory columns and MMA shapes, v_mfma) and the
+    instruction mix; for TPU the blocks, grid and VMEM estimate of the Mosaic
     lowering; for Trainium the hardware-rule checks and the cost-model estimate."""
     from ceiling.isa import inspect_op
 
