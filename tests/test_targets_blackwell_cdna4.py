@@ -350,3 +350,32 @@ def test_patched_pair_stack_runs_the_blackwell_configs(monkeypatch):
     check_pair_stack_fp32(pairformer_layer(20), z, pair_mask, "nvidia")
     assert {name for name, _ in targets} == {"triangle_attention", "triangle_multiplicative_update"}
     assert {target for _, target in targets} == {"sm_100a"}
+
+
+def test_the_gluon_static_check_refuses_other_targets():
+    from ceiling.nvidia.gluon import static_check
+
+    with pytest.raises(InputError, match="target: expected sm_90a"):
+        static_check.compile_spec(static_check.shipped()[0], "sm_100a")
+
+
+def _compile_gluon_for(spec, arch: int):
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    names = list(spec.fn.arg_names)
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n, kind in spec.signature.items() if kind.startswith("*")}
+    src = GluonASTSource(spec.fn, spec.signature, spec.constexprs, attrs)
+    return bool(triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": 4}).asm["cubin"])
+
+
+@pytest.mark.slow
+def test_a_hopper_gluon_compile_for_blackwell_aborts_only_the_child():
+    """Why the new targets compile in a forked child: the Gluon (wgmma) attention compiled for
+    sm_100a is an LLVM abort, which here ends the child and comes back as an exception."""
+    from ceiling.nvidia.gluon import static_check
+
+    spec = static_check.shipped()[0]
+    with pytest.raises(isolated.Aborted, match="LLVM ERROR|signal"):
+        isolated.call("the Gluon attention for sm_100a", _compile_gluon_for, spec, 100)
