@@ -115,14 +115,21 @@ def test_attention_and_triangle_configs_on_the_new_gpus(target):
     from ceiling.triangle.spec import shipped_attention_problem, shipped_trimul_problem
 
     backend = spaces.target_info(target)["backend"]
-    for pad in (64, 128):
-        problem = shipped_problem(pad, "bfloat16", causal=True, **on(target))
-        config = resolve_config(problem, ATTENTION.implementation(backend), None)
-        assert config.target == target
+    impl = ATTENTION.implementation(backend)
+    for pad in (32, 64, 128, 256):
+        for biased in (False, True):
+            problem = shipped_problem(pad, "bfloat16", causal=not biased, biased=biased, **on(target))
+            config = resolve_config(problem, impl, None)
+            context = {**problem.features(), **impl.load().features(problem)}
+            assert config.target == target
+            # the Hopper/CDNA3 tiles it inherits, moved where the new space's constraints say
+            assert not spaces.get("attention", target).broken(config.as_dict(), context, search=True), (pad, config)
     for op, problem in ((TRIANGLE_ATTENTION, shipped_attention_problem(32, "bfloat16", target=target)),
                         (TRIANGLE_MULTIPLICATIVE_UPDATE, shipped_trimul_problem("bfloat16", target=target))):
         config = resolve_config(problem, op.implementation(backend, "triton"), None)
         assert config.target == target, op.name
+        family = spaces.get(config.family, target)
+        assert not family.broken(config.as_dict(), problem.features(), search=True), (op.name, config)
 
 
 def test_the_gluon_kernels_refuse_a_blackwell_gpu_before_compiling():
