@@ -15,9 +15,11 @@ import pytest
 from ceiling import isa, isolated, spaces, tables
 from ceiling.errors import InputError
 from ceiling.op import resolve_config
+from ceiling.spaces.derive import breaks
 from ceiling.triangle.spec import SHIPPED_GPUS
 
 NEW = ("sm_100a", "sm_103a", "gfx950")
+BASE = {"sm_100a": "sm_90a", "sm_103a": "sm_90a", "gfx950": "gfx942"}  # what each derives its configs from
 FAMILIES = ("gemm", "gemm_fp8", "attention", "triangle_attention", "triangle_multiplication")
 
 
@@ -71,7 +73,7 @@ def test_a_new_gpu_resolves_its_own_target_within_its_limits(target):
         problem = gemm_problem(target, m)
         config = resolve_config(problem, GEMM.implementation(backend), None)
         assert config.target == target, (m, config)
-        assert not spaces.get("gemm", target).broken(config.as_dict(), problem.features(), search=True), config
+        assert not breaks("gemm", target, config.as_dict(), problem.features(), BASE[target]), config
 
 
 def test_no_hopper_table_serves_a_blackwell_gpu():
@@ -86,7 +88,6 @@ def test_every_hopper_entry_is_valid_on_blackwell_or_replaced(family):
     (search-only constraints too), or one the derivation moves to a point that does."""
     from ceiling.spaces.derive import fit
 
-    space = spaces.get(family, "sm_100a")
     context = {"M": 4096, "N": 4096, "K": 4096, "dtype_bytes": 1 if family == "gemm_fp8" else 2,
                "out_dtype_bytes": 2, "has_bias": 1}
     checked = replaced = 0
@@ -98,9 +99,9 @@ def test_every_hopper_entry_is_valid_on_blackwell_or_replaced(family):
             config = {**entry["config"], **({"SCALES": "1x128/128x128"} if family == "gemm_fp8" else {})}
             context_here = {**context, **tables.pinned(entry)}
             checked += 1
-            if space.broken(config, context_here, search=True):
-                moved = fit(family, "sm_100a", config, context_here)
-                assert moved != config and not space.broken(moved, context_here, search=True), (entry, moved)
+            if breaks(family, "sm_100a", config, context_here, "sm_90a"):
+                moved = fit(family, "sm_100a", config, context_here, "sm_90a")
+                assert moved != config and not breaks(family, "sm_100a", moved, context_here, "sm_90a"), (entry, moved)
                 replaced += 1
     assert checked > 0
     if family == "gemm":  # the H200's warp-specialized 128x256 entry spills on sm_100a: replaced
@@ -123,13 +124,12 @@ def test_attention_and_triangle_configs_on_the_new_gpus(target):
             context = {**problem.features(), **impl.load().features(problem)}
             assert config.target == target
             # the Hopper/CDNA3 tiles it inherits, moved where the new space's constraints say
-            assert not spaces.get("attention", target).broken(config.as_dict(), context, search=True), (pad, config)
+            assert not breaks("attention", target, config.as_dict(), context, BASE[target]), (pad, config)
     for op, problem in ((TRIANGLE_ATTENTION, shipped_attention_problem(32, "bfloat16", target=target)),
                         (TRIANGLE_MULTIPLICATIVE_UPDATE, shipped_trimul_problem("bfloat16", target=target))):
         config = resolve_config(problem, op.implementation(backend, "triton"), None)
         assert config.target == target, op.name
-        family = spaces.get(config.family, target)
-        assert not family.broken(config.as_dict(), problem.features(), search=True), (op.name, config)
+        assert not breaks(config.family, target, config.as_dict(), problem.features(), BASE[target]), (op.name, config)
 
 
 def test_the_gluon_kernels_refuse_a_blackwell_gpu_before_compiling():
