@@ -581,13 +581,17 @@ def _triangle_shipped(family: str, target: str, dtype: str) -> list[tuple]:
                          and target not in _newer_targets())]  # no device's own table serves a newer target
     entries = tables.read(tables.path(backend, _base_target(target), family))["entries"]
     out = []
+    from ceiling.triangle.spec import SHIPPED_GPUS
+
     for device in devices:
-        gpu = None if device == target else device
+        # the target's own configs; a newer target's are its GPU's (derived: nothing is tuned there)
+        own = SHIPPED_GPUS[target][0] if target in _newer_targets() else None
+        gpu = own if device == target else device
         for head_dim in _head_dims(entries) if family == "triangle_attention" else [None]:
             config = resolve_config(_triangle_problem(family, dtype, head_dim, target, gpu), impl, None)
             label = f"{device}" + (f" head_dim {head_dim}" if head_dim else "")
             out.append(({"head_dim": head_dim} if head_dim else None, config.as_dict(),
-                        _device_key(device) if gpu else "", label, config.source))
+                        _device_key(device) if device != target else "", label, config.source))
     return out
 
 
