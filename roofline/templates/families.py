@@ -73,7 +73,7 @@ def _derived_gemm_shipped(family: str, target: str, dtype: str, flat) -> list[Sh
     else:
         from ceiling.nvidia.gemm_fp8_specs import problem as fp8_problem
 
-        fp8 = "float8_e4m3fnuz" if backend == "amd" else "float8_e4m3fn"
+        fp8 = "float8_e4m3fn"  # OCP on Blackwell and on CDNA4 (ceiling.amd.cdna4.OCP_FP8)
         problems = [(fp8_problem(m, 4096, 4096, a, b, fp8, fp8, gpu={"gpu": gpu, "arch": arch}), f"{a}/{b}")
                     for m in (16, 4096) for a, b in (("1x128", "128x128"), ("tensor", "tensor"))]
         impl = get("scaled_gemm").implementation(backend)
@@ -357,11 +357,13 @@ def compile_specs(family: str, target: str, config: dict, shape: dict | None = N
 
         module = importlib.import_module(f"ceiling.{backend}.gemm_fp8_specs")
         a_kind, b_kind = config.get("SCALES", "1x128/128x128").split("/")
-        fp8 = {"nvidia": "float8_e4m3fn", "amd": "float8_e4m3fnuz"}[backend]
+        from ceiling.amd import cdna4
+
+        fp8 = "float8_e4m3fnuz" if backend == "amd" and target not in cdna4.OCP_FP8 else "float8_e4m3fn"
         operands, out = (dtype, "bfloat16") if dtype.startswith("float8") else (fp8, dtype)
         if backend == "nvidia":
-            return [module.compile_spec(dict(config), a_kind, b_kind, operands, operands, out)]
-        return [module.compile_spec(dict(config), a_kind, b_kind, operands, out)]
+            return [module.compile_spec(dict(config), a_kind, b_kind, operands, operands, out, target)]
+        return [module.compile_spec(dict(config), a_kind, b_kind, operands, out, target=target)]
     if family == "attention_gluon":  # ceiling.nvidia.gluon.static_check specs: causal, the table's other kernel
         from ceiling.nvidia.gluon import static_check
         from ceiling.nvidia.gluon.attention import shipped as gluon_shipped
