@@ -36,7 +36,6 @@ GENERATIONS = {"sm_90a": "hopper", "sm_100a": "blackwell", "sm_103a": "blackwell
 # Compiled in a forked child: a kernel written for Hopper (wgmma) ends in "LLVM ERROR: Cannot
 # select" on Blackwell, and a newer backend's code generation is the least tried.
 ISOLATED_TARGETS = ("sm_100a", "sm_103a", "gfx950")
-TMEM_COLUMNS = 512  # tensor memory per SM on sm_100/sm_103: 128 lanes x 512 columns of 32 bits
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """A config for a newer generation of a target, derived from the older one's: the older target's
 heuristic and target-wide table entries for the problem, kept where they satisfy every constraint
 of the new target's space (and the search-only ones it adds: spills and lost tensor-core
-instructions the compiler showed there), otherwise moved, section by section, to the nearest point of that
-section's search grid that does. No entry of a device's own table is carried over: a device's
+instructions the compiler showed there), otherwise moved, section by section, to the nearest
+point of that section's search grid that does. No entry of a device's own table is carried over: a device's
 entry is a measurement on that device."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from ceiling.spaces import expressions
 
 
 def _distance(a: Any, b: Any) -> float:
+    """How far apart two values of a knob are: doublings for sizes, 1 for any other change."""
     if isinstance(a, bool) or isinstance(b, bool) or not isinstance(a, int) or not isinstance(b, int):
         return 0.0 if a == b else 1.0
     if a <= 0 or b <= 0:
