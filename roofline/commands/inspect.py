@@ -51,7 +51,8 @@ def _add_occupancy(rows: list[dict], target: str) -> None:
 
 # Column headers for the static facts, short enough to leave the kernel names whole at 120 columns.
 HEADERS = {"registers": "regs", "spill_bytes": "spill B", "shared_bytes": "smem B",
-           "tensor_core_instructions": "TC instr", "threads": "threads", "occupancy": "occupancy"}
+           "tensor_core_instructions": "TC instr", "threads": "threads", "occupancy": "occupancy",
+           "tmem_columns": "TMEM cols"}
 
 
 def table(rows: list[dict], title: str) -> Table:
@@ -62,6 +63,9 @@ def table(rows: list[dict], title: str) -> Table:
         key, cols = "name", ["registers", "spill_bytes", "shared_bytes", "tensor_core_instructions", "threads"]
         if any("occupancy" in r for r in rows):
             cols.append("occupancy")
+        if any("tmem_columns" in (r.get("extra") or {}) for r in rows):  # Blackwell: tensor memory per CTA
+            rows = [{**r, "tmem_columns": r["extra"]["tmem_columns"]} for r in rows]
+            cols.append("tmem_columns")
     else:  # rows from a non-Triton target: its config, the launch shape and the scalar facts
         skip = {"target", "dtype", "out_dtype", "provenance", "export_error", "serialized_bytes", "name"}
         key, cols = "config", [k for k, v in rows[0].items()
