@@ -364,7 +364,8 @@ def resolve_config(problem: Problem, impl: Implementation, user: Any) -> Any:
 
     The launcher module gives ``heuristic(problem, user)`` and may give ``target(problem, user)``
     (the space's target where the implementation serves several: TPU generations, trn1/trn2, the
-    one the caller's config names),
+    one the caller's config names, Blackwell and CDNA4 beside Hopper and CDNA3; None: the
+    implementation's own),
     ``table_target(problem)`` (the target whose tables serve the problem, None for none: the
     interpreter runs the heuristic where the tables are for a device), ``features(problem,
     user)`` (names beyond the problem's fields for the tables' conditions and the space's
@@ -415,7 +416,9 @@ def resolve_tabled(problem: Problem, impl: Implementation, own: Any) -> Any:
     from ceiling.spaces.config import resolve
 
     module = impl.load()
-    target = impl.target or module.target(problem, own)
+    # a launcher's target(problem, user) may move a problem to another target of its backend (a
+    # Blackwell or CDNA4 GPU, the chip a config names); None, or no hook, keeps the implementation's
+    target = (module.target(problem, own) if hasattr(module, "target") else None) or impl.target
     features = problem.features()
     if hasattr(module, "features"):
         features.update(module.features(problem, own))

@@ -30,6 +30,7 @@ class DeviceSpec:
     limits: dict[str, float]  # resource limits that configs must respect
     sources: dict[str, str] = field(default_factory=dict)  # figure -> where it comes from
     match: tuple[str, ...] = ()  # lower-case regexes for device names reported by drivers
+    capacity: dict[str, float] = field(default_factory=dict)  # memory level -> bytes ("hbm", "l2")
 
     @property
     def levels(self) -> list[str]:
@@ -194,12 +195,110 @@ _TRN2 = DeviceSpec(
     match=(r"trn2", r"trainium2"),
 )
 
+# Blackwell and CDNA4: every figure published by the vendor or a cited third party, none measured
+# here (no such device has run these kernels). HGX B200 is the 1000 W part; a B200 in a GB200
+# runs at 1200 W with higher peaks. Clocks only where a source gives one.
+_B200_SOURCE = "https://glennklockwood.com/garden/processors/B200 (NVIDIA Blackwell datasheet, HGX B200 at 1000 W, dense)"
+_CHIPS_AND_CHEESE = "https://chipsandcheese.com/p/nvidias-b200-keeping-the-cuda-juggernaut"
+
+_B200 = DeviceSpec(
+    key="b200",
+    name="NVIDIA B200",
+    vendor="nvidia",
+    target="sm_100a",
+    units=148,
+    clock_mhz=1965.0,
+    peak_flops={"bfloat16": 2.25e15, "float16": 2.25e15, "float8": 4.5e15, "float4": 9e15, "tf32": 1.1e15},
+    bandwidth={"hbm": 8e12, "smem": _smem_bw(128, 148, 1965.0)},
+    limits=target_limits("sm_100a"),
+    capacity={"hbm": 180e9, "l2": 126e6},
+    sources={
+        "peak_flops": _B200_SOURCE,
+        "units": _CHIPS_AND_CHEESE + " (148 SMs: 2 dies x 74)",
+        "clock_mhz": "https://github.com/ByteDance-Seed/VeOmni/pull/986 (148 SMs x 8192 FLOP/clk x 1.965 GHz boost)",
+        "hbm": "https://www.nvidia.com/en-us/data-center/dgx-b200/ (8 TB/s and 180 GB per GPU: 64 TB/s, 1440 GB for 8)",
+        "l2": _CHIPS_AND_CHEESE + " (126 MB in two partitions)",
+        "smem": "derived: 32 banks x 4 B per clock per SM x 148 SMs x 1965 MHz",
+        "limits": target_info("sm_100a")["source"],
+    },
+    match=(r"(?<!g)b200",),
+)
+
+_GB200 = DeviceSpec(
+    key="gb200",
+    name="NVIDIA GB200",
+    vendor="nvidia",
+    target="sm_100a",
+    units=148,
+    clock_mhz=None,
+    peak_flops={"bfloat16": 2.5e15, "float16": 2.5e15, "float8": 5e15, "float4": 10e15, "tf32": 1.25e15},
+    bandwidth={"hbm": 8e12},
+    limits=target_limits("sm_100a"),
+    capacity={"hbm": 186e9},
+    sources={
+        "peak_flops": "https://glennklockwood.com/garden/processors/B200 (GB200's B200 at 1200 W, dense); "
+                      "https://github.com/marin-community/marin/pull/7334 (Blackwell Architecture Technical Brief, per GPU)",
+        "units": "the B200 die: " + _CHIPS_AND_CHEESE,
+        "hbm": "https://github.com/marin-community/marin/pull/7334 (8 TB/s, 186 GB per GPU)",
+        "limits": target_info("sm_100a")["source"],
+    },
+    match=(r"gb200",),
+)
+
+_B300 = DeviceSpec(
+    key="b300",
+    name="NVIDIA B300",
+    vendor="nvidia",
+    target="sm_103a",
+    units=160,
+    clock_mhz=None,
+    peak_flops={"bfloat16": 2.25e15, "float16": 2.25e15, "float8": 4.5e15, "float4": 14e15},
+    bandwidth={"hbm": 8e12},
+    limits=target_limits("sm_103a"),
+    capacity={"hbm": 288e9},
+    sources={
+        "peak_flops": "https://verda.com/blog/gb300-nvl72-architecture (B300 dense: BF16 2.25, FP8 4.5, NVFP4 14 PFLOP/s)",
+        "units": "https://developer.nvidia.com/blog/inside-nvidia-blackwell-ultra-the-chip-powering-the-ai-factory-era/ "
+                 "(160 SMs)",
+        "hbm": "https://developer.nvidia.com/blog/inside-nvidia-blackwell-ultra-the-chip-powering-the-ai-factory-era/ "
+               "(288 GB HBM3e, 8 TB/s)",
+        "limits": target_info("sm_103a")["source"],
+    },
+    match=(r"b300",),
+)
+
+_MI355X_SOURCE = "https://www.amd.com/en/products/accelerators/instinct/mi350/mi355x.html"
+
+_MI355X = DeviceSpec(
+    key="mi355x",
+    name="AMD Instinct MI355X",
+    vendor="amd",
+    target="gfx950",
+    units=256,
+    clock_mhz=2400.0,
+    peak_flops={"bfloat16": 2.5e15, "float16": 2.5e15, "float8": 5e15, "float4": 10e15},
+    bandwidth={"hbm": 8e12, "smem": _smem_bw(256, 256, 2400.0)},
+    limits=target_limits("gfx950"),
+    capacity={"hbm": 288e9},
+    sources={
+        "peak_flops": _MI355X_SOURCE + " (dense matrix: FP16/BF16 2.5, FP8 5, MXFP4 10 PFLOP/s)",
+        "units": _MI355X_SOURCE + " (256 CUs)",
+        "clock_mhz": _MI355X_SOURCE + " (2400 MHz peak engine clock)",
+        "hbm": _MI355X_SOURCE + " (288 GB HBM3E, 8 TB/s)",
+        "smem": "derived: LDS 256 B per clock per CU (CDNA4: 64 banks) x 256 CUs x 2400 MHz",
+        "limits": target_info("gfx950")["source"],
+    },
+    match=(r"mi355x", r"gfx950"),
+)
+
 PUBLISHED: dict[str, DeviceSpec] = {
-    d.key: d for d in (_H100_SXM, _H200, _MI300X, _TPU_V5E, _TPU_V5P, _TPU_V6E, _TRN1, _TRN2)
+    d.key: d for d in (_H100_SXM, _H200, _B200, _GB200, _B300, _MI300X, _MI355X, _TPU_V5E, _TPU_V5P, _TPU_V6E,
+                       _TRN1, _TRN2)
 }
 
 # Which published device stands for a compile target when only the target is known.
-TARGET_DEVICE = {"sm_90a": "h200", "gfx942": "mi300x", "tpu": "tpu-v5e", "trn1": "trn1", "trn2": "trn2"}
+TARGET_DEVICE = {"sm_90a": "h200", "sm_100a": "b200", "sm_103a": "b300", "gfx942": "mi300x", "gfx950": "mi355x",
+                 "tpu": "tpu-v5e", "trn1": "trn1", "trn2": "trn2"}
 
 
 def target_of(device: str) -> str:

@@ -2,7 +2,8 @@
 
 Two kinds of task, each picklable (names only: a worker rebuilds what it needs):
 
-* ISA: compile one kernel specialization for a real target (sm_90a, gfx942) and read its
+* ISA: compile one kernel specialization for a real target (sm_90a, sm_100a, sm_103a, gfx942,
+  gfx950) and read its
   static facts, or inspect every shipped config of a non-Triton target in one go (the TPU
   export, the Trainium emulator's rule checks and cost model: both take seconds).
 * smoke: one op's correctness smoke check on one backend (``ceiling.smoke.run_one``).
@@ -77,8 +78,11 @@ class Done:
 def _triton_specs(op: str, target: str, dtype: str) -> list:
     from ceiling.isa import INSPECTORS
 
+    import inspect
+
     module_name, func_name = INSPECTORS[(op, target)].split(":")
-    return getattr(importlib.import_module(module_name), func_name)(dtype=dtype)
+    func = getattr(importlib.import_module(module_name), func_name)
+    return func(dtype=dtype, target=target) if "target" in inspect.signature(func).parameters else func(dtype=dtype)
 
 
 def _headline_gemm_config(target: str, dtype: str) -> Callable[[dict], bool]:
@@ -87,16 +91,19 @@ def _headline_gemm_config(target: str, dtype: str) -> Callable[[dict], bool]:
     try:
         from ceiling.gemm.spec import shipped_problem
 
-        if target == "sm_90a":
+        if target.startswith("sm_"):
             from ceiling.op import get, resolve_config
+            from ceiling.triangle.spec import SHIPPED_GPUS
 
-            headline = shipped_problem(m, n, k, dtype, gpu="NVIDIA H200", arch="sm_90")
+            gpu, arch = SHIPPED_GPUS[target]  # an H200 on sm_90a, a B200 on sm_100a
+            headline = shipped_problem(m, n, k, dtype, gpu=gpu, arch=arch)
             chosen = resolve_config(headline, get("gemm").implementation("nvidia"), None)
             return lambda c: c == chosen
-        if target == "gfx942":
+        if target.startswith("gfx"):
             from ceiling import tables
 
-            cls = tables.lookup("amd", "gemm", None, target, shipped_problem(m, n, k, dtype).features()).labels[-1]
+            # the shape classes are CDNA3's table's on gfx950 too (compiled for it)
+            cls = tables.lookup("amd", "gemm", None, "gfx942", shipped_problem(m, n, k, dtype).features()).labels[-1]
             return lambda c: c.get("class") in (cls, "splitk_reduce")
     except Exception:  # noqa: BLE001 - a table that cannot be asked still leaves one spec per kernel
         pass

@@ -6,14 +6,22 @@ may use the AGPRs, the 16x16 MFMA), its heuristic and table features (tuned tile
 
 from __future__ import annotations
 
+from ceiling.amd import cdna4
 from ceiling.triton import attention as flash
 
 JAX = "gpu"  # forward_jax/backward_jax run on a JAX GPU (jax-triton); elsewhere the host callback
 
 
+def target(problem, user=None) -> str:
+    return cdna4.target(problem)
+
+
 def table_target(problem) -> str | None:
-    """The tuned tiles are for CDNA3; on the CPU (interpreted) the heuristic runs."""
-    return "gfx942" if problem.arch == "gfx942" else None
+    """The tuned tiles are for CDNA3, and a CDNA4 GPU reads its own target's (its heuristic carries
+    the CDNA3 ones fitted to it); on the CPU (interpreted) the heuristic runs."""
+    if problem.arch == "gfx942":
+        return "gfx942"
+    return cdna4.ARCH_TARGETS.get(problem.arch or "")
 
 
 def features(problem, user=None) -> dict:
@@ -21,6 +29,12 @@ def features(problem, user=None) -> dict:
 
 
 def heuristic(problem, user=None) -> dict:
+    """:func:`cdna3_heuristic`; on CDNA4, with the gfx942 table's entries, fitted to gfx950."""
+    return cdna4.config("attention", problem, cdna3_heuristic(problem, user),
+                        {**problem.features(), **features(problem, user)})
+
+
+def cdna3_heuristic(problem, user=None) -> dict:
     """aiter-style defaults: 128 x 64 forward tiles for head dims up to 128, 64 x 64 above;
     one stage; V pre-loaded; one wave per EU (the accumulators need the AGPRs); 16x16 MFMA."""
     big = flash.head_dim_pad(problem.head_dim) > 128

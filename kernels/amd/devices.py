@@ -10,8 +10,10 @@ XCDS = {
     "MI300X": 8,
     "MI325X": 8,  # the same CDNA3 die with more HBM
     "MI300A": 6,  # the APU: six XCDs beside the CPU dies
+    "MI355X": 8,  # CDNA4: eight XCDs of 32 CUs (amd.com, AMD Instinct MI355X)
+    "MI350X": 8,
 }
-CUS = {"MI300X": 304, "MI325X": 304, "MI300A": 228}
+CUS = {"MI300X": 304, "MI325X": 304, "MI300A": 228, "MI355X": 256, "MI350X": 256}
 
 
 def model(gpu: str | None) -> str:

@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ceiling.amd import devices
+from ceiling.amd import cdna4, devices
 from ceiling.constants import SQRT1_2
 from ceiling.triton_runtime import launcher
 
@@ -207,8 +207,14 @@ def fit_to_dtype(config: dict, dtype: str) -> dict:
     return cfg
 
 
+def target(problem, user=None) -> str:
+    return cdna4.target(problem)
+
+
 def heuristic(problem, user=None) -> dict:
-    return {}  # the table's shape classes cover every problem
+    """Nothing on CDNA3, where the table's shape classes cover every problem; on CDNA4 those
+    classes fitted to the gfx950 space."""
+    return cdna4.config("gemm", problem, {}, problem.features())
 
 
 def resolve(problem, impl, user):

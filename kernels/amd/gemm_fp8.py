@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ceiling.amd import devices
+from ceiling.amd import cdna4, devices
 from ceiling.amd.gemm import ACTIVATION_CODES, COMPILE_KEYS, _epilogue, _grouped_tile, _xcd_contiguous
 from ceiling.fp8.formats import format_of, ocp_to_fnuz
 from ceiling.scaled_gemm.spec import check_config_scales
@@ -78,10 +78,14 @@ def gemm_fp8_kernel(
 # ----------------------------------------------------------------------------- configs
 
 
+def target(problem, user=None) -> str:
+    return cdna4.target(problem)
+
+
 def heuristic(problem, user=None) -> dict:
-    """Nothing tuned covers the problem: the table's shape classes (``tables/gfx942/gemm_fp8.json``)
-    each hold a whole config, and every problem falls in one."""
-    return {}
+    """Nothing on CDNA3: the table's shape classes (``tables/gfx942/gemm_fp8.json``) each hold a
+    whole config, and every problem falls in one; on CDNA4 those classes fitted to gfx950."""
+    return cdna4.config("gemm_fp8", problem, {}, {**problem.features(), **features(problem, user)})
 
 
 def features(problem, user=None) -> dict:
@@ -108,8 +112,11 @@ def forward(problem, config, a, b, a_scale, b_scale, bias) -> tuple[torch.Tensor
     out = torch.empty((m, n), dtype=getattr(torch, problem.out_dtype), device=a.device)
     if out.numel() == 0:
         return (out,)
-    a, a_scale = to_fnuz(a, a_scale.float())
-    b, b_scale = to_fnuz(b, b_scale.float())
+    if getattr(config, "target", None) in cdna4.OCP_FP8:  # OCP operands go to the FP8 MFMA as they are
+        a_scale, b_scale = a_scale.float(), b_scale.float()
+    else:
+        a, a_scale = to_fnuz(a, a_scale.float())
+        b, b_scale = to_fnuz(b, b_scale.float())
     a_scale = a_scale.reshape(()) if a_kind == "tensor" else a_scale
     b_scale = b_scale.reshape(()) if b_kind == "tensor" else b_scale
     sam, sak = (0, 0) if a_kind == "tensor" else a_scale.stride()

@@ -5,6 +5,7 @@ tests, the search templates): a config of the gfx942 space as a launch specializ
 from __future__ import annotations
 
 from ceiling import spaces
+from ceiling.amd import cdna4
 from ceiling.amd.gemm import ACTIVATION_CODES, COMPILE_KEYS
 from ceiling.amd.gemm_fp8 import gemm_fp8_kernel
 from ceiling.fp8.formats import TO_FNUZ, format_of
@@ -12,10 +13,11 @@ from ceiling.scaled_gemm.spec import ScaledGemmProblem, check_config_scales
 
 FAMILY, TARGET = "gemm_fp8", "gfx942"
 _TRITON_FNUZ = {"float8_e4m3fnuz": "fp8e4b8", "float8_e5m2fnuz": "fp8e5b16"}
+_TRITON_OCP = {"float8_e4m3fn": "fp8e4nv", "float8_e5m2": "fp8e5"}
 
 
 def compile_spec(config: dict, a_kind: str = "1x128", b_kind: str = "128x128", dtype: str = "float8_e4m3fnuz",
-                 out_dtype: str = "bfloat16"):
+                 out_dtype: str = "bfloat16", target: str = TARGET):
     """The ``ceiling.isa.CompileSpec`` of one config (a whole point of the gfx942 space, checked
     against it for these scale kinds): a row-major A, B as ``w.mT`` (K unit-stride, as the
     quantizers lay out both), bias + gelu, as a launch specializes the unit strides."""
@@ -26,7 +28,8 @@ def compile_spec(config: dict, a_kind: str = "1x128", b_kind: str = "128x128", d
     check_config_scales(shape, config)
     spaces.check(FAMILY, TARGET, config, {k: v for k, v in shape.features().items() if k not in ("M", "N", "K")})
     config = {key: v for key, v in config.items() if key != "SCALES"}
-    t = _TRITON_FNUZ[TO_FNUZ.get(dtype, dtype)]
+    # OCP operands reach a CDNA4 kernel as they are; CDNA3 takes them as FNUZ (ceiling.amd.gemm_fp8.forward)
+    t = _TRITON_OCP[dtype] if target in cdna4.OCP_FP8 and dtype in _TRITON_OCP else _TRITON_FNUZ[TO_FNUZ.get(dtype, dtype)]
     out = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}[out_dtype]
     signature = {"a_ptr": f"*{t}", "b_ptr": f"*{t}", "a_scale_ptr": "*fp32", "b_scale_ptr": "*fp32",
                  "bias_ptr": f"*{out}", "c_ptr": f"*{out}", "M": "i32", "N": "i32", "K": "i32"}
@@ -58,15 +61,22 @@ SHIPPED = ((16, ("tensor", "tensor")), (16, ("1x128", "128x128")), (8192, ("1x12
            (8192, ("tensor", "tensor")), (8192, ("row", "row")))
 
 
-def compile_specs(dtype: str = "float8_e4m3fnuz") -> list:
-    """A spec per shipped shape class of the gfx942 table, with the scale kinds it serves."""
+def compile_specs(dtype: str = "float8_e4m3fnuz", target: str = TARGET) -> list:
+    """A spec per shipped shape class of the gfx942 table, with the scale kinds it serves, as
+    ``target``'s GPU resolves it (an MI355X on gfx950: OCP operands, the classes fitted to it)."""
     from ceiling.op import get, resolve_config
+    from ceiling.triangle.spec import SHIPPED_GPUS
 
-    fp8, out = (dtype, "bfloat16") if format_of(dtype) is not None else ("float8_e4m3fnuz", dtype)
+    default = "float8_e4m3fn" if target in cdna4.OCP_FP8 else "float8_e4m3fnuz"
+    fp8, out = (dtype, "bfloat16") if format_of(dtype) is not None else (default, dtype)
+    if target in cdna4.OCP_FP8:
+        fp8 = {v: k for k, v in TO_FNUZ.items()}.get(fp8, fp8)
+    gpu = dict(zip(("gpu", "arch"), SHIPPED_GPUS[target]))
     impl = get("scaled_gemm").implementation("amd")
     specs = []
     for m, (a_kind, b_kind) in SHIPPED:
-        p = ScaledGemmProblem("torch", "cpu", m=m, n=4096, k=4096, a_dtype=fp8, b_dtype=fp8, a_scale=a_kind,
+        p = ScaledGemmProblem("torch", "cuda:0", **gpu, m=m, n=4096, k=4096, a_dtype=fp8, b_dtype=fp8, a_scale=a_kind,
                               b_scale=b_kind, out_dtype=out)
-        specs.append(compile_spec(resolve_config(p, impl, None).as_dict(), a_kind, b_kind, dtype=fp8, out_dtype=out))
+        specs.append(compile_spec(resolve_config(p, impl, None).as_dict(), a_kind, b_kind, dtype=fp8, out_dtype=out,
+                                  target=target))
     return specs

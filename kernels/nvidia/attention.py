@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 import torch
 
+from ceiling.nvidia import blackwell
 from ceiling.nvidia import tma_descriptors as td
 from ceiling.triton import attention as flash
 
@@ -17,12 +18,16 @@ JAX = "gpu"  # forward_jax/backward_jax run on a JAX GPU (jax-triton); elsewhere
 
 
 def target(problem, user=None) -> str:
-    return "sm_90a"
+    return blackwell.target(problem)
 
 
 def table_target(problem) -> str | None:
-    """The tuned tiles are for Hopper; on the CPU (interpreted) and other GPUs the heuristic runs."""
-    return "sm_90a" if problem.arch == "sm_90" else None
+    """The tuned tiles are for Hopper, and a Blackwell GPU reads its own target's (its heuristic
+    carries the Hopper ones fitted to it); on the CPU (interpreted) and other GPUs the heuristic
+    runs."""
+    if problem.arch == "sm_90":
+        return "sm_90a"
+    return blackwell.ARCH_TARGETS.get(problem.arch or "")
 
 
 def uses_tma(problem, user=None) -> bool:
@@ -45,6 +50,13 @@ def features(problem, user=None) -> dict:
 
 
 def heuristic(problem, user=None) -> dict:
+    """:func:`hopper_heuristic`; on Blackwell, with the sm_90a table's entries, fitted to the
+    Blackwell space."""
+    return blackwell.config("attention", problem, hopper_heuristic(problem, user),
+                            {**problem.features(), **features(problem, user)})
+
+
+def hopper_heuristic(problem, user=None) -> dict:
     """Tiles for a device or head dim nobody tuned: 128-row query tiles while the accumulators fit
     in registers, narrower key tiles and fewer stages as the head dim grows; narrower still where
     a bias or mask tile is live or loads go through pointers."""

@@ -13,7 +13,7 @@ from functools import cache
 import torch
 
 from ceiling import spaces
-from ceiling.nvidia import stream_k
+from ceiling.nvidia import blackwell, stream_k
 from ceiling.nvidia import tma_descriptors as td
 from ceiling.nvidia.gemm_kernels import (H100_H200_SMS, cdiv, gemm_kernel, gemm_streamk_kernel, grouped_tile,  # noqa: F401
                                          splitk_reduce_kernel, store_tile)  # grouped_tile, store_tile: the FP8 GEMM's
@@ -35,7 +35,19 @@ def _config(BLOCK_M: int, BLOCK_N: int, BLOCK_K: int, GROUP_M: int = 8, num_stag
                 SPLIT_K=SPLIT_K, STREAM_K=STREAM_K)
 
 
+def target(problem, user=None) -> str:
+    return blackwell.target(problem)
+
+
 def heuristic(problem, user=None) -> dict:
+    """The shape class's config (:func:`hopper_heuristic`, sized for the target's SM count); on
+    Blackwell, with the sm_90a table's entries, fitted to the Blackwell space."""
+    where = target(problem)
+    return blackwell.config("gemm", problem, hopper_heuristic(problem, blackwell.units(where, H100_H200_SMS)),
+                            problem.features())
+
+
+def hopper_heuristic(problem, sms: int = H100_H200_SMS) -> dict:
     """A config for a shape nobody tuned, from the shape class.
 
     wgmma wants BLOCK_M a multiple of 64 per warpgroup and a wide BLOCK_N; a tile grid that
@@ -54,12 +66,12 @@ def heuristic(problem, user=None) -> dict:
         tiles = cdiv(m, 64) * cdiv(n, 64)
         k_tiles = cdiv(k, 128)
         split = 1
-        while split < 8 and tiles * split * 2 <= 2 * H100_H200_SMS and k_tiles >= 4 * split * 2:
+        while split < 8 and tiles * split * 2 <= 2 * sms and k_tiles >= 4 * split * 2:
             split *= 2
         return _config(64, 64, 128, 8, 5, 4, SPLIT_K=split)
-    if cdiv(m, 128) * cdiv(n, 256) >= H100_H200_SMS:
+    if cdiv(m, 128) * cdiv(n, 256) >= sms:
         return _config(128, 256, 64, 8, 3, 8, EPILOGUE_SUBTILE=True)
-    if cdiv(m, 128) * cdiv(n, 128) >= H100_H200_SMS:
+    if cdiv(m, 128) * cdiv(n, 128) >= sms:
         return _config(128, 128, 64, 8, 5, 8)
     return _config(64, 128, 64, 8, 4, 4)
 
@@ -84,9 +96,10 @@ def autotune(problem) -> dict | None:
     if (problem.batch or 1) * problem.m * problem.k == 0 or problem.n == 0:
         return None
     operands = cache(lambda: _random_operands(problem))  # made once, if anything is timed
-    candidates = tuner.candidates("gemm", TARGET, problem.features())
+    where = target(problem)
+    candidates = tuner.candidates("gemm", where, problem.features())
     return tuner.best("gemm", problem.device, problem.gpu, _autotune_key(problem), candidates,
-                      lambda c: forward(problem, Config(c, "gemm", TARGET, "autotune candidate"), *operands()))
+                      lambda c: forward(problem, Config(c, "gemm", where, "autotune candidate"), *operands()))
 
 
 def _autotune_key(p) -> str:

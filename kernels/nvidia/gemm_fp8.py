@@ -14,6 +14,7 @@ import triton
 import triton.language as tl
 
 from ceiling.nvidia import stream_k
+from ceiling.nvidia import blackwell
 from ceiling.nvidia import tma_descriptors as td
 from ceiling.nvidia.gemm import (H100_H200_SMS, INTERPRETED_PROGRAMS, _aligned, _descriptor, _pad_rows, _sm_count,
                                  grouped_tile, store_tile)
@@ -119,7 +120,19 @@ def gemm_fp8_kernel(
 # --------------------------------------------------------------------------- configs
 
 
+def target(problem, user=None) -> str:
+    return blackwell.target(problem)
+
+
 def heuristic(problem, user=None) -> dict[str, Any]:
+    """:func:`hopper_heuristic` sized for the target's SM count; on Blackwell, with the sm_90a
+    table's entries, fitted to the Blackwell space."""
+    return blackwell.config("gemm_fp8", problem,
+                            hopper_heuristic(problem, blackwell.units(target(problem), H100_H200_SMS)),
+                            {**problem.features(), **features(problem, user)})
+
+
+def hopper_heuristic(problem, sms: int = H100_H200_SMS) -> dict[str, Any]:
     """A config for a shape nobody tuned.
 
     Promoted configs keep two accumulators (the fp32 sum and the FP8 partial), so 128x128 with
@@ -132,7 +145,7 @@ def heuristic(problem, user=None) -> dict[str, Any]:
     if m <= 64:
         return dict(common, BLOCK_M=64, BLOCK_N=128 if n >= 8192 else 64, num_stages=8, num_warps=4, STREAM_K=True)
     tiles = triton.cdiv(m, 128) * triton.cdiv(n, 128)
-    return dict(common, BLOCK_M=128, BLOCK_N=128, num_stages=4, num_warps=8, STREAM_K=tiles < 2 * H100_H200_SMS)
+    return dict(common, BLOCK_M=128, BLOCK_N=128, num_stages=4, num_warps=8, STREAM_K=tiles < 2 * sms)
 
 
 def features(problem, user=None) -> dict[str, Any]:

@@ -27,7 +27,8 @@ def problem(m: int, n: int, k: int, a_kind: str, b_kind: str, a_dtype: str = "fl
 
 
 def compile_spec(config: dict[str, Any], a_kind: str = "1x128", b_kind: str = "128x128",
-                 a_dtype: str = "float8_e4m3fn", b_dtype: str = "float8_e4m3fn", out_dtype: str = "bfloat16"):
+                 a_dtype: str = "float8_e4m3fn", b_dtype: str = "float8_e4m3fn", out_dtype: str = "bfloat16",
+                 target: str = TARGET):
     """The ``ceiling.isa.CompileSpec`` of one config (a whole point of the space, checked against it
     for these scale kinds and output dtype), bias + gelu epilogue."""
     from ceiling.isa import CompileSpec
@@ -35,7 +36,7 @@ def compile_spec(config: dict[str, Any], a_kind: str = "1x128", b_kind: str = "1
     shape = problem(0, 0, 0, a_kind, b_kind, a_dtype, b_dtype, out_dtype)
     check_config_scales(shape, config)
     features = {k: v for k, v in shape.features().items() if k not in ("M", "N", "K")}
-    spaces.check(FAMILY, TARGET, config, features)
+    spaces.check(FAMILY, target, config, features)
     cfg = {key: v for key, v in config.items() if key != "SCALES"}
     c_cols = cfg["BLOCK_N"] // 2 if cfg["EPILOGUE_SUBTILE"] else cfg["BLOCK_N"]
     signature = {
@@ -49,7 +50,8 @@ def compile_spec(config: dict[str, Any], a_kind: str = "1x128", b_kind: str = "1
     constexprs = {
         "A_SCALE": a_kind, "B_SCALE": b_kind, "HAS_BIAS": True, "ACTIVATION": "gelu",
         "BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"], "BLOCK_K": cfg["BLOCK_K"], "GROUP_M": cfg["GROUP_M"],
-        "NUM_SMS": H100_H200_SMS, "PROMOTE_STEPS": cfg["PROMOTE_STEPS"], "K_STEP": k_step(cfg),
+        "NUM_SMS": int(spaces.target_limits(target).get("units", H100_H200_SMS)), "PROMOTE_STEPS": cfg["PROMOTE_STEPS"],
+        "K_STEP": k_step(cfg),
         "STREAM_K": cfg["STREAM_K"], "EPILOGUE_SUBTILE": cfg["EPILOGUE_SUBTILE"],
     }
     # Scale strides as a launch specializes them: a unit stride becomes the constant 1
@@ -99,8 +101,26 @@ def shipped_configs() -> list[tuple[dict[str, Any], str, str]]:
     return list(seen.values())
 
 
-def compile_specs(dtype: str = "float8_e4m3fn") -> list:
+def resolved_configs(target: str) -> list[tuple[dict[str, Any], str, str]]:
+    """The distinct (config, a kind, b kind) ``target``'s GPU (a B200 on sm_100a) resolves for the
+    heuristic's shapes and scalings: nothing is tuned there, so these are all it runs."""
+    from ceiling.op import get, resolve_config
+    from ceiling.triangle.spec import SHIPPED_GPUS
+
+    gpu = dict(zip(("gpu", "arch"), SHIPPED_GPUS[target]))
+    impl = get("scaled_gemm").implementation("nvidia")
+    seen: dict[tuple, tuple[dict[str, Any], str, str]] = {}
+    for kinds in (("tensor", "tensor"), ("1x128", "128x128"), ("row", "row")):
+        for shape in ((16, 4096, 4096), (64, 8192, 8192), (1024, 1024, 4096), (8192, 8192, 8192)):
+            config = resolve_config(problem(*shape, *kinds, gpu=gpu), impl, None).as_dict()
+            seen.setdefault((tuple(sorted(config.items())), *kinds), (config, *kinds))
+    return list(seen.values())
+
+
+def compile_specs(dtype: str = "float8_e4m3fn", target: str = TARGET) -> list:
     """A ``ceiling.isa.CompileSpec`` per shipped (config, scale kinds), for FP8 operands of ``dtype``
-    (an output dtype such as "bfloat16", the CLI's default, means e4m3 operands with that output)."""
+    (an output dtype such as "bfloat16", the CLI's default, means e4m3 operands with that output);
+    on a Blackwell target, per config its GPU resolves."""
     fp8, out = (dtype, "bfloat16") if dtype in _TRITON_FP8 else ("float8_e4m3fn", dtype)
-    return [compile_spec(cfg, a_kind, b_kind, fp8, fp8, out) for cfg, a_kind, b_kind in shipped_configs()]
+    configs = shipped_configs() if target == TARGET else resolved_configs(target)
+    return [compile_spec(cfg, a_kind, b_kind, fp8, fp8, out, target) for cfg, a_kind, b_kind in configs]

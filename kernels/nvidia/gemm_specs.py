@@ -17,9 +17,9 @@ HEURISTIC_SHAPES = ((16, 4096, 4096), (128, 4096, 4096), (512, 512, 512), (1024,
                     (4096, 4096, 4096))
 
 
-def point(config: dict[str, Any]) -> dict[str, Any]:
-    """A whole config (any point of the sm_90a space), checked, with its implied keys filled in."""
-    space = spaces.get("gemm", TARGET)
+def point(config: dict[str, Any], target: str = TARGET) -> dict[str, Any]:
+    """A whole config (any point of ``target``'s space), checked, with its implied keys filled in."""
+    space = spaces.get("gemm", target)
     space.check(config)
     flat = space.complete(config)
     return {key: flat[key] for key in space.parameters}
@@ -41,19 +41,40 @@ def shipped_configs(dtype: str = "bfloat16") -> list[dict[str, Any]]:
     return list(seen.values())
 
 
-def compile_specs(dtype: str = "bfloat16", b_trans: bool = False) -> list:
-    """A ``ceiling.isa.CompileSpec`` per shipped config, for the 2-D row-major case."""
-    return [compile_spec(cfg, dtype, b_trans) for cfg in shipped_configs(dtype)]
+def compile_specs(dtype: str = "bfloat16", b_trans: bool = False, target: str = TARGET) -> list:
+    """A ``ceiling.isa.CompileSpec`` per shipped config, for the 2-D row-major case; on a Blackwell
+    target, per config its GPU resolves at :data:`HEURISTIC_SHAPES` (nothing is tuned there)."""
+    if target == TARGET:
+        return [compile_spec(cfg, dtype, b_trans) for cfg in shipped_configs(dtype)]
+    return [compile_spec(cfg, dtype, b_trans, target) for cfg in resolved_configs(target, dtype)]
 
 
-def compile_spec(config: dict[str, Any], dtype: str = "bfloat16", b_trans: bool = False):
-    """The ``ceiling.isa.CompileSpec`` of one config (any point of the search space)."""
+def resolved_configs(target: str, dtype: str = "bfloat16") -> list[dict[str, Any]]:
+    """The distinct configs ``target``'s GPU (a B200 for sm_100a) resolves at :data:`HEURISTIC_SHAPES`."""
+    import dataclasses
+
+    from ceiling.gemm.op import GEMM
+    from ceiling.op import resolve_config
+    from ceiling.triangle.spec import SHIPPED_GPUS
+
+    gpu, arch = SHIPPED_GPUS[target]
+    seen: dict[str, dict] = {}
+    for shape in HEURISTIC_SHAPES:
+        problem = dataclasses.replace(shipped_problem(*shape, dtype), device="cuda:0", gpu=gpu, arch=arch)
+        config = resolve_config(problem, GEMM.implementation("nvidia"), None).as_dict()
+        seen.setdefault(repr(sorted(config.items())), config)
+    return list(seen.values())
+
+
+def compile_spec(config: dict[str, Any], dtype: str = "bfloat16", b_trans: bool = False, target: str = TARGET):
+    """The ``ceiling.isa.CompileSpec`` of one config (any point of ``target``'s search space)."""
     from ceiling.isa import CompileSpec
 
-    cfg = point(config)
+    cfg = point(config, target)
+    sms = int(spaces.target_limits(target).get("units", H100_H200_SMS))
     t = _TRITON_DTYPE[dtype]
     if cfg["STREAM_K"]:
-        return _streamk_spec(cfg, t, b_trans)
+        return _streamk_spec(cfg, t, b_trans, sms)
     bm, bn, bk, split_k = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["SPLIT_K"]
     c_cols = bn // 2 if cfg["EPILOGUE_SUBTILE"] and split_k == 1 else bn
     b_block = [bn, bk] if b_trans else [bk, bn]
@@ -70,7 +91,7 @@ def compile_spec(config: dict[str, Any], dtype: str = "bfloat16", b_trans: bool 
     constexprs = {
         "A_TRANS": False, "B_TRANS": b_trans, "BATCHED": False, "HAS_BIAS": True, "ACTIVATION": "gelu",
         "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": cfg["GROUP_M"],
-        "NUM_SMS": H100_H200_SMS, "EPILOGUE_SUBTILE": cfg["EPILOGUE_SUBTILE"] and split_k == 1,
+        "NUM_SMS": sms, "EPILOGUE_SUBTILE": cfg["EPILOGUE_SUBTILE"] and split_k == 1,
         "WARP_SPECIALIZE": cfg["WARP_SPECIALIZE"], "SPLIT_K": split_k, "USE_TMA": True,
     }
     for key in constexprs:
@@ -84,7 +105,7 @@ def compile_spec(config: dict[str, Any], dtype: str = "bfloat16", b_trans: bool 
                        {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}, cfg)
 
 
-def _streamk_spec(cfg: dict[str, Any], t: str, b_trans: bool):
+def _streamk_spec(cfg: dict[str, Any], t: str, b_trans: bool, sms: int = H100_H200_SMS):
     from ceiling.isa import CompileSpec
 
     bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
@@ -98,7 +119,7 @@ def _streamk_spec(cfg: dict[str, Any], t: str, b_trans: bool):
     constexprs = {
         "A_TRANS": False, "B_TRANS": b_trans, "HAS_BIAS": True, "ACTIVATION": "gelu",
         "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": cfg["GROUP_M"],
-        "NUM_SMS": H100_H200_SMS, "EPILOGUE_SUBTILE": cfg["EPILOGUE_SUBTILE"],
+        "NUM_SMS": sms, "EPILOGUE_SUBTILE": cfg["EPILOGUE_SUBTILE"],
     }
     for key in constexprs:
         signature[key] = "constexpr"

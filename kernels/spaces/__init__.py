@@ -50,15 +50,26 @@ def _raw(name: str) -> dict[str, Any]:
 
 def _resolved_target(name: str, target: str, seen: tuple = ()) -> dict[str, Any]:
     """A target's raw entry with ``like`` (another target of this family, or ``family:target``)
-    taken as its base: the keys it gives replace the base's."""
+    taken as its base: the keys it gives replace the base's; ``extend`` adds constraints to the
+    base's (``{"constraints": [...], "sections": {"fwd": [...]}}``: a newer generation's limits
+    on the same kernels) and ``drop`` removes parameters (a key whose kernels it lacks)."""
     raw = dict(_raw(name)["targets"][target])
     like = raw.pop("like", None)
+    extend, drop = raw.pop("extend", {}), raw.pop("drop", [])
     if like is None:
         return raw
     base_family, base_target = like.split(":") if ":" in like else (name, like)
     if (base_family, base_target) in seen:
         raise ValueError(f"{name}/{target}: 'like' loops through {seen}")
-    return {**_resolved_target(base_family, base_target, (*seen, (name, target))), **raw}
+    out = {**_resolved_target(base_family, base_target, (*seen, (name, target))), **raw}
+    if drop:
+        out["parameters"] = {k: v for k, v in out.get("parameters", {}).items() if k not in drop}
+    if extend.get("constraints"):
+        out["constraints"] = [*out.get("constraints", []), *extend["constraints"]]
+    for section, extra in extend.get("sections", {}).items():
+        out["sections"] = {**out["sections"], section: {**out["sections"][section],
+                                                        "constraints": [*out["sections"][section].get("constraints", []), *extra]}}
+    return out
 
 
 @functools.cache

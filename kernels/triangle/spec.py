@@ -232,7 +232,9 @@ def default_backend(device: str) -> str:
 
 
 # The device each Triton target's compile specs and tuning sweeps are written for.
-SHIPPED_GPUS = {"sm_90a": ("NVIDIA H200", "sm_90"), "gfx942": ("AMD Instinct MI300X", "gfx942")}
+# the GPU whose configs a target's compile specs, templates and tests are written for
+SHIPPED_GPUS = {"sm_90a": ("NVIDIA H200", "sm_90"), "sm_100a": ("NVIDIA B200", "sm_100"), "sm_103a": ("NVIDIA B300", "sm_103"),
+                "gfx942": ("AMD Instinct MI300X", "gfx942"), "gfx950": ("AMD Instinct MI355X", "gfx950")}
 
 
 def shipped_attention_problem(head_dim: int = 32, dtype: str = "bfloat16", *, target: str | None = None,

@@ -12,6 +12,7 @@ import triton
 import triton.language as tl
 
 from ceiling import spaces
+from ceiling.amd import cdna4
 from ceiling.constants import LN2, LOG2E
 from ceiling.triton.attention import softmax_exp2
 from ceiling.triton_runtime import launcher
@@ -304,10 +305,8 @@ def bwd_dbias_kernel(Q, K, V, Bias, KeyBias, DO, LSE, Delta, DBias, N, H, D, kb_
 # ----------------------------------------------------------------------------- the launcher
 
 
-def _precision(dtype: torch.dtype) -> str:
-    # float32 inputs are computed in full fp32 ("ieee"), to match the reference
-    # with TF32 off; 16-bit inputs ignore this.
-    return "ieee" if dtype == torch.float32 else "tf32"
+def _precision(dtype: torch.dtype, config) -> str:
+    return cdna4.input_precision(dtype == torch.float32, getattr(config, "target", None))
 
 
 def launch_options(config, section: str, on_gpu: bool) -> dict:
@@ -363,7 +362,7 @@ def forward(problem, config, q, k, v, bias, mask):
     grid = (triton.cdiv(N, cfg["BLOCK_M"]), B * triton.cdiv(N, rows) * H)
     launcher(fwd_kernel, on_gpu=on_gpu)[grid](
         q, k, v, bias, kb, out, lse, N, H, D, kb_stride, problem.scale * LOG2E,
-        PRECISION=_precision(q.dtype), BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], HEAD_DIM=head_dim_block(D),
+        PRECISION=_precision(q.dtype, config), BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], HEAD_DIM=head_dim_block(D),
         # 16-bit inputs only: its error is below bf16's, not fp32's
         EXP2_SPLIT=bool(cfg.get("EXP2_SPLIT")) and q.dtype != torch.float32, ROWS=rows,
         **launch_options(config, "fwd", on_gpu))
@@ -382,7 +381,7 @@ def backward(problem, config, saved, grads, needs, only: str | None = None):
     bias_c = bias.contiguous()
     on_gpu = q.is_cuda
     hd = head_dim_block(D)
-    prec = _precision(q.dtype)
+    prec = _precision(q.dtype, config)
     scale = problem.scale
     if max(config[name]["BLOCK_N"] for name in ("bwd_dkdv", "bwd_dq", "bwd_dbias")) > KEY_PAD:
         raise ValueError(f"BLOCK_N: at most {KEY_PAD}")

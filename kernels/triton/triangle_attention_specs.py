@@ -8,11 +8,13 @@ from __future__ import annotations
 from typing import Mapping
 
 from ceiling import spaces
+from ceiling.amd import cdna4
 from ceiling.triton import triangle_attention as T
 from ceiling.triton import triangle_attention_jax as TJ
 
 TRITON_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
-PREFIXES = {"sm_90a": "triangle_attention", "gfx942": "triangle_attention_cdna3"}
+PREFIXES = {"sm_90a": "triangle_attention", "sm_100a": "triangle_attention_sm100", "sm_103a": "triangle_attention_sm103",
+            "gfx942": "triangle_attention_cdna3", "gfx950": "triangle_attention_cdna4"}
 # every kernel of the forward and backward, the row-sharing forward and the dK/dV kernel with dQ in it
 SPEC_KERNELS = (*T.KERNELS, "fwd_rows", "bwd_dkdv_dq")
 
@@ -23,7 +25,7 @@ def shipped_config(target: str, dtype: str = "bfloat16", head_dim: int = 32):
     from ceiling.triangle.op import TRIANGLE_ATTENTION
     from ceiling.triangle.spec import shipped_attention_problem
 
-    impl = next(i for i in TRIANGLE_ATTENTION.implementations if i.name == "triton" and i.target == target)
+    impl = next(i for i in TRIANGLE_ATTENTION.implementations if i.name == "triton" and i.backend == spaces.target_info(target)["backend"])
     return resolve_config(shipped_attention_problem(head_dim, dtype, target=target), impl, None)
 
 
@@ -49,7 +51,7 @@ def kernel_spec(name: str, cfg: Mapping, dtype: str = "bfloat16", head_dim: int 
 
     cfg = dict(cfg)
     t = TRITON_DTYPES[dtype]
-    prec = "ieee" if dtype == "float32" else "tf32"
+    prec = cdna4.input_precision(dtype == "float32", target)
     inputs = {"Q": f"*{t}", "K": f"*{t}", "V": f"*{t}", "Bias": "*fp32", "KeyBias": "*fp32"}
     bwd_inputs = {**inputs, "DO": f"*{t}", "LSE": "*fp32", "Delta": "*fp32"}
     ints = {"N": "i32", "H": "i32", "D": "i32", "kb_row_stride": "i32"}

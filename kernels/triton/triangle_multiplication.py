@@ -11,6 +11,7 @@ import triton
 import triton.language as tl
 
 from ceiling import spaces
+from ceiling.amd import cdna4
 from ceiling.triangle.spec import TRIMUL_WEIGHTS
 from ceiling.triton_runtime import launcher
 
@@ -294,8 +295,8 @@ def ln_gate_proj_bwd_kernel(X, Mask, DABc, DGz, Lw, Lb, Wp, Bp, Wg, Bg, Wgo, DX,
 # ----------------------------------------------------------------------------- the launcher
 
 
-def _precision(dtype: torch.dtype) -> str:
-    return "ieee" if dtype == torch.float32 else "tf32"
+def _precision(dtype: torch.dtype, config) -> str:
+    return cdna4.input_precision(dtype == torch.float32, getattr(config, "target", None))
 
 
 def _opts(cfg, on_gpu: bool, options: tuple[str, ...]) -> dict:
@@ -365,7 +366,7 @@ def forward(problem, config, x, mask, *weights):
     x = x.contiguous()
     CZ, C = problem.c_z, problem.c
     M, NN = problem.batch * problem.n * problem.n, problem.n * problem.n
-    on_gpu, prec = x.is_cuda, _precision(x.dtype)
+    on_gpu, prec = x.is_cuda, _precision(x.dtype, config)
     mask_rows, has_mask = _mask_rows(mask, x)
     ab, y = _project_and_contract(problem, config, x, mask_rows, has_mask, weights, on_gpu, prec)
 
@@ -396,7 +397,7 @@ def backward(problem, config, saved, grads, needs):
     M, NN = B * N * N, N * N
     eps = problem.eps
     options = _launch_options(config)
-    on_gpu, prec = x.is_cuda, _precision(x.dtype)
+    on_gpu, prec = x.is_cuda, _precision(x.dtype, config)
     mask_rows, has_mask = _mask_rows(saved["mask"], x)
     if saves(config):
         ab, y = saved["ab"], saved["y"]

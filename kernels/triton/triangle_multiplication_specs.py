@@ -12,11 +12,13 @@ from typing import Mapping
 import triton
 
 from ceiling import spaces
+from ceiling.amd import cdna4
 from ceiling.triton import triangle_multiplication as M
 from ceiling.triton import triangle_multiplication_jax as MJ
 
 TRITON_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
-PREFIXES = {"sm_90a": "trimul", "gfx942": "trimul_cdna3"}
+PREFIXES = {"sm_90a": "trimul", "sm_100a": "trimul_sm100", "sm_103a": "trimul_sm103", "gfx942": "trimul_cdna3",
+            "gfx950": "trimul_cdna4"}
 
 
 def shipped_config(target: str, dtype: str = "bfloat16", c_z: int = 128, c: int = 128):
@@ -25,7 +27,7 @@ def shipped_config(target: str, dtype: str = "bfloat16", c_z: int = 128, c: int 
     from ceiling.triangle.op import TRIANGLE_MULTIPLICATIVE_UPDATE
     from ceiling.triangle.spec import shipped_trimul_problem
 
-    impl = next(i for i in TRIANGLE_MULTIPLICATIVE_UPDATE.implementations if i.name == "triton" and i.target == target)
+    impl = next(i for i in TRIANGLE_MULTIPLICATIVE_UPDATE.implementations if i.name == "triton" and i.backend == spaces.target_info(target)["backend"])
     return resolve_config(shipped_trimul_problem(dtype, c_z, c, target=target), impl, None)
 
 
@@ -40,7 +42,7 @@ def compile_specs(dtype: str = "bfloat16", c_z: int = 128, c: int = 128, target:
     prefix = prefix or PREFIXES[target]
     options = spaces.get("triangle_multiplication", target).launch_options
     t = TRITON_DTYPES[dtype]
-    prec = "ieee" if dtype == "float32" else "tf32"
+    prec = cdna4.input_precision(dtype == "float32", target)
     czb, cb = triton.next_power_of_2(c_z), triton.next_power_of_2(c)
     kinds = {
         "ln_gate_proj": (M.ln_gate_proj_kernel, {

@@ -17,14 +17,15 @@ HINTS = {"op": "OP", "target": "--target", "dtype": "--dtype", "config": "--conf
 
 def inspect(
     op: str = typer.Argument("gemm", help="The op whose kernels to inspect (gemm, attention, ...)."),
-    target: str = typer.Option("sm_90a", "--target", "-t", help="sm_90a, gfx942, tpu-v5e/v5p/v6e, trn1, trn2."),
+    target: str = typer.Option("sm_90a", "--target", "-t", help="sm_90a, sm_100a, sm_103a, gfx942, gfx950, tpu-v5e/v5p/v6e, trn1, trn2."),
     dtype: str = typer.Option("bfloat16", help="Input dtype of the specializations to compile."),
     config: Optional[str] = typer.Option(None, help='Only this config, as JSON: \'{"BLOCK_M": 128, ...}\'.'),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """Compile every shipped config of OP for TARGET on this machine (no GPU needed) and report
     registers, spills/scratch, shared memory/LDS, tensor-core instruction count (HGMMA, HMMA,
-    v_mfma) and the instruction mix; for TPU the blocks, grid and VMEM estimate of the Mosaic
+    Blackwell's UTC*MMA with its tensor-memory columns and MMA shapes, v_mfma) and the
+    instruction mix; for TPU the blocks, grid and VMEM estimate of the Mosaic
     lowering; for Trainium the hardware-rule checks and the cost-model estimate."""
     from ceiling.errors import InputError
     from ceiling.isa import inspect_op
@@ -58,7 +59,7 @@ def _add_occupancy(rows: list[dict], target: str) -> None:
 # Column headers for the static facts, short enough to leave the kernel names whole at 120 columns.
 HEADERS = {"registers": "regs", "spill_bytes": "spill B", "shared_bytes": "smem B",
            "tensor_core_instructions": "TC instr", "threads": "threads", "occupancy": "occupancy",
-           "fraction_of_peak": "of peak", "instructions": "instr"}
+           "fraction_of_peak": "of peak", "instructions": "instr", "tmem_columns": "TMEM cols"}
 
 
 def table(rows: list[dict], title: str) -> Table:
@@ -70,6 +71,9 @@ def table(rows: list[dict], title: str) -> Table:
         key, cols = "name", ["registers", "spill_bytes", "shared_bytes", "tensor_core_instructions", "threads"]
         if any("occupancy" in r for r in rows):
             cols.append("occupancy")
+        if any("tmem_columns" in (r.get("extra") or {}) for r in rows):  # Blackwell: tensor memory per CTA
+            rows = [{**r, "tmem_columns": r["extra"]["tmem_columns"]} for r in rows]
+            cols.append("tmem_columns")
     else:  # rows from a non-Triton target: its config, the launch shape and the scalar facts
         skip = {"target", "dtype", "out_dtype", "provenance", "export_error", "serialized_bytes", "name"}
         key, cols = "config", [k for k, v in rows[0].items()

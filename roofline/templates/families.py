@@ -38,6 +38,57 @@ def _bytes(dtype: str) -> int:
     return 4 if dtype == "float32" else 2
 
 
+def _newer_targets() -> dict[str, str]:
+    """Blackwell and CDNA4 targets -> the target their configs are derived from (nothing is tuned
+    on them: :mod:`ceiling.spaces.derive`)."""
+    from ceiling.amd import cdna4
+    from ceiling.nvidia import blackwell
+
+    return {**{t: blackwell.HOPPER for t in blackwell.ARCH_TARGETS.values()},
+            **{t: cdna4.CDNA3 for t in cdna4.ARCH_TARGETS.values()}}
+
+
+def _base_target(target: str) -> str:
+    return _newer_targets().get(target, target)
+
+
+def _derived_gemm_shipped(family: str, target: str, dtype: str, flat) -> list[Shipped]:
+    """What ``target``'s GPU (a B200, an MI355X) resolves for a few shapes, one per heuristic branch
+    and scaling: the older target's configs fitted to this one's space."""
+    import dataclasses
+
+    from ceiling.nvidia.gemm_specs import HEURISTIC_SHAPES
+    from ceiling.op import get, resolve_config
+    from ceiling.triangle.spec import SHIPPED_GPUS
+
+    gpu, arch = SHIPPED_GPUS[target]
+    backend = spaces.target_info(target)["backend"]
+    out: list[Shipped] = []
+    if family == "gemm":
+        from ceiling.gemm.spec import shipped_problem
+
+        problems = [(dataclasses.replace(shipped_problem(*shape, dtype), device="cuda:0", gpu=gpu, arch=arch), None)
+                    for shape in HEURISTIC_SHAPES]
+        impl = get("gemm").implementation(backend)
+    else:
+        from ceiling.nvidia.gemm_fp8_specs import problem as fp8_problem
+
+        fp8 = "float8_e4m3fn"  # OCP on Blackwell and on CDNA4 (ceiling.amd.cdna4.OCP_FP8)
+        problems = [(fp8_problem(m, 4096, 4096, a, b, fp8, fp8, gpu={"gpu": gpu, "arch": arch}), f"{a}/{b}")
+                    for m in (16, 4096) for a, b in (("1x128", "128x128"), ("tensor", "tensor"))]
+        impl = get("scaled_gemm").implementation(backend)
+    searched = spaces.get(family, target).searched()
+    for problem, scales in problems:
+        config = resolve_config(problem, impl, None).as_dict()
+        if scales:
+            config["SCALES"] = scales
+        if any(k in searched and searched[k].search and v not in searched[k].search for k, v in config.items()):
+            continue  # outside what a search explores (the stream-K schedule's six stages): no best point
+        shape = {"M": problem.m, "N": problem.n, "K": problem.k}
+        out.append(Shipped(shape, flat(config), "", f"{gpu} derived", f"derived from {_base_target(target)}"))
+    return out
+
+
 def _device_key(name: str) -> str:
     from ceiling.roofline import devices
 
@@ -132,6 +183,8 @@ def shipped(family: str, target: str, dtype: str, names: list[str]) -> list[Ship
         return {k: v for k, v in spaces.flatten(config, space.sections).items() if k in names}
 
     out: list[Shipped] = []
+    if family in ("gemm", "gemm_fp8") and target in _newer_targets():
+        return _derived_gemm_shipped(family, target, dtype, flat)
     if family == "gemm_fp8":  # the one table format (ceiling.tables)
         return _fp8_shipped(backend, flat)
     if family == "gemm":
@@ -170,8 +223,8 @@ def shipped(family: str, target: str, dtype: str, names: list[str]) -> list[Ship
     if family == "attention":  # per padded head dim of the table: what its GPU resolves, causal where it differs
         from ceiling.triton.attention_specs import tuned_head_dims
 
-        for pad in tuned_head_dims(backend, target):
-            plain, causal = (flat(_attention_config(backend, pad, dtype, c).as_dict()) for c in (False, True))
+        for pad in tuned_head_dims(backend, _base_target(target)):
+            plain, causal = (flat(_attention_config(target, pad, dtype, c).as_dict()) for c in (False, True))
             out.append(Shipped({"head_dim": pad}, plain, "", f"{target} head_dim {pad}", ""))
             if causal != plain:
                 out.append(Shipped({"head_dim": pad}, causal, "", f"{target} head_dim {pad}, causal", ""))
@@ -189,23 +242,22 @@ def shipped(family: str, target: str, dtype: str, names: list[str]) -> list[Ship
     raise NotImplementedError(f"no shipped-config reader for {family} on {target}")
 
 
-def _attention_problem(backend: str, head_dim: int, dtype: str, causal: bool):
-    """A PyTorch attention problem on the device the Triton target's tables are written for."""
+def _attention_problem(target: str, head_dim: int, dtype: str, causal: bool):
+    """A PyTorch attention problem on the device the Triton target's configs are written for (an
+    H200 on sm_90a, a B200 on sm_100a, an MI300X on gfx942, ...)."""
     from ceiling.attention.spec import shipped_problem
+    from ceiling.triangle.spec import SHIPPED_GPUS
 
-    if backend == "nvidia":
-        from ceiling.nvidia.attention_specs import H200 as gpu
-    else:
-        from ceiling.amd.attention_specs import MI300X as gpu
-    return shipped_problem(head_dim, dtype, causal=causal, **gpu)
+    return shipped_problem(head_dim, dtype, causal=causal, **dict(zip(("gpu", "arch"), SHIPPED_GPUS[target])))
 
 
-def _attention_config(backend: str, head_dim: int, dtype: str, causal: bool):
-    """The config the Triton attention on ``backend`` resolves for that problem (``ceiling.op``)."""
+def _attention_config(target: str, head_dim: int, dtype: str, causal: bool):
+    """The config the Triton attention resolves for that problem on ``target`` (``ceiling.op``)."""
     from ceiling.attention.op import ATTENTION
     from ceiling.op import resolve_config
 
-    return resolve_config(_attention_problem(backend, head_dim, dtype, causal), ATTENTION.implementation(backend), None)
+    return resolve_config(_attention_problem(target, head_dim, dtype, causal),
+                          ATTENTION.implementation(spaces.target_info(target)["backend"]), None)
 
 
 def unit_problem(family: str, section: str | None) -> dict[str, Any]:
@@ -296,17 +348,22 @@ def compile_specs(family: str, target: str, config: dict, shape: dict | None = N
     if family == "gemm":
         import importlib
 
-        return [importlib.import_module(f"ceiling.{backend}.gemm_specs").compile_spec(dict(config), dtype)]
+        module = importlib.import_module(f"ceiling.{backend}.gemm_specs")
+        if backend == "nvidia":
+            return [module.compile_spec(dict(config), dtype, target=target)]
+        return [module.compile_spec(dict(config), dtype)]
     if family == "gemm_fp8":  # e4m3 operands (e4m3fnuz on gfx942); dtype names them if FP8, else the output
         import importlib
 
         module = importlib.import_module(f"ceiling.{backend}.gemm_fp8_specs")
         a_kind, b_kind = config.get("SCALES", "1x128/128x128").split("/")
-        fp8 = {"nvidia": "float8_e4m3fn", "amd": "float8_e4m3fnuz"}[backend]
+        from ceiling.amd import cdna4
+
+        fp8 = "float8_e4m3fnuz" if backend == "amd" and target not in cdna4.OCP_FP8 else "float8_e4m3fn"
         operands, out = (dtype, "bfloat16") if dtype.startswith("float8") else (fp8, dtype)
         if backend == "nvidia":
-            return [module.compile_spec(dict(config), a_kind, b_kind, operands, operands, out)]
-        return [module.compile_spec(dict(config), a_kind, b_kind, operands, out)]
+            return [module.compile_spec(dict(config), a_kind, b_kind, operands, operands, out, target)]
+        return [module.compile_spec(dict(config), a_kind, b_kind, operands, out, target=target)]
     if family == "attention_gluon":  # ceiling.nvidia.gluon.static_check specs: causal, the table's other kernel
         from ceiling.nvidia.gluon import static_check
         from ceiling.nvidia.gluon.attention import shipped as gluon_shipped
@@ -323,7 +380,7 @@ def compile_specs(family: str, target: str, config: dict, shape: dict | None = N
 
         head_dim = _heads(shape, 128)
         heuristic = importlib.import_module(f"ceiling.{backend}.attention").heuristic
-        cfg = flash.merge_config(heuristic(_attention_problem(backend, head_dim, dtype, True)), config)
+        cfg = flash.merge_config(heuristic(_attention_problem(target, head_dim, dtype, True)), config)
         if backend == "nvidia":
             specs = kernel_specs(head_dim, cfg, dtype=dtype, causal=True, prefix="point_")
         else:
@@ -344,7 +401,7 @@ def compile_specs(family: str, target: str, config: dict, shape: dict | None = N
 
         c_z, c = int((shape or {}).get("c_z", 128)), int((shape or {}).get("c", 128))
         problem = dataclasses.replace(_triangle_problem(family, dtype, None, target, None), c_z=c_z, c=c)
-        impl = next(i for i in get(_TRIANGLE_OPS[family]).implementations if i.target == target)
+        impl = get(_TRIANGLE_OPS[family]).implementation(spaces.target_info(target)["backend"], "triton")
         cfgs = resolve_config(problem, impl, config).as_dict()
         specs = M.compile_specs(dtype, c_z, c, target, cfgs=cfgs, prefix="point" if backend == "nvidia" else "point_cdna3")
         return [s for s in specs if only is None or f"_{only}_{dtype}_" in s.name]
@@ -521,17 +578,22 @@ def _triangle_shipped(family: str, target: str, dtype: str) -> list[tuple]:
     from ceiling.op import get, resolve_config
 
     backend = spaces.get(family, target).backend
-    impl = next(i for i in get(_TRIANGLE_OPS[family]).implementations if i.target == target)
-    devices = [target, *(d for d in tables.devices(backend) if d != target and tables.path(backend, d, family).exists())]
-    entries = tables.read(tables.path(backend, target, family))["entries"]
+    impl = get(_TRIANGLE_OPS[family]).implementation(spaces.target_info(target)["backend"], "triton")
+    devices = [target, *(d for d in tables.devices(backend) if d != target and tables.path(backend, d, family).exists()
+                         and target not in _newer_targets())]  # no device's own table serves a newer target
+    entries = tables.read(tables.path(backend, _base_target(target), family))["entries"]
     out = []
+    from ceiling.triangle.spec import SHIPPED_GPUS
+
     for device in devices:
-        gpu = None if device == target else device
+        # the target's own configs; a newer target's are its GPU's (derived: nothing is tuned there)
+        own = SHIPPED_GPUS[target][0] if target in _newer_targets() else None
+        gpu = own if device == target else device
         for head_dim in _head_dims(entries) if family == "triangle_attention" else [None]:
             config = resolve_config(_triangle_problem(family, dtype, head_dim, target, gpu), impl, None)
             label = f"{device}" + (f" head_dim {head_dim}" if head_dim else "")
             out.append(({"head_dim": head_dim} if head_dim else None, config.as_dict(),
-                        _device_key(device) if gpu else "", label, config.source))
+                        _device_key(device) if device != target else "", label, config.source))
     return out
 
 

@@ -225,8 +225,20 @@ def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
+def refuse_other_gpus(problem) -> None:
+    """An ``InputError`` for any GPU but Hopper, before anything compiles: the kernels are wgmma
+    code, and compiling them for Blackwell ends the process in an LLVM error, not an exception.
+    Off a GPU (no architecture) the tests' emulator runs them."""
+    from ceiling.errors import InputError
+
+    if problem.arch is not None and problem.arch != "sm_90":
+        raise InputError("device", "a Hopper GPU (sm_90) for the Gluon attention kernels, which are built for sm_90a",
+                         f"{problem.gpu or problem.device} ({problem.arch or 'no GPU architecture'})")
+
+
 def forward(problem, config, q, k, v, bias=None, mask=None):
     """(o, lse) by the Gluon forward: o like q, lse (batch, heads, q_len) float32, natural log."""
+    refuse_other_gpus(problem)
     from ceiling.nvidia.gluon.attention_fwd import attention_fwd_kernel
 
     causal, scale = problem.causal, problem.scale
@@ -271,6 +283,7 @@ def _delta(o: torch.Tensor, do: torch.Tensor) -> torch.Tensor:
 def backward(problem, config, saved, grads, needs):
     """(dq, dk, dv, None) by the Gluon backward (dQ by float32 TMA reductions: not bitwise
     reproducible). Any scale works here: the backward takes no row max."""
+    refuse_other_gpus(problem)
     from ceiling.nvidia.gluon.attention_bwd import attention_bwd_kernel
 
     causal, scale = problem.causal, problem.scale

@@ -130,10 +130,17 @@ def shipped(dtype: str = "bfloat16") -> list[Spec]:
     return [spec(kernel, d, causal, knobs, dtype) for kernel, d, causal, knobs in _shipped_configs()]
 
 
-def compile_spec(s: Spec):
+def compile_spec(s: Spec, target: str = "sm_90a"):
+    """``s`` compiled for ``target``: sm_90a only. The kernels are wgmma code, and a compile for
+    Blackwell ends the process in an LLVM error, so any other target is refused first."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
+
+    from ceiling.errors import InputError
+
+    if target != "sm_90a":
+        raise InputError("target", "sm_90a (the Gluon attention kernels are Hopper wgmma code)", repr(target))
 
     # As launched: every pointer is 16-byte aligned (fresh allocations), which Triton marks;
     # the integer arguments are not specialized (the kernels' do_not_specialize).
