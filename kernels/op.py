@@ -402,7 +402,7 @@ def check_config_keys(problem: Problem, impl: Implementation, user: Any) -> None
                          (' or "autotune"' if hasattr(module, "autotune") else ""), repr(user))
     if not isinstance(user, Mapping):
         raise InputError("config", "a dict (or None)", type(user).__name__)
-    target = impl.target or (module.target(problem) if hasattr(module, "target") else None)
+    target = (module.target(problem, user) if hasattr(module, "target") else None) or impl.target
     if target is None:
         named = user.get("target")
         own_targets = [t for t in spaces.targets(impl.family) if spaces.get(impl.family, t).backend == impl.backend]
