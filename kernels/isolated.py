@@ -15,6 +15,9 @@ import tempfile
 from typing import Any, Callable
 
 STDERR_TAIL = 2000  # characters of the child's stderr an Aborted carries
+# A forked child of a multithreaded parent (JAX's threads) can deadlock on a lock a thread held at
+# the fork: a child that has not answered after this many seconds is killed and reported.
+TIMEOUT_S = 600
 
 
 class Aborted(RuntimeError):
@@ -53,6 +56,10 @@ def call(what: str, fn: Callable, *args: Any, **kwargs: Any) -> Any:
         child.start()
         send.close()
         try:
+            if not receive.poll(TIMEOUT_S):
+                child.kill()
+                child.join()
+                raise Aborted(what, child.exitcode, f"no answer after {TIMEOUT_S} s (killed)")
             status, value = pickle.loads(receive.recv_bytes())
         except EOFError:
             child.join()

@@ -159,6 +159,12 @@ def test_isolated_call_survives_an_abort():
         isolated.call("a test", lambda: 1 // 0)
 
 
+def test_isolated_call_that_never_answers_is_killed(monkeypatch):
+    monkeypatch.setattr(isolated, "TIMEOUT_S", 0.5)
+    with pytest.raises(isolated.Aborted, match="no answer after 0.5 s"):
+        isolated.call("a test", lambda: __import__("time").sleep(30))
+
+
 def test_blackwell_gemm_facts():
     from ceiling.nvidia import gemm_specs
 
