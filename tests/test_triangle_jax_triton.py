@@ -133,6 +133,19 @@ def test_jax_wrappers_every_kernel_sm90a(spec):
     _sm90(spec)
 
 
+@pytest.mark.parametrize("family", ["triangle_attention", "trimul"])
+def test_jax_wrappers_compile_for_cdna4_without_tf32(family):
+    """CDNA4 has no TF32: the jax-triton wrappers take the dot precision the target allows, as the
+    torch launchers do (a "tf32" dot does not compile for gfx950)."""
+    from ceiling.isa import profile
+
+    module = triangle_attention_specs if family == "triangle_attention" else triangle_multiplication_specs
+    specs = module.jax_compile_specs("float16", target="gfx950")
+    assert {s.constexprs["PRECISION"] for s in specs} == {"ieee"}
+    spec = next(s for s in specs if "_fwd_" in s.name or "_contract_" in s.name)
+    assert profile(spec, "gfx950").tensor_core_instructions > 0
+
+
 # ---------------------------------------------------------------------------- on a GPU
 
 

@@ -94,11 +94,13 @@ def _key_bias(mask, B: int, N: int):
     return jnp.where(keep, 0.0, -jnp.inf).astype(jnp.float32), n_pad
 
 
-def _meta(q, D: int, N: int) -> dict:
+def _meta(q, D: int, N: int, config) -> dict:
     import jax.numpy as jnp
 
-    return dict(D=D, N_16=N % 16 == 0, PRECISION="ieee" if q.dtype == jnp.float32 else "tf32",
-                HEAD_DIM=head_dim_block(D))
+    from ceiling.amd import cdna4
+
+    return dict(D=D, N_16=N % 16 == 0, HEAD_DIM=head_dim_block(D),
+                PRECISION=cdna4.input_precision(q.dtype == jnp.float32, getattr(config, "target", None)))
 
 
 def forward(problem, config, q, k, v, bias, mask):
@@ -114,7 +116,7 @@ def forward(problem, config, q, k, v, bias, mask):
         q, k, v, bias, kb, N, H, kb_stride, np.float32(scale * LOG2E), kernel=fwd_kernel_jax,
         out_shape=(jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((B, N, H, N), jnp.float32)),
         grid=(triton.cdiv(N, cfg["BLOCK_M"]), B * triton.cdiv(N, rows) * H),
-        BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], ROWS=rows, **_meta(q, D, N), **_options(cfg))
+        BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], ROWS=rows, **_meta(q, D, N, config), **_options(cfg))
 
 
 def backward(problem, config, saved, grads, needs):
@@ -125,7 +127,7 @@ def backward(problem, config, saved, grads, needs):
     q, k, v, bias, mask, out, lse = (saved[n] for n in ("q", "k", "v", "bias", "mask", "out", "lse"))
     B, N, H, D, scale = problem.batch, problem.n, problem.heads, problem.head_dim, problem.scale
     dout = grads["out"].astype(q.dtype)
-    meta = _meta(q, D, N)
+    meta = _meta(q, D, N, config)
     kb, kb_stride = _key_bias(mask, B, N)
     scales = (np.float32(scale * LOG2E), np.float32(scale))
 

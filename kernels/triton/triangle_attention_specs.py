@@ -101,7 +101,8 @@ def jax_compile_specs(dtype: str = "bfloat16", head_dim: int = 32, n: int = 384,
     specs = []
     for name, fn in JAX_KERNELS.items():
         cfg = dict(cfgs[name])
-        constexprs = {"D": head_dim, "N_16": n % 16 == 0, "PRECISION": "ieee" if dtype == "float32" else "tf32",
+        constexprs = {"D": head_dim, "N_16": n % 16 == 0,
+                      "PRECISION": cdna4.input_precision(dtype == "float32", target),
                       "BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"], "HEAD_DIM": T.head_dim_block(head_dim)}
         if fn is TJ.fwd_kernel_jax:
             constexprs["ROWS"] = cfg.get("ROWS", 1)

@@ -114,7 +114,9 @@ class _Launches:
         self.C = self.C2 // 2
         self.M, self.NN = self.B * self.N * self.N, self.N * self.N
         self.cfgs = cfgs
-        self.prec = "ieee" if x.dtype == jnp.float32 else "tf32"
+        from ceiling.amd import cdna4
+
+        self.prec = cdna4.input_precision(x.dtype == jnp.float32, getattr(cfgs, "target", None))
         self.has_mask = mask is not None
         self.mask_rows = mask.reshape(-1).astype(jnp.float32) if mask is not None else jnp.zeros((1,), jnp.float32)
         self.czb, self.cb = triton.next_power_of_2(self.CZ), triton.next_power_of_2(self.C)

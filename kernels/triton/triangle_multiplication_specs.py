@@ -119,7 +119,7 @@ def jax_compile_specs(dtype: str = "bfloat16", c_z: int = 128, c: int = 128, n: 
     cfgs = shipped_config(target, dtype, c_z, c)
     t = TRITON_DTYPES[dtype]
     shared = {"CZ": c_z, "C": c, "C2": 2 * c, "NN_16": (n * n) % 16 == 0, "N_16": n % 16 == 0, "HAS_MASK": True,
-              "PRECISION": "ieee" if dtype == "float32" else "tf32", "CZ_BLOCK": triton.next_power_of_2(c_z),
+              "PRECISION": cdna4.input_precision(dtype == "float32", target), "CZ_BLOCK": triton.next_power_of_2(c_z),
               "C_BLOCK": triton.next_power_of_2(c), "A_CHANNELS": 2 * c, "A_FIRST": 0, "A_T": False,
               "B_CHANNELS": 2 * c, "B_FIRST": c, "B_T": True}
     specs = []
