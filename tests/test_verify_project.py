@@ -50,6 +50,10 @@ LAUNCHES = {
                                                                     "SPLIT_K": 2}, 2), {"B": 2}),
     **{f"fp8_quantize.{g}{'.transposed' if t else ''}@{target}": ("ceiling.triton.fp8_quantize", _quantize(g, t), {})
        for g, t in (("1x128", False), ("1x128", True), ("128x128", False)) for target in ("sm_90a", "gfx942")},
+    **{f"fp8_quantize.{name}@{target}": ("ceiling.triton.fp8_quantize", _quantize(g, False), sizes)
+       # 150 x 200 in 64 x 128 tiles: 6 tiles, 3 programs under the interpreter, 4 partials
+       for name, g, sizes in (("row", "row", {}), ("tensor.amax", "tensor", {"WIDTH": 4}), ("tensor", "tensor", {}))
+       for target in ("sm_90a", "gfx942")},
 }
 
 
@@ -59,10 +63,16 @@ def test_every_entry_has_its_launch():
 
 @pytest.mark.parametrize("key", sorted(ENTRIES))
 def test_entry_is_proved(key):
-    contract = ENTRIES[key].contract()
+    """Every property proved at the entry's first constexpr combination, except those the entry names as
+    beyond the verifier, which must come back unknown with a reason (never a counterexample)."""
+    entry = ENTRIES[key]
+    contract = entry.contract()
     combo = next(contract.combinations())
     for r in check.verify(contract, combinations=[combo], timeout_ms=60_000):
-        assert r.status is Status.PROVED, r
+        if r.property in entry.unknown:
+            assert r.status is Status.UNKNOWN and r.reason, r
+        else:
+            assert r.status is Status.PROVED, r
 
 
 def _spy(module, monkeypatch):

@@ -28,6 +28,8 @@ class Entry:
     family: str = ""
     applies: str = "True"
     point_keys: tuple = ()
+    # Properties the verifier cannot decide for this kernel (answered unknown, with the reason), by name.
+    unknown: tuple = ()
 
     @property
     def target(self) -> str:
@@ -50,11 +52,16 @@ class Entry:
             return False
 
 
+def _fp8_constants() -> dict:
+    import triton.language as tl
+
+    return {"FP8": [tl.float8e4nv], "FP8_MAX": [448.0], "HAS_INF": [False], "NAN_CODE": [0x7F], "POW2": [False]}
+
+
 def _fp8_groups(target: str, tile: bool, transposed: bool) -> Entry:
     """kernels/triton/fp8_quantize.py's quantize_groups_kernel as ``quantize`` launches it: 1x128 groups
     (BLOCK_R = 32, scales stored column-major) or 128x128 tiles (scales row-major), reading ``x`` or
     ``x.T`` through its strides, e4m3 codes written as bytes; grid (cdiv(R, BLOCK_R), cdiv(C, 128))."""
-    import triton.language as tl
 
     x_strides = ["1", "R"] if transposed else ["C", "1"]
     s_strides = ["cdiv(C, 128)", "1"] if tile else ["1", "R"]
@@ -64,13 +71,63 @@ def _fp8_groups(target: str, tile: bool, transposed: bool) -> Entry:
         "grid": ["cdiv(R, BLOCK_R)", "cdiv(C, 128)"],
         "scalars": {"R": _SIZE, "C": _SIZE, "stride_xr": x_strides[0], "stride_xc": x_strides[1], "stride_qr": "C",
                     "stride_qc": 1, "stride_sr": s_strides[0], "stride_sc": s_strides[1]},
-        "constexprs": {"BLOCK_R": [128 if tile else 32], "ONE_SCALE_PER_TILE": [tile], "FP8": [tl.float8e4nv],
-                       "FP8_MAX": [448.0], "HAS_INF": [False], "NAN_CODE": [0x7F], "POW2": [False]},
+        "constexprs": {"BLOCK_R": [128 if tile else 32], "ONE_SCALE_PER_TILE": [tile], **_fp8_constants()},
         "buffers": {"x_ptr": {"shape": ["R", "C"], "strides": ["stride_xr", "stride_xc"], "dtype": "bfloat16"},
                     "q_ptr": {"shape": ["R", "C"], "strides": ["stride_qr", "stride_qc"], "dtype": "uint8",
                               "output": True},
                     "s_ptr": {"shape": ["cdiv(R, 128)" if tile else "R", "cdiv(C, 128)"],
                               "strides": ["stride_sr", "stride_sc"], "dtype": "float32", "output": True}}})
+
+
+def _fp8_rows(target: str) -> Entry:
+    """quantize_rows_kernel as ``quantize(x, "row")`` launches it: one scale per row (scales (R, 1)),
+    two sweeps of 128-column blocks; grid (cdiv(R, 32),)."""
+
+    # coverage: the codes are stored inside a loop over column blocks, a quantified query z3 gives up on
+    return Entry("fp8_quantize.row", "ceiling.triton.fp8_quantize", "quantize_rows_kernel", unknown=("coverage",),
+                 body={
+        "targets": [target],
+        "grid": ["cdiv(R, BLOCK_R)"],
+        "scalars": {"R": _SIZE, "C": _SIZE, "stride_xr": "C", "stride_xc": 1, "stride_qr": "C", "stride_qc": 1,
+                    "stride_sr": 1},
+        "constexprs": {"BLOCK_R": [32], "BLOCK_C": [128], **_fp8_constants()},
+        "buffers": {"x_ptr": {"shape": ["R", "C"], "strides": ["stride_xr", "stride_xc"], "dtype": "bfloat16"},
+                    "q_ptr": {"shape": ["R", "C"], "strides": ["stride_qr", "stride_qc"], "dtype": "uint8",
+                              "output": True},
+                    "s_ptr": {"shape": ["R", 1], "strides": ["stride_sr", 1], "dtype": "float32", "output": True}}})
+
+
+# The partial maxima of the tensor-wise quantizer: NUM_PROGRAMS is min(264, tiles) on a GPU (3 under the
+# interpreter), its buffer the next power of two wide (zeros past NUM_PROGRAMS); the extremes and a middle.
+_AMAX_PROGRAMS = [1, 3, 100, 264]
+
+
+def _fp8_tensor(target: str) -> tuple:
+    """amax_partials_kernel then quantize_tensor_kernel as ``quantize(x, "tensor")`` launches them: 64x128
+    tiles, one scale (a 0-d tensor) stored by program (0, 0)."""
+
+    x = {"shape": ["R", "C"], "strides": ["stride_xr", "stride_xc"], "dtype": "bfloat16"}
+    partials = Entry("fp8_quantize.tensor.amax", "ceiling.triton.fp8_quantize", "amax_partials_kernel",
+                     unknown=("coverage",), body={
+        "targets": [target],
+        "grid": ["NUM_PROGRAMS"],
+        "sizes": {"WIDTH": [1, 512]},
+        "scalars": {"R": _SIZE, "C": _SIZE, "stride_xr": "C", "stride_xc": 1},
+        "constexprs": {"NUM_PROGRAMS": _AMAX_PROGRAMS, "BLOCK_R": [64], "BLOCK_C": [128]},
+        "assume": {"conditions": ["WIDTH >= NUM_PROGRAMS", "WIDTH < 2 * NUM_PROGRAMS"]},
+        # not an output: the entries past NUM_PROGRAMS stay the zeros they were allocated with
+        "buffers": {"x_ptr": x, "partial_ptr": {"shape": ["WIDTH"], "dtype": "float32"}}})
+    codes = Entry("fp8_quantize.tensor", "ceiling.triton.fp8_quantize", "quantize_tensor_kernel", body={
+        "targets": [target],
+        "grid": ["cdiv(R, BLOCK_R)", "cdiv(C, BLOCK_C)"],
+        "scalars": {"R": _SIZE, "C": _SIZE, "stride_xr": "C", "stride_xc": 1, "stride_qr": "C", "stride_qc": 1},
+        "constexprs": {"NUM_PARTIALS": [1, 4, 128, 512], "BLOCK_R": [64], "BLOCK_C": [128], **_fp8_constants()},
+        "buffers": {"x_ptr": x,
+                    "q_ptr": {"shape": ["R", "C"], "strides": ["stride_qr", "stride_qc"], "dtype": "uint8",
+                              "output": True},
+                    "s_ptr": {"shape": [], "dtype": "float32", "output": True},
+                    "partial_ptr": {"shape": ["NUM_PARTIALS"], "dtype": "float32"}}})
+    return partials, codes
 
 
 ENTRIES = (
@@ -107,6 +164,8 @@ ENTRIES = (
     # The FP8 quantizer (kernels/triton, both GPU targets): per 1x128 group, transposed, per 128x128 tile.
     *(_fp8_groups(t, tile, tr) for t in ("sm_90a", "gfx942") for tile, tr in ((False, False), (False, True),
                                                                               (True, False))),
+    *(_fp8_rows(t) for t in ("sm_90a", "gfx942")),
+    *(e for t in ("sm_90a", "gfx942") for e in _fp8_tensor(t)),
 )
 
 
