@@ -130,6 +130,70 @@ def _fp8_tensor(target: str) -> tuple:
     return partials, codes
 
 
+# The triangle multiplicative update's pair problem: a batch of N x N pairs with c_z and c channels (the
+# widths the block constexprs pad to a power of two: 128, the models' width). eps only scales values, so it is
+# compiled as the constant the op defaults to.
+_TRIMUL_SIZES = {"BATCH": [1, 8], "N": [1, 4096]}
+_TRIMUL_WIDTHS = {"CZ_BLOCK": [128], "C_BLOCK": [128]}
+_TRIMUL_MODULE = "ceiling.triton.triangle_multiplication"
+
+
+def _trimul(target: str) -> tuple:
+    """The forward's three kernels as kernels/triton/triangle_multiplication.py launches them: LayerNorm +
+    gated projection to ab (BATCH, 2c, N, N) channel-first, the per-channel N x N products (outgoing
+    a b^T and incoming a^T b, b the second half of ab), and LayerNorm_out + output gating."""
+    rows = {"M": "BATCH * N * N", "NN": "N * N"}
+    pair = {"shape": ["BATCH", "N", "N", "CZ"], "dtype": "bfloat16"}
+    vec = lambda n: {"shape": [n], "dtype": "bfloat16"}  # noqa: E731
+    common = {"PRECISION": ["tf32"], "eps": [1e-5]}
+    # race and coverage: the row index is a division of the program id by the column blocks, and the stored
+    # offset splits it again into (batch, pair); z3 times out on the pairwise and quantified queries
+    gate = Entry("trimul.ln_gate_proj", _TRIMUL_MODULE, "ln_gate_proj_kernel", family="triangle_multiplication",
+                 unknown=("race", "coverage"), body={
+        "targets": [target],
+        "grid": ["cdiv(M, BLOCK_M) * cdiv(C2, BLOCK_N)"],
+        "sizes": _TRIMUL_SIZES,
+        "scalars": {**rows, "CZ": [65, 128], "C2": [130, 256]},
+        "constexprs": {"HAS_MASK": [True], "BLOCK_M": [64], "BLOCK_N": [64], "CZ_BLOCK": [128], **common},
+        "assume": {"conditions": ["C2 % 2 == 0"]},
+        "buffers": {"X": pair, "Mask": {"shape": ["M"], "dtype": "float32"}, "Lw": vec("CZ"), "Lb": vec("CZ"),
+                    "Wp": {"shape": ["C2", "CZ"], "dtype": "bfloat16"}, "Bp": vec("C2"),
+                    "Wg": {"shape": ["C2", "CZ"], "dtype": "bfloat16"}, "Bg": vec("C2"),
+                    "AB": {"shape": ["BATCH", "C2", "N", "N"], "dtype": "bfloat16", "output": True}}})
+    out = Entry("trimul.ln_out_gate", _TRIMUL_MODULE, "ln_out_gate_kernel", family="triangle_multiplication",
+                unknown=("coverage",), body={
+        "targets": [target],
+        "grid": ["cdiv(M, BLOCK_M) * cdiv(CZ, BLOCK_N)"],
+        "sizes": _TRIMUL_SIZES,
+        "scalars": {**rows, "CZ": [65, 128], "C": [65, 128]},
+        "constexprs": {"BLOCK_M": [64], "BLOCK_N": [32], **_TRIMUL_WIDTHS, **common},
+        "buffers": {"X": pair, "Yc": {"shape": ["BATCH", "C", "N", "N"], "dtype": "bfloat16"},
+                    "Lw_in": vec("CZ"), "Lb_in": vec("CZ"), "Lw_out": vec("C"), "Lb_out": vec("C"),
+                    "Wpo": {"shape": ["CZ", "C"], "dtype": "bfloat16"}, "Bpo": vec("CZ"),
+                    "Wgo": {"shape": ["CZ", "CZ"], "dtype": "bfloat16"}, "Bgo": vec("CZ"),
+                    "Out": {**pair, "output": True}}})
+    products = []
+    for direction in ("outgoing", "incoming"):
+        # a = ab[:, :c] and b = ab[:, c:], each (batch, chan, row, col) strides into ab (BATCH, 2c, N, N)
+        row_col = ["N", "1"] if direction == "outgoing" else ["1", "N"]
+        plane = {"a_batch": "2 * C * N * N", "a_chan": "N * N", "b_batch": "2 * C * N * N", "b_chan": "N * N"}
+        # race and coverage: the (batch, channel) split of the third program id by C times out in z3
+        products.append(Entry(f"trimul.contract.{direction}", _TRIMUL_MODULE, "channel_gemm_kernel",
+                              family="triangle_multiplication", unknown=("race", "coverage"), body={
+            "targets": [target],
+            "grid": ["cdiv(N, BLOCK_M)", "cdiv(N, BLOCK_N)", "BATCH * C"],
+            "sizes": {"BATCH": [1, 8]},
+            "scalars": {"N": [1, 4096], "C": [1, 128], **plane, "s_am": row_col[0], "s_ak": row_col[1],
+                        "s_bk": row_col[1], "s_bn": row_col[0], "y_batch": "C * N * N", "y_chan": "N * N",
+                        "s_ym": "N", "s_yn": 1},
+            "constexprs": {"PRECISION": ["tf32"], "BLOCK_M": [128], "BLOCK_N": [128], "BLOCK_K": [32]},
+            "buffers": {"A": {"shape": ["BATCH", "2 * C", "N", "N"], "dtype": "bfloat16"},
+                        "B": {"shape": ["BATCH", "C", "N", "N"], "strides": ["b_batch", "b_chan", "N", 1],
+                              "dtype": "bfloat16"},
+                        "Y": {"shape": ["BATCH", "C", "N", "N"], "dtype": "bfloat16", "output": True}}}))
+    return gate, *products, out
+
+
 ENTRIES = (
     # kernels/nvidia/gemm.py: the split-K partial planes (SPLIT_K * M rows of a row-padded fp32
     # workspace) summed into C, grid (cdiv(m, 32), cdiv(n, 128)).
@@ -166,6 +230,7 @@ ENTRIES = (
                                                                               (True, False))),
     *(_fp8_rows(t) for t in ("sm_90a", "gfx942")),
     *(e for t in ("sm_90a", "gfx942") for e in _fp8_tensor(t)),
+    *(e for t in ("sm_90a", "gfx942") for e in _trimul(t)),
 )
 
 
