@@ -82,8 +82,12 @@ LAUNCHES = {
 }
 
 
+# Entries whose launcher is jax-triton's (no CPU interpreter there): the call is recorded, not run.
+JAX_LAUNCHES = {"gemm.persistent.pointer@sm_90a": False}
+
+
 def test_every_entry_has_its_launch():
-    assert set(LAUNCHES) == set(ENTRIES)
+    assert set(LAUNCHES) | set(JAX_LAUNCHES) == set(ENTRIES)
 
 
 def _expected(entry, contract, combos, timeout_ms):
@@ -167,6 +171,52 @@ def test_contract_matches_the_launch(key, monkeypatch):
         assert str(t.dtype).removeprefix("torch.") == buf.dtype, name
         assert list(t.shape) == [s.value(env) for s in buf.shape], name
         assert list(t.stride()) == [s.value(env) for s in buf.strides], name
+
+
+@pytest.mark.parametrize("key", sorted(JAX_LAUNCHES))
+def test_contract_matches_the_jax_launch(key, monkeypatch):
+    """The JAX GEMM's call to jax-triton (arguments, grid, output) against the contract, on contiguous arrays."""
+    from types import SimpleNamespace
+
+    jnp = pytest.importorskip("jax.numpy")
+    from ceiling import jax_bridge
+    from ceiling.nvidia import gemm_jax
+
+    calls = []
+
+    def triton_call(*args, kernel, out_shape, grid, **kwargs):
+        calls.append((kernel, grid, args, out_shape, kwargs))
+        return jnp.zeros(out_shape.shape, out_shape.dtype)
+
+    monkeypatch.setattr(jax_bridge, "import_jax_triton", lambda: SimpleNamespace(triton_call=triton_call))
+    import jax
+
+    monkeypatch.setattr(jax, "devices", lambda: [SimpleNamespace(core_count=132)])  # an H100/H200's SMs
+    batched = JAX_LAUNCHES[key]
+    batch, m, n, k = (9, 400, 450, 96) if batched else (1, 5000, 450, 96)  # >= 132 tiles: NUM_SMS = 132
+    lead = (batch,) if batched else ()
+    a, b = jnp.zeros(lead + (m, k), jnp.bfloat16), jnp.zeros(lead + (k, n), jnp.bfloat16)
+    problem = SimpleNamespace(out_dtype="bfloat16", out_shape=lead + (m, n), b_shared=False, activation="gelu")
+    config = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3,
+              "EPILOGUE_SUBTILE": False, "WARP_SPECIALIZE": False, "SPLIT_K": 1}
+    gemm_jax.forward(problem, config, a, b, jnp.zeros((n,), jnp.bfloat16))
+
+    contract = ENTRIES[key].contract()
+    ((kernel, grid, args, out_shape, kwargs),) = calls
+    assert kernel is contract.fn
+    names = [a for a in contract.fn.arg_names if a not in contract.constexprs]
+    outputs = [name for name in names if name in contract.buffers and contract.buffers[name].output]
+    values = dict(zip([a for a in names if a not in outputs], args), **dict(zip(outputs, [out_shape])), **kwargs)
+    env = {name: values[name] for name in list(contract.scalars) + list(contract.constexprs)}
+    for name, allowed in contract.constexprs.items():
+        assert env[name] in allowed, (name, env[name])
+    for name, sc in contract.scalars.items():
+        assert env[name] == sc.expr.value(env) if sc.expr is not None else sc.lo <= env[name] <= sc.hi, name
+    assert tuple(grid) == tuple(g.value(env) for g in contract.grid)
+    for name, buf in contract.buffers.items():
+        t = values[name]  # jax arrays and the output's ShapeDtypeStruct: contiguous by construction
+        assert str(t.dtype) == buf.dtype, name
+        assert list(t.shape) == [d.value(env) for d in buf.shape], name
 
 
 # --- the proofs' consumers: import-point, the adapters, the exported certificate ------------------------

@@ -194,6 +194,31 @@ def _trimul(target: str) -> tuple:
     return gate, *products, out
 
 
+def _gemm_pointer(batched: bool) -> Entry:
+    """kernels/nvidia/gemm_jax.py's gemm_kernel_jax: the persistent Hopper GEMM on plain pointers (the path
+    jax-triton launches), contiguous A (BATCH, M, K) and B (BATCH, K, N), NUM_SMS programs striding over the
+    tiles (132 on an H100/H200, fewer when the problem has fewer tiles)."""
+    lead = ["BATCH"] if batched else []
+    return Entry("gemm.persistent.pointer" + (".batched" if batched else ""), "ceiling.nvidia.gemm_jax",
+                 "gemm_kernel_jax", family="gemm", applies="SPLIT_K == 1", point_keys=_GEMM_POINT,
+                 unknown=("race", "coverage"), body={
+        "targets": ["sm_90a"],
+        "grid": ["NUM_SMS"],
+        "scalars": {"M": _SIZE, "N": _SIZE, "K": _SIZE, "BATCH": [1, 64] if batched else 1, "PLANE_ROWS": "M",
+                    "stride_ab": "M * K", "stride_am": "K", "stride_ak": 1, "stride_bb": "K * N", "stride_bk": "N",
+                    "stride_bn": 1, "stride_cb": "M * N", "stride_cm": "N"},
+        "constexprs": {"BATCHED": [batched], "HAS_BIAS": [True], "ACTIVATION": ["gelu"], "BLOCK_M": [128],
+                       "BLOCK_N": [128], "BLOCK_K": [64], "GROUP_M": [8], "NUM_SMS": [132],
+                       "EPILOGUE_SUBTILE": [False], "WARP_SPECIALIZE": [False], "SPLIT_K": [1]},
+        "buffers": {"a": {"shape": lead + ["M", "K"], "dtype": "bfloat16"},
+                    "b": {"shape": lead + ["K", "N"], "dtype": "bfloat16"},
+                    "bias_ptr": {"shape": ["N"], "dtype": "bfloat16"},
+                    "c": {"shape": lead + ["M", "N"], "dtype": "bfloat16", "output": True}}})
+
+
+_GEMM_POINT = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "EPILOGUE_SUBTILE", "WARP_SPECIALIZE")
+
+
 ENTRIES = (
     # kernels/nvidia/gemm.py: the split-K partial planes (SPLIT_K * M rows of a row-padded fp32
     # workspace) summed into C, grid (cdiv(m, 32), cdiv(n, 128)).
@@ -231,6 +256,7 @@ ENTRIES = (
     *(_fp8_rows(t) for t in ("sm_90a", "gfx942")),
     *(e for t in ("sm_90a", "gfx942") for e in _fp8_tensor(t)),
     *(e for t in ("sm_90a", "gfx942") for e in _trimul(t)),
+    _gemm_pointer(False),
 )
 
 
