@@ -68,6 +68,8 @@ LAUNCHES = {
     "gemm.splitk_reduce@sm_90a": ("ceiling.nvidia.gemm", _gemm("nvidia", NVIDIA_SPLIT, 1), {}),
     "gemm.splitk_reduce@gfx942": ("ceiling.amd.gemm", _gemm("amd", {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16,
                                                                     "SPLIT_K": 2}, 2), {"B": 2}),
+    "gemm.cdna3@gfx942": ("ceiling.amd.gemm", _gemm("amd", {"BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 4,
+                                                            "SPLIT_K": 1}, 1), {}),
     **{f"fp8_quantize.{g}{'.transposed' if t else ''}@{target}": ("ceiling.triton.fp8_quantize", _quantize(g, t), {})
        for g, t in (("1x128", False), ("1x128", True), ("128x128", False)) for target in ("sm_90a", "gfx942")},
     **{f"fp8_quantize.{name}@{target}": ("ceiling.triton.fp8_quantize", _quantize(g, False), sizes)
@@ -100,8 +102,11 @@ def _expected(entry, contract, combos, timeout_ms):
             assert r.status is Status.PROVED, r
 
 
-# The fast check: each kernel once (its sm_90a entry, first constexpr combination), the properties it proves.
-REPRESENTATIVES = sorted(k for k in ENTRIES if k.endswith("@sm_90a"))
+# The fast check: each kernel once (its sm_90a entry, else its only one; first constexpr combination), the
+# properties it proves.
+PROPERTIES = ("bounds", "overflow", "race", "coverage")
+REPRESENTATIVES = sorted(k for k, e in ENTRIES.items() if (k.endswith("@sm_90a") or f"{e.name}@sm_90a" not in ENTRIES)
+                         and set(PROPERTIES) - set(e.unknown))
 
 
 @pytest.mark.parametrize("key", REPRESENTATIVES)
@@ -109,7 +114,7 @@ def test_entry_is_proved(key):
     entry = ENTRIES[key]
     contract = entry.contract()
     combo = next(contract.combinations())
-    for r in check.verify(contract, [p for p in ("bounds", "overflow", "race", "coverage") if p not in entry.unknown],
+    for r in check.verify(contract, [p for p in PROPERTIES if p not in entry.unknown],
                           combinations=[combo], timeout_ms=60_000):
         assert r.status is Status.PROVED, r
 

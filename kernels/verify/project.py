@@ -219,6 +219,34 @@ def _gemm_pointer(batched: bool) -> Entry:
 _GEMM_POINT = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "EPILOGUE_SUBTILE", "WARP_SPECIALIZE")
 
 
+# Whole-matrix spans below 2^31 elements: what the CDNA3 GEMM's launcher requires for 32-bit tile offsets.
+_I32_SPANS = "M * K < 2147483648 and K * N < 2147483648 and M * N < 2147483648"
+
+
+def _amd_gemm() -> Entry:
+    """kernels/amd/gemm.py's gemm_kernel on contiguous 2-D operands with SPLIT_K = 1 (the output written
+    directly), grid (cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N),) renumbered across the XCDs; EVEN_K when BLOCK_K
+    divides K; 32-bit tile offsets (LARGE_OFFSETS False: every operand spans fewer than 2^31 elements), K not
+    a multiple of BLOCK_K. Every property is unknown: the XCD renumbering of the program id and the rows and
+    columns taken modulo M and N leave z3 timing out at the default 10 s per query."""
+    return Entry("gemm.cdna3", "ceiling.amd.gemm", "gemm_kernel",
+                 family="gemm", applies="SPLIT_K == 1", point_keys=("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M"),
+                 unknown=("bounds", "overflow", "race", "coverage"), body={
+        "targets": ["gfx942"],
+        "grid": ["cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N)"],
+        "scalars": {"M": _SIZE, "N": _SIZE, "K": _SIZE, "K_PER_SPLIT": "cdiv(K, BLOCK_K) * BLOCK_K",
+                    "stride_ab": 0, "stride_am": "K", "stride_ak": 1, "stride_bb": 0, "stride_bk": "N",
+                    "stride_bn": 1, "stride_cs": 0, "stride_cb": "M * N", "stride_cm": "N", "stride_cn": 1},
+        "constexprs": {"BLOCK_M": [256], "BLOCK_N": [256], "BLOCK_K": [64], "GROUP_M": [4], "SPLIT_K": [1],
+                       "NUM_XCDS": [8], "EVEN_K": [False], "HAS_BIAS": [True], "ACTIVATION": [2],
+                       "INPUT_PRECISION": ["ieee"], "LARGE_OFFSETS": [False]},
+        "assume": {"conditions": [_I32_SPANS]},
+        "buffers": {"a_ptr": {"shape": ["M", "K"], "dtype": "bfloat16"},
+                    "b_ptr": {"shape": ["K", "N"], "dtype": "bfloat16"},
+                    "bias_ptr": {"shape": ["N"], "dtype": "bfloat16"},
+                    "c_ptr": {"shape": [1, "M", "N"], "dtype": "bfloat16", "output": True}}})
+
+
 ENTRIES = (
     # kernels/nvidia/gemm.py: the split-K partial planes (SPLIT_K * M rows of a row-padded fp32
     # workspace) summed into C, grid (cdiv(m, 32), cdiv(n, 128)).
@@ -257,6 +285,7 @@ ENTRIES = (
     *(e for t in ("sm_90a", "gfx942") for e in _fp8_tensor(t)),
     *(e for t in ("sm_90a", "gfx942") for e in _trimul(t)),
     _gemm_pointer(False),
+    _amd_gemm(),
 )
 
 
