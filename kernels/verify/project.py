@@ -20,7 +20,8 @@ _SPLIT_K = [2, 4]
 class Entry:
     """One contract: a name, where its kernel lives, its TOML-shaped body, the kernel family (spaces) it
     belongs to, when a config launches it (a condition over the config's keys), and which config keys
-    are its constexprs (a point's values replace the contract's)."""
+    are its constexprs (a point's values replace the contract's). An entry with no family is verified by
+    ``--all`` only: import-point and the search adapters consult the entries of a family."""
     name: str
     module: str
     kernel: str
@@ -148,7 +149,7 @@ def _trimul(target: str) -> tuple:
     common = {"PRECISION": ["tf32"], "eps": [1e-5]}
     # race and coverage: the row index is a division of the program id by the column blocks, and the stored
     # offset splits it again into (batch, pair); z3 times out on the pairwise and quantified queries
-    gate = Entry("trimul.ln_gate_proj", _TRIMUL_MODULE, "ln_gate_proj_kernel", family="triangle_multiplication",
+    gate = Entry("trimul.ln_gate_proj", _TRIMUL_MODULE, "ln_gate_proj_kernel",
                  unknown=("race", "coverage"), body={
         "targets": [target],
         "grid": ["cdiv(M, BLOCK_M) * cdiv(C2, BLOCK_N)"],
@@ -160,7 +161,7 @@ def _trimul(target: str) -> tuple:
                     "Wp": {"shape": ["C2", "CZ"], "dtype": "bfloat16"}, "Bp": vec("C2"),
                     "Wg": {"shape": ["C2", "CZ"], "dtype": "bfloat16"}, "Bg": vec("C2"),
                     "AB": {"shape": ["BATCH", "C2", "N", "N"], "dtype": "bfloat16", "output": True}}})
-    out = Entry("trimul.ln_out_gate", _TRIMUL_MODULE, "ln_out_gate_kernel", family="triangle_multiplication",
+    out = Entry("trimul.ln_out_gate", _TRIMUL_MODULE, "ln_out_gate_kernel",
                 unknown=("coverage",), body={
         "targets": [target],
         "grid": ["cdiv(M, BLOCK_M) * cdiv(CZ, BLOCK_N)"],
@@ -179,7 +180,7 @@ def _trimul(target: str) -> tuple:
         plane = {"a_batch": "2 * C * N * N", "a_chan": "N * N", "b_batch": "2 * C * N * N", "b_chan": "N * N"}
         # race and coverage: the (batch, channel) split of the third program id by C times out in z3
         products.append(Entry(f"trimul.contract.{direction}", _TRIMUL_MODULE, "channel_gemm_kernel",
-                              family="triangle_multiplication", unknown=("race", "coverage"), body={
+                              unknown=("race", "coverage"), body={
             "targets": [target],
             "grid": ["cdiv(N, BLOCK_M)", "cdiv(N, BLOCK_N)", "BATCH * C"],
             "sizes": {"BATCH": [1, 8]},
@@ -200,8 +201,7 @@ def _gemm_pointer(batched: bool) -> Entry:
     tiles (132 on an H100/H200, fewer when the problem has fewer tiles)."""
     lead = ["BATCH"] if batched else []
     return Entry("gemm.persistent.pointer" + (".batched" if batched else ""), "ceiling.nvidia.gemm_jax",
-                 "gemm_kernel_jax", family="gemm", applies="SPLIT_K == 1", point_keys=_GEMM_POINT,
-                 unknown=("race", "coverage"), body={
+                 "gemm_kernel_jax", unknown=("race", "coverage"), body={
         "targets": ["sm_90a"],
         "grid": ["NUM_SMS"],
         "scalars": {"M": _SIZE, "N": _SIZE, "K": _SIZE, "BATCH": [1, 64] if batched else 1, "PLANE_ROWS": "M",
@@ -216,9 +216,6 @@ def _gemm_pointer(batched: bool) -> Entry:
                     "c": {"shape": lead + ["M", "N"], "dtype": "bfloat16", "output": True}}})
 
 
-_GEMM_POINT = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "EPILOGUE_SUBTILE", "WARP_SPECIALIZE")
-
-
 # Whole-matrix spans below 2^31 elements: what the CDNA3 GEMM's launcher requires for 32-bit tile offsets.
 _I32_SPANS = "M * K < 2147483648 and K * N < 2147483648 and M * N < 2147483648"
 
@@ -229,9 +226,8 @@ def _amd_gemm() -> Entry:
     divides K; 32-bit tile offsets (LARGE_OFFSETS False: every operand spans fewer than 2^31 elements), K not
     a multiple of BLOCK_K. Every property is unknown: the XCD renumbering of the program id and the rows and
     columns taken modulo M and N leave z3 timing out at the default 10 s per query."""
-    return Entry("gemm.cdna3", "ceiling.amd.gemm", "gemm_kernel",
-                 family="gemm", applies="SPLIT_K == 1", point_keys=("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M"),
-                 unknown=("bounds", "overflow", "race", "coverage"), body={
+    return Entry("gemm.cdna3", "ceiling.amd.gemm", "gemm_kernel", unknown=("bounds", "overflow", "race", "coverage"),
+                 body={
         "targets": ["gfx942"],
         "grid": ["cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N)"],
         "scalars": {"M": _SIZE, "N": _SIZE, "K": _SIZE, "K_PER_SPLIT": "cdiv(K, BLOCK_K) * BLOCK_K",

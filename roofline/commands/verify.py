@@ -44,12 +44,19 @@ def verify(
         if every:
             from ceiling.verify import project
 
+            entries, combos = 0, set()
             for entry, rs, cached in project.verify_all(prop or None, int(timeout_s * 1000)):
                 results += rs
+                entries += 1
+                combos |= {(entry.name, r.kernel, tuple(sorted(map(str, r.constexprs.items())))) for r in rs}
                 if not as_json:
                     typer.echo(f"{entry.name} ({entry.module}.{entry.kernel}){' [cached]' if cached else ''}")
                 for r in rs:
                     typer.echo(json.dumps(r.as_dict(), sort_keys=True) if as_json else _line(r))
+            if not as_json:
+                counts = {s: sum(r.status.value == s for r in results) for s in ("proved", "unknown", "counterexample")}
+                typer.echo(f"{entries} contracts, {len(combos)} (target, constexpr) points: "
+                           + ", ".join(f"{n} {s}" for s, n in counts.items()))
         else:
             results = check.verify(contracts.load(contract), prop or None, timeout_ms=int(timeout_s * 1000))
             for r in results:
