@@ -314,3 +314,23 @@ def test_verify_all_cli_and_its_cache(tmp_path, monkeypatch):
     assert second.exit_code == 0 and "[cached]" in second.output.splitlines()[0]
     neither = CliRunner().invoke(app, ["verify"])
     assert neither.exit_code == 2
+
+
+def test_gemm_pointer_path_computes_the_product():
+    """The persistent GEMM's pointer path (64-bit tile offsets since its proof found an i32 wrap), under the
+    interpreter: several tiles per program, a ragged edge, bias and gelu against torch."""
+    from ceiling.nvidia.gemm_jax import gemm_kernel_jax
+    from ceiling.triton_runtime import launcher
+
+    gen = torch.Generator().manual_seed(0)
+    m, n, k = 37, 45, 40
+    a = torch.randn(m, k, generator=gen).to(torch.bfloat16)
+    b = torch.randn(k, n, generator=gen).to(torch.bfloat16)
+    bias = torch.randn(n, generator=gen).to(torch.bfloat16)
+    c = torch.empty(m, n, dtype=torch.bfloat16)
+    launcher(gemm_kernel_jax, on_gpu=False)[(3,)](
+        a, b, bias, m, n, k, 1, m, m * k, k, 1, k * n, n, 1, m * n, n, c,
+        BATCHED=False, HAS_BIAS=True, ACTIVATION="gelu", BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=2,
+        NUM_SMS=3, EPILOGUE_SUBTILE=False, WARP_SPECIALIZE=False, SPLIT_K=1)
+    want = torch.nn.functional.gelu(a.float() @ b.float() + bias.float())
+    torch.testing.assert_close(c.float(), want, atol=2e-2, rtol=2e-2)
