@@ -62,6 +62,17 @@ def _trimul(direction, backend):
     return launch
 
 
+def _attention():
+    def launch():
+        from ceiling.triton import attention
+
+        gen = torch.Generator().manual_seed(0)
+        q = torch.randn(2, 70, 4, 64, generator=gen).to(torch.bfloat16)
+        k, v = (torch.randn(2, 90, 2, 64, generator=gen).to(torch.bfloat16) for _ in range(2))
+        attention.forward(q, k, v, None, None, True, 0.125, {"fwd": {"block_m": 128, "block_n": 64}}, False)
+    return launch
+
+
 # Each entry's launcher on the CPU: (the module whose launches are watched, the launch, its sizes that are
 # not kernel arguments).
 LAUNCHES = {
@@ -70,6 +81,8 @@ LAUNCHES = {
                                                                     "SPLIT_K": 2}, 2), {"B": 2}),
     "gemm.cdna3@gfx942": ("ceiling.amd.gemm", _gemm("amd", {"BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 4,
                                                             "SPLIT_K": 1}, 1), {}),
+    **{f"attention.forward.pointer@{t}": ("ceiling.triton.attention", _attention(),
+                                          {"B": 2, "SQ": 70, "SK": 90, "H": 4, "HK": 2}) for t in ("sm_90a", "gfx942")},
     **{f"fp8_quantize.{g}{'.transposed' if t else ''}@{target}": ("ceiling.triton.fp8_quantize", _quantize(g, t), {})
        for g, t in (("1x128", False), ("1x128", True), ("128x128", False)) for target in ("sm_90a", "gfx942")},
     **{f"fp8_quantize.{name}@{target}": ("ceiling.triton.fp8_quantize", _quantize(g, False), sizes)
