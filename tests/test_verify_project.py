@@ -17,6 +17,7 @@ import ceiling  # noqa: E402
 from ceiling.verify import Status, check, project  # noqa: E402
 
 ENTRIES = {f"{e.name}@{e.target}": e for e in project.ENTRIES}
+BACKEND = {"sm_90a": "nvidia", "gfx942": "amd"}
 NVIDIA_SPLIT = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 2, "num_stages": 2, "num_warps": 4,
                 "EPILOGUE_SUBTILE": False, "WARP_SPECIALIZE": False, "STREAM_K": False, "SPLIT_K": 2}
 
@@ -42,7 +43,6 @@ def _quantize(granularity, transpose):
     return launch
 
 
-BACKEND = {"sm_90a": "nvidia", "gfx942": "amd"}
 # The configs the trimul entries' constexprs name (the sm_90a table's forward kernels).
 TRIMUL_CONFIG = {"ln_gate_proj": {"BLOCK_M": 64, "BLOCK_N": 64}, "contract": {"BLOCK_M": 128, "BLOCK_N": 128,
                  "BLOCK_K": 32}, "ln_out_gate": {"BLOCK_M": 64, "BLOCK_N": 32}}
@@ -73,6 +73,17 @@ def _attention():
     return launch
 
 
+def _triangle_attention(backend):
+    def launch():
+        gen = torch.Generator().manual_seed(0)
+        q, k, v = (torch.randn(1, 9, 2, 9, 64, generator=gen).to(torch.bfloat16) for _ in range(3))
+        bias = torch.randn(1, 1, 2, 9, 9, generator=gen).to(torch.bfloat16)
+        mask = torch.rand(1, 9, 1, 1, 9, generator=gen) > 0.2
+        ceiling.triangle_attention(q, k, v, bias, mask, backend=backend,
+                                   config={"fwd": {"BLOCK_M": 128, "BLOCK_N": 64}})
+    return launch
+
+
 # Each entry's launcher on the CPU: (the module whose launches are watched, the launch, its sizes that are
 # not kernel arguments).
 LAUNCHES = {
@@ -83,6 +94,8 @@ LAUNCHES = {
                                                             "SPLIT_K": 1}, 1), {}),
     **{f"attention.forward.pointer@{t}": ("ceiling.triton.attention", _attention(),
                                           {"B": 2, "SQ": 70, "SK": 90, "H": 4, "HK": 2}) for t in ("sm_90a", "gfx942")},
+    **{f"triangle_attention.forward@{t}": ("ceiling.triton.triangle_attention", _triangle_attention(BACKEND[t]),
+                                           {"BATCH": 1}) for t in ("sm_90a", "gfx942")},
     **{f"fp8_quantize.{g}{'.transposed' if t else ''}@{target}": ("ceiling.triton.fp8_quantize", _quantize(g, t), {})
        for g, t in (("1x128", False), ("1x128", True), ("128x128", False)) for target in ("sm_90a", "gfx942")},
     **{f"fp8_quantize.{name}@{target}": ("ceiling.triton.fp8_quantize", _quantize(g, False), sizes)

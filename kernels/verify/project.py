@@ -272,6 +272,29 @@ def _attention(target: str) -> Entry:
                     "desc_q": q, "desc_k": kv, "desc_v": kv}})
 
 
+def _triangle_attention(target: str) -> Entry:
+    """kernels/triton/triangle_attention.py's fwd_kernel as ``forward`` launches it with a key mask: q, k,
+    v and out (BATCH, N, H, N, D) contiguous, the bias (BATCH, 1, H, N, N), the key-mask rows
+    (BATCH * N, N padded to 256) and lse (BATCH, N, H, N); grid (cdiv(N, BLOCK_M), BATCH * N * H), one pair
+    row per program (ROWS = 1). qk_scale only scales values: compiled as the default scale's (D = 64)."""
+    from ceiling.triton.triangle_attention import KEY_PAD, LOG2E
+
+    pair = {"shape": ["BATCH", "N", "H", "N", "D"], "dtype": "bfloat16"}
+    # bounds, race and coverage: the three-way split of the second program id times out in z3
+    return Entry("triangle_attention.forward", "ceiling.triton.triangle_attention", "fwd_kernel",
+                 unknown=("bounds", "race", "coverage"), body={
+        "targets": [target],
+        "grid": ["cdiv(N, BLOCK_M)", "BATCH * N * H"],
+        "sizes": {"BATCH": [1, 4]},
+        "scalars": {"N": [1, 1024], "H": [1, 8], "D": [33, 64], "kb_row_stride": f"cdiv(N, {KEY_PAD}) * {KEY_PAD}"},
+        "constexprs": {"qk_scale": [0.125 * LOG2E], "PRECISION": ["tf32"], "BLOCK_M": [128], "BLOCK_N": [64],
+                       "HEAD_DIM": [64], "EXP2_SPLIT": [False], "ROWS": [1]},
+        "buffers": {"Q": pair, "K": pair, "V": pair, "Bias": {"shape": ["BATCH", 1, "H", "N", "N"], "dtype": "bfloat16"},
+                    "KeyBias": {"shape": ["BATCH * N", "kb_row_stride"], "dtype": "float32"},
+                    "O": {**pair, "output": True},
+                    "LSE": {"shape": ["BATCH", "N", "H", "N"], "dtype": "float32", "output": True}}})
+
+
 ENTRIES = (
     # kernels/nvidia/gemm.py: the split-K partial planes (SPLIT_K * M rows of a row-padded fp32
     # workspace) summed into C, grid (cdiv(m, 32), cdiv(n, 128)).
@@ -312,6 +335,7 @@ ENTRIES = (
     _gemm_pointer(False),
     _amd_gemm(),
     *(_attention(t) for t in ("sm_90a", "gfx942")),
+    *(_triangle_attention(t) for t in ("sm_90a", "gfx942")),
 )
 
 
