@@ -360,3 +360,15 @@ def test_gemm_pointer_path_computes_the_product():
         NUM_SMS=3, EPILOGUE_SUBTILE=False, WARP_SPECIALIZE=False, SPLIT_K=1)
     want = torch.nn.functional.gelu(a.float() @ b.float() + bias.float())
     torch.testing.assert_close(c.float(), want, atol=2e-2, rtol=2e-2)
+
+
+def test_cdna3_gemm_widens_offsets_for_its_padded_tiles():
+    """The output's whole tiles decide 32-bit offsets, not the output: at M = 18946, N = 111854 (M * N just
+    under 2^31) the last 256-row tile's masked-off rows times N passed 2^31, the verifier's counterexample."""
+    from ceiling.amd.gemm import large_offsets
+
+    cfg = {"BLOCK_M": 256, "BLOCK_N": 256}
+    m, n, k = 18946, 111854, 2
+    a, b, c = (torch.empty(*s, dtype=torch.bfloat16, device="meta") for s in ((m, k), (k, n), (m, n)))
+    assert m * n < 2**31 and large_offsets(a, b, c, n, 1, m, n, cfg)
+    assert not large_offsets(a, b, c, n, 1, 18944, n, cfg)  # 74 whole tiles: the last row is inside

@@ -214,8 +214,10 @@ def _gemm_pointer(batched: bool) -> Entry:
                     "c": {"shape": lead + ["M", "N"], "dtype": "bfloat16", "output": True}}})
 
 
-# Whole-matrix spans below 2^31 elements: what the CDNA3 GEMM's launcher requires for 32-bit tile offsets.
-_I32_SPANS = "M * K < 2147483648 and K * N < 2147483648 and M * N < 2147483648"
+# What the CDNA3 GEMM's launcher requires for 32-bit tile offsets (kernels/amd/gemm.py large_offsets): A, B
+# and the output's whole tiles (the last ones running past M and N) span fewer than 2^31 elements.
+_I32_SPANS = ("M * K < 2147483648 and K * N < 2147483648 and "
+              "(cdiv(M, BLOCK_M) * BLOCK_M - 1) * N + cdiv(N, BLOCK_N) * BLOCK_N < 2147483648")
 
 
 def _amd_gemm() -> Entry:
