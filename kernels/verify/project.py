@@ -225,7 +225,8 @@ def _amd_gemm() -> Entry:
     directly), grid (cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N),) renumbered across the XCDs; EVEN_K when BLOCK_K
     divides K; 32-bit tile offsets (LARGE_OFFSETS False: every operand spans fewer than 2^31 elements), K not
     a multiple of BLOCK_K. Overflow is proved; bounds, race and coverage are unknown: the XCD renumbering of
-    the program id and the rows and columns taken modulo M and N leave z3 timing out."""
+    the program id and the rows and columns taken modulo M and N leave z3 timing out (bounds proves in
+    some runs and times out on the store in others)."""
     return Entry("gemm.cdna3", "ceiling.amd.gemm", "gemm_kernel", unknown=("bounds", "race", "coverage"),
                  body={
         "targets": ["gfx942"],
