@@ -122,8 +122,11 @@ def test_every_entry_has_its_launch():
 # The fast check: each kernel once (its sm_90a entry, else its only one; first constexpr combination), the
 # properties it proves.
 PROPERTIES = ("bounds", "overflow", "race", "coverage")
+# The CDNA3 GEMM's overflow proof takes about a minute: the slow test holds it (and the wrap it found is
+# held by test_cdna3_gemm_widens_offsets_for_its_padded_tiles).
+SLOW_PROOFS = {"gemm.cdna3@gfx942"}
 REPRESENTATIVES = sorted(k for k, e in ENTRIES.items() if (k.endswith("@sm_90a") or f"{e.name}@sm_90a" not in ENTRIES)
-                         and set(PROPERTIES) - set(e.unknown))
+                         and set(PROPERTIES) - set(e.unknown) and k not in SLOW_PROOFS)
 
 
 @pytest.mark.parametrize("key", REPRESENTATIVES)
