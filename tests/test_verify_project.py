@@ -1,7 +1,8 @@
-"""The project's contracts (ceiling.verify.project): every entry proved (the split-K reduction's 32-bit
-row offset wrapped before it was widened), and each contract matches what its launcher really launches:
-the launcher runs under the interpreter with a spy on its launches, and the grid, the integer arguments,
-the constexprs and the buffers' dtypes, shapes and strides must fit the contract."""
+"""The project's contracts (ceiling.verify.project): every entry proved except the properties it names as
+unknown (the split-K reduction's, the GEMM pointer path's and the CDNA3 GEMM's 32-bit offsets wrapped before
+they were widened), and each contract matches what its launcher really launches: the launcher runs under
+the interpreter with a spy on its launches (jax-triton's call is recorded instead), and the grid, the
+integer arguments, the constexprs and the buffers' dtypes, shapes and strides must fit the contract."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import ceiling  # noqa: E402
 from ceiling.verify import Status, check, project  # noqa: E402
 
 ENTRIES = {f"{e.name}@{e.target}": e for e in project.ENTRIES}
+BACKEND = {"sm_90a": "nvidia", "gfx942": "amd"}
 NVIDIA_SPLIT = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 2, "num_stages": 2, "num_warps": 4,
                 "EPILOGUE_SUBTILE": False, "WARP_SPECIALIZE": False, "STREAM_K": False, "SPLIT_K": 2}
 
@@ -42,27 +44,115 @@ def _quantize(granularity, transpose):
     return launch
 
 
+# The configs the trimul entries' constexprs name (the sm_90a table's forward kernels).
+TRIMUL_CONFIG = {"ln_gate_proj": {"BLOCK_M": 64, "BLOCK_N": 64}, "contract": {"BLOCK_M": 128, "BLOCK_N": 128,
+                 "BLOCK_K": 32}, "ln_out_gate": {"BLOCK_M": 64, "BLOCK_N": 32}}
+
+
+def _trimul(direction, backend):
+    def launch():
+        gen = torch.Generator().manual_seed(0)
+        n, c_z, c = 5, 128, 96  # 25 pair rows; c_z and c inside the contracts' (64, 128] widths
+        x = torch.randn(1, n, n, c_z, generator=gen).to(torch.bfloat16)
+        mask = (torch.rand(1, n, n, generator=gen) > 0.2).to(torch.bfloat16)
+        w = lambda *shape: (torch.randn(*shape, generator=gen) / shape[-1] ** 0.5).to(torch.bfloat16)  # noqa: E731
+        ceiling.triangle_multiplicative_update(x, direction, mask, p_in_weight=w(2 * c, c_z),
+                                               g_in_weight=w(2 * c, c_z), p_out_weight=w(c_z, c),
+                                               g_out_weight=w(c_z, c_z),
+                                               backend=backend, config=TRIMUL_CONFIG)
+    return launch
+
+
+def _attention():
+    def launch():
+        from ceiling.triton import attention
+
+        gen = torch.Generator().manual_seed(0)
+        q = torch.randn(2, 70, 4, 64, generator=gen).to(torch.bfloat16)
+        k, v = (torch.randn(2, 90, 2, 64, generator=gen).to(torch.bfloat16) for _ in range(2))
+        attention.forward(q, k, v, None, None, True, 0.125, {"fwd": {"block_m": 128, "block_n": 64}}, False)
+    return launch
+
+
+def _triangle_attention(backend):
+    def launch():
+        gen = torch.Generator().manual_seed(0)
+        q, k, v = (torch.randn(1, 9, 2, 9, 64, generator=gen).to(torch.bfloat16) for _ in range(3))
+        bias = torch.randn(1, 1, 2, 9, 9, generator=gen).to(torch.bfloat16)
+        mask = torch.rand(1, 9, 1, 1, 9, generator=gen) > 0.2
+        ceiling.triangle_attention(q, k, v, bias, mask, backend=backend,
+                                   config={"fwd": {"BLOCK_M": 128, "BLOCK_N": 64}})
+    return launch
+
+
 # Each entry's launcher on the CPU: (the module whose launches are watched, the launch, its sizes that are
 # not kernel arguments).
 LAUNCHES = {
     "gemm.splitk_reduce@sm_90a": ("ceiling.nvidia.gemm", _gemm("nvidia", NVIDIA_SPLIT, 1), {}),
     "gemm.splitk_reduce@gfx942": ("ceiling.amd.gemm", _gemm("amd", {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16,
                                                                     "SPLIT_K": 2}, 2), {"B": 2}),
+    "gemm.cdna3@gfx942": ("ceiling.amd.gemm", _gemm("amd", {"BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 4,
+                                                            "SPLIT_K": 1}, 1), {}),
+    **{f"attention.forward.pointer@{t}": ("ceiling.triton.attention", _attention(),
+                                          {"B": 2, "SQ": 70, "SK": 90, "H": 4, "HK": 2}) for t in ("sm_90a", "gfx942")},
+    **{f"triangle_attention.forward@{t}": ("ceiling.triton.triangle_attention", _triangle_attention(BACKEND[t]),
+                                           {"BATCH": 1}) for t in ("sm_90a", "gfx942")},
     **{f"fp8_quantize.{g}{'.transposed' if t else ''}@{target}": ("ceiling.triton.fp8_quantize", _quantize(g, t), {})
        for g, t in (("1x128", False), ("1x128", True), ("128x128", False)) for target in ("sm_90a", "gfx942")},
+    **{f"fp8_quantize.{name}@{target}": ("ceiling.triton.fp8_quantize", _quantize(g, False), sizes)
+       # 150 x 200 in 64 x 128 tiles: 6 tiles, 3 programs under the interpreter, 4 partials
+       for name, g, sizes in (("row", "row", {}), ("tensor.amax", "tensor", {"WIDTH": 4}), ("tensor", "tensor", {}))
+       for target in ("sm_90a", "gfx942")},
+    **{f"trimul.{kernel}@{target}": ("ceiling.triton.triangle_multiplication", _trimul(direction, BACKEND[target]),
+                                       {"BATCH": 1, "N": 5})
+       for kernel, direction in (("ln_gate_proj", "outgoing"), ("contract.outgoing", "outgoing"),
+                                 ("contract.incoming", "incoming"), ("ln_out_gate", "incoming"))
+       for target in ("sm_90a", "gfx942")},
 }
 
 
+# Entries whose launcher is jax-triton's (no CPU interpreter there): the call is recorded, not run.
+JAX_LAUNCHES = {"gemm.persistent.pointer@sm_90a": False}
+
+
 def test_every_entry_has_its_launch():
-    assert set(LAUNCHES) == set(ENTRIES)
+    assert set(LAUNCHES) | set(JAX_LAUNCHES) == set(ENTRIES)
 
 
-@pytest.mark.parametrize("key", sorted(ENTRIES))
+# The fast check: each kernel once (its sm_90a entry, else its only one; first constexpr combination), the
+# properties it proves.
+PROPERTIES = ("bounds", "overflow", "race", "coverage")
+# The CDNA3 GEMM's overflow proof takes about a minute: the slow test holds it (and the wrap it found is
+# held by test_cdna3_gemm_widens_offsets_for_its_padded_tiles).
+SLOW_PROOFS = {"gemm.cdna3@gfx942"}
+REPRESENTATIVES = sorted(k for k, e in ENTRIES.items() if (k.endswith("@sm_90a") or f"{e.name}@sm_90a" not in ENTRIES)
+                         and set(PROPERTIES) - set(e.unknown) and k not in SLOW_PROOFS)
+
+
+@pytest.mark.parametrize("key", REPRESENTATIVES)
 def test_entry_is_proved(key):
-    contract = ENTRIES[key].contract()
+    entry = ENTRIES[key]
+    contract = entry.contract()
     combo = next(contract.combinations())
-    for r in check.verify(contract, combinations=[combo], timeout_ms=60_000):
+    for r in check.verify(contract, [p for p in PROPERTIES if p not in entry.unknown],
+                          combinations=[combo], timeout_ms=60_000):
         assert r.status is Status.PROVED, r
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("key", sorted(ENTRIES))
+def test_entry_every_combination(key, tmp_path, monkeypatch):
+    """Every constexpr combination and property as ``verify --all`` answers it (uncached): the properties the
+    entry does not name as unknown are proved, those it names are unknown with a reason."""
+    entry = ENTRIES[key]
+    monkeypatch.setattr(project, "cache_dir", lambda: tmp_path)
+    rs, cached = project.results(entry, use_cache=False)
+    assert not cached and len(rs) == len(list(entry.contract().combinations())) * 4
+    for r in rs:
+        if r.property in entry.unknown:
+            assert r.status is Status.UNKNOWN and r.reason, r
+        else:
+            assert r.status is Status.PROVED, r
 
 
 def _spy(module, monkeypatch):
@@ -114,6 +204,52 @@ def test_contract_matches_the_launch(key, monkeypatch):
         assert str(t.dtype).removeprefix("torch.") == buf.dtype, name
         assert list(t.shape) == [s.value(env) for s in buf.shape], name
         assert list(t.stride()) == [s.value(env) for s in buf.strides], name
+
+
+@pytest.mark.parametrize("key", sorted(JAX_LAUNCHES))
+def test_contract_matches_the_jax_launch(key, monkeypatch):
+    """The JAX GEMM's call to jax-triton (arguments, grid, output) against the contract, on contiguous arrays."""
+    from types import SimpleNamespace
+
+    jnp = pytest.importorskip("jax.numpy")
+    from ceiling import jax_bridge
+    from ceiling.nvidia import gemm_jax
+
+    calls = []
+
+    def triton_call(*args, kernel, out_shape, grid, **kwargs):
+        calls.append((kernel, grid, args, out_shape, kwargs))
+        return jnp.zeros(out_shape.shape, out_shape.dtype)
+
+    monkeypatch.setattr(jax_bridge, "import_jax_triton", lambda: SimpleNamespace(triton_call=triton_call))
+    import jax
+
+    monkeypatch.setattr(jax, "devices", lambda: [SimpleNamespace(core_count=132)])  # an H100/H200's SMs
+    batched = JAX_LAUNCHES[key]
+    batch, m, n, k = (9, 400, 450, 96) if batched else (1, 5000, 450, 96)  # >= 132 tiles: NUM_SMS = 132
+    lead = (batch,) if batched else ()
+    a, b = jnp.zeros(lead + (m, k), jnp.bfloat16), jnp.zeros(lead + (k, n), jnp.bfloat16)
+    problem = SimpleNamespace(out_dtype="bfloat16", out_shape=lead + (m, n), b_shared=False, activation="gelu")
+    config = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3,
+              "EPILOGUE_SUBTILE": False, "WARP_SPECIALIZE": False, "SPLIT_K": 1}
+    gemm_jax.forward(problem, config, a, b, jnp.zeros((n,), jnp.bfloat16))
+
+    contract = ENTRIES[key].contract()
+    ((kernel, grid, args, out_shape, kwargs),) = calls
+    assert kernel is contract.fn
+    names = [a for a in contract.fn.arg_names if a not in contract.constexprs]
+    outputs = [name for name in names if name in contract.buffers and contract.buffers[name].output]
+    values = dict(zip([a for a in names if a not in outputs], args), **dict(zip(outputs, [out_shape])), **kwargs)
+    env = {name: values[name] for name in list(contract.scalars) + list(contract.constexprs)}
+    for name, allowed in contract.constexprs.items():
+        assert env[name] in allowed, (name, env[name])
+    for name, sc in contract.scalars.items():
+        assert env[name] == sc.expr.value(env) if sc.expr is not None else sc.lo <= env[name] <= sc.hi, name
+    assert tuple(grid) == tuple(g.value(env) for g in contract.grid)
+    for name, buf in contract.buffers.items():
+        t = values[name]  # jax arrays and the output's ShapeDtypeStruct: contiguous by construction
+        assert str(t.dtype) == buf.dtype, name
+        assert list(t.shape) == [d.value(env) for d in buf.shape], name
 
 
 # --- the proofs' consumers: import-point, the adapters, the exported certificate ------------------------
@@ -208,3 +344,35 @@ def test_verify_all_cli_and_its_cache(tmp_path, monkeypatch):
     assert second.exit_code == 0 and "[cached]" in second.output.splitlines()[0]
     neither = CliRunner().invoke(app, ["verify"])
     assert neither.exit_code == 2
+
+
+def test_gemm_pointer_path_computes_the_product():
+    """The persistent GEMM's pointer path (64-bit tile offsets since its proof found an i32 wrap), under the
+    interpreter: several tiles per program, a ragged edge, bias and gelu against torch."""
+    from ceiling.nvidia.gemm_jax import gemm_kernel_jax
+    from ceiling.triton_runtime import launcher
+
+    gen = torch.Generator().manual_seed(0)
+    m, n, k = 37, 45, 40
+    a = torch.randn(m, k, generator=gen).to(torch.bfloat16)
+    b = torch.randn(k, n, generator=gen).to(torch.bfloat16)
+    bias = torch.randn(n, generator=gen).to(torch.bfloat16)
+    c = torch.empty(m, n, dtype=torch.bfloat16)
+    launcher(gemm_kernel_jax, on_gpu=False)[(3,)](
+        a, b, bias, m, n, k, 1, m, m * k, k, 1, k * n, n, 1, m * n, n, c,
+        BATCHED=False, HAS_BIAS=True, ACTIVATION="gelu", BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=2,
+        NUM_SMS=3, EPILOGUE_SUBTILE=False, WARP_SPECIALIZE=False, SPLIT_K=1)
+    want = torch.nn.functional.gelu(a.float() @ b.float() + bias.float())
+    torch.testing.assert_close(c.float(), want, atol=2e-2, rtol=2e-2)
+
+
+def test_cdna3_gemm_widens_offsets_for_its_padded_tiles():
+    """The output's whole tiles decide 32-bit offsets, not the output: at M = 18946, N = 111854 (M * N just
+    under 2^31) the last 256-row tile's masked-off rows times N passed 2^31, the verifier's counterexample."""
+    from ceiling.amd.gemm import large_offsets
+
+    cfg = {"BLOCK_M": 256, "BLOCK_N": 256}
+    m, n, k = 18946, 111854, 2
+    a, b, c = (torch.empty(*s, dtype=torch.bfloat16, device="meta") for s in ((m, k), (k, n), (m, n)))
+    assert m * n < 2**31 and large_offsets(a, b, c, n, 1, m, n, cfg)
+    assert not large_offsets(a, b, c, n, 1, 18944, n, cfg)  # 74 whole tiles: the last row is inside

@@ -268,6 +268,17 @@ def _span(x: torch.Tensor) -> int:
     return 1 + sum((size - 1) * stride for size, stride in zip(x.shape[-2:], x.stride()[-2:]))
 
 
+def large_offsets(a: torch.Tensor, b: torch.Tensor, target: torch.Tensor, scm: int, scn: int, m: int, n: int,
+                  cfg: dict) -> bool:
+    """Whether the kernel needs 64-bit tile offsets: an operand spans 2^31 elements, or the output's tiles
+    do. The last row and column tiles run past M and N and those lanes, masked out of the store, still
+    form their offsets (``row * stride_cm`` wrapped in i32 at M = 18946, N = 111854 with 256-row tiles)."""
+    rows = triton.cdiv(m, cfg["BLOCK_M"]) * cfg["BLOCK_M"]
+    cols = triton.cdiv(n, cfg["BLOCK_N"]) * cfg["BLOCK_N"]
+    tiles = 1 + (rows - 1) * scm + (cols - 1) * scn
+    return max(_span(a), _span(b), _span(target), tiles) >= 2**31
+
+
 def _strides3(x: torch.Tensor) -> tuple[int, int, int]:
     return (x.stride(0), x.stride(1), x.stride(2)) if x.dim() == 3 else (0, x.stride(0), x.stride(1))
 
@@ -320,7 +331,7 @@ def forward(problem, config, a: torch.Tensor, b: torch.Tensor, bias) -> tuple[to
     else:
         target = torch.empty((split, batch, m, n), dtype=torch.float32, device=a.device)
         scs, scb, scm, scn = target.stride()
-    large = max(_span(a), _span(b), _span(target)) >= 2**31
+    large = large_offsets(a, b, target, scm, scn, m, n, cfg)
     launcher(gemm_kernel, on_gpu=on_gpu)[grid](
         a, b, bias_arg, target,
         m, n, k, k_per_split,

@@ -73,7 +73,9 @@ def load_a(a, batch, offs_m, offs_k, M, K, stride_ab, stride_am, stride_ak,
     else:
         rm = offs_m + tl.arange(0, BLOCK_M)
         rk = offs_k + tl.arange(0, BLOCK_K)
-        ptrs = a + batch * stride_ab + rm[:, None] * stride_am + rk[None, :] * stride_ak
+        # 64-bit offsets: a row index times its stride passes 2^31 once an operand has 2^31 elements
+        ptrs = a + (batch.to(tl.int64) * stride_ab + rm[:, None].to(tl.int64) * stride_am
+                    + rk[None, :].to(tl.int64) * stride_ak)
         return tl.load(ptrs, mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
 
 
@@ -97,7 +99,8 @@ def load_b(b, batch, offs_k, offs_n, K, N, stride_bb, stride_bk, stride_bn,
     else:
         rk = offs_k + tl.arange(0, BLOCK_K)
         rn = offs_n + tl.arange(0, BLOCK_N)
-        ptrs = b + batch * stride_bb + rk[:, None] * stride_bk + rn[None, :] * stride_bn
+        ptrs = b + (batch.to(tl.int64) * stride_bb + rk[:, None].to(tl.int64) * stride_bk
+                    + rn[None, :].to(tl.int64) * stride_bn)
         return tl.load(ptrs, mask=(rk[:, None] < K) & (rn[None, :] < N), other=0.0)
 
 
@@ -113,7 +116,7 @@ def store_c(c, batch, offs_m, offs_n, tile, rows, N, stride_cb, stride_cm,
     else:
         rm = offs_m + tl.arange(0, BLOCK_M)
         rn = offs_n + tl.arange(0, BLOCK_N)
-        ptrs = c + batch * stride_cb + rm[:, None] * stride_cm + rn[None, :]
+        ptrs = c + (batch.to(tl.int64) * stride_cb + rm[:, None].to(tl.int64) * stride_cm + rn[None, :])
         tl.store(ptrs, tile, mask=(rm[:, None] < rows) & (rn[None, :] < N))
 
 

@@ -42,21 +42,26 @@ def verify(
     results = []
     try:
         if every:
-            from ceiling.verify import project
+            from ceiling.verify import launchers, project
 
-            from ceiling.verify import launchers
-
-            groups = [(f"{e.name} ({e.module}.{e.kernel})", rs, cached)
+            entries, combos = 0, set()
+            groups = [(f"{e.name} ({e.module}.{e.kernel})", e.name, rs, cached)
                       for e, rs, cached in project.verify_all(prop or None, int(timeout_s * 1000))]
             if not prop or {"tma", "protocol"} & set(prop):
-                groups += [(g, [r for r in rs if not prop or r.property in prop], cached)
+                groups += [(g, g, [r for r in rs if not prop or r.property in prop], cached)
                            for g, rs, cached in launchers.verify_all()]
-            for name, rs, cached in groups:
+            for name, key, rs, cached in groups:
                 results += rs
+                entries += 1
+                combos |= {(key, r.kernel, tuple(sorted(map(str, r.constexprs.items())))) for r in rs}
                 if not as_json:
                     typer.echo(f"{name}{' [cached]' if cached else ''}")
                 for r in rs:
                     typer.echo(json.dumps(r.as_dict(), sort_keys=True) if as_json else _line(r))
+            if not as_json:
+                counts = {s: sum(r.status.value == s for r in results) for s in ("proved", "unknown", "counterexample")}
+                typer.echo(f"{entries} contracts and launcher groups, {len(combos)} (target, constexpr) points: "
+                           + ", ".join(f"{n} {s}" for s, n in counts.items()))
         else:
             results = check.verify(contracts.load(contract), prop or None, timeout_ms=int(timeout_s * 1000))
             for r in results:
