@@ -12,6 +12,7 @@ from ceiling.spaces import expressions
 from ceiling.roofline.templates import export
 
 
+@pytest.mark.slow  # about 75 s: a Ray cluster's start and real sm_90a compiles (CI's budget)
 def test_compile_sweep_on_a_local_ray_cluster(tmp_path):
     pytest.importorskip("ray")
     pytest.importorskip("ceiling.isa")

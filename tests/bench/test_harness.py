@@ -335,6 +335,7 @@ append(sys.argv[1], [Record(kind="microbench", op="hbm-bandwidth", name="copy", 
 """
 
 
+@pytest.mark.slow  # about 60 s of interpreted benchmarks (CI's budget); scripts/h200_check.sh is checked in test_h200_check.py
 def test_device_check_end_to_end_with_the_gpu_gate_lifted(tmp_path, monkeypatch):
     """The command's orchestration on tiny CPU parts: processes, merge, table, notes, exit code.
 
