@@ -3,6 +3,8 @@ them (an opt-in implementation first: it runs only where asked for or proven).""
 
 from __future__ import annotations
 
+from functools import partial
+
 from ceiling.attention import spec
 from ceiling.frontends import Signature
 from ceiling.op import Implementation, Op, register
@@ -24,8 +26,7 @@ SIGNATURE = Signature(
 )
 
 
-def _impl(name: str, backend: str, module: str, **kw) -> Implementation:
-    return Implementation("attention", name, backend, module, **kw)
+_impl = partial(Implementation, "attention")
 
 
 ATTENTION = register(Op(

@@ -4,6 +4,8 @@ for gelu and silu: cheaper in memory than saving it)."""
 
 from __future__ import annotations
 
+from functools import partial
+
 from ceiling.frontends import Signature
 from ceiling.gemm import spec
 from ceiling.op import Implementation, Op, register
@@ -95,8 +97,7 @@ def jax_backward(call, saved, grads, needs):
     return got
 
 
-def _impl(name: str, backend: str, module: str, **kw) -> Implementation:
-    return Implementation("gemm", name, backend, module, **kw)
+_impl = partial(Implementation, "gemm")
 
 
 GEMM = register(Op(

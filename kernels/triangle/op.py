@@ -3,6 +3,8 @@ ones, on NVIDIA and AMD, run the same launcher at their target's tables and laun
 
 from __future__ import annotations
 
+from functools import partial
+
 from ceiling.frontends import Signature
 from ceiling.op import Implementation, Op, register
 from ceiling.triangle import spec
@@ -50,19 +52,20 @@ TRIMUL_SIGNATURE = Signature(
 )
 
 
+_attention = partial(Implementation, "triangle_attention")
+_trimul = partial(Implementation, "triangle_multiplicative_update")
+
 TRIANGLE_ATTENTION = register(Op(
     "triangle_attention",
     ATTENTION_SIGNATURE,
     implementations=(
-        Implementation("triangle_attention", "reference", "reference", "ceiling.triangle.attention_reference"),
-        Implementation("triangle_attention", "triton", "nvidia", "ceiling.triton.triangle_attention_impl",
-                       family="triangle_attention", target="sm_90a"),
-        Implementation("triangle_attention", "triton", "amd", "ceiling.triton.triangle_attention_impl",
-                       family="triangle_attention", target="gfx942"),
-        Implementation("triangle_attention", "pallas", "tpu", "ceiling.tpu.triangle_attention",
-                       family="triangle_attention"),
-        Implementation("triangle_attention", "nki", "trainium", "ceiling.trainium.triangle_attention",
-                       family="triangle_attention"),
+        _attention("reference", "reference", "ceiling.triangle.attention_reference"),
+        _attention("triton", "nvidia", "ceiling.triton.triangle_attention_impl",
+                family="triangle_attention", target="sm_90a"),
+        _attention("triton", "amd", "ceiling.triton.triangle_attention_impl",
+                family="triangle_attention", target="gfx942"),
+        _attention("pallas", "tpu", "ceiling.tpu.triangle_attention", family="triangle_attention"),
+        _attention("nki", "trainium", "ceiling.trainium.triangle_attention", family="triangle_attention"),
     ),
     check=spec.check_attention_arrays,
 ))
@@ -71,16 +74,13 @@ TRIANGLE_MULTIPLICATIVE_UPDATE = register(Op(
     "triangle_multiplicative_update",
     TRIMUL_SIGNATURE,
     implementations=(
-        Implementation("triangle_multiplicative_update", "reference", "reference",
-                       "ceiling.triangle.trimul_reference"),
-        Implementation("triangle_multiplicative_update", "triton", "nvidia", "ceiling.triton.triangle_multiplication_impl",
-                       family="triangle_multiplication", target="sm_90a"),
-        Implementation("triangle_multiplicative_update", "triton", "amd", "ceiling.triton.triangle_multiplication_impl",
-                       family="triangle_multiplication", target="gfx942"),
-        Implementation("triangle_multiplicative_update", "pallas", "tpu", "ceiling.tpu.triangle_multiplication",
-                       family="triangle_multiplication"),
-        Implementation("triangle_multiplicative_update", "nki", "trainium",
-                       "ceiling.trainium.triangle_multiplication", family="triangle_multiplication"),
+        _trimul("reference", "reference", "ceiling.triangle.trimul_reference"),
+        _trimul("triton", "nvidia", "ceiling.triton.triangle_multiplication_impl",
+                family="triangle_multiplication", target="sm_90a"),
+        _trimul("triton", "amd", "ceiling.triton.triangle_multiplication_impl",
+                family="triangle_multiplication", target="gfx942"),
+        _trimul("pallas", "tpu", "ceiling.tpu.triangle_multiplication", family="triangle_multiplication"),
+        _trimul("nki", "trainium", "ceiling.trainium.triangle_multiplication", family="triangle_multiplication"),
     ),
     check=spec.check_trimul_arrays,
 ))
