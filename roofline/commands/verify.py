@@ -4,6 +4,7 @@ freedom and output coverage for every shape its contract allows (exit 0 all prov
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Optional
@@ -45,11 +46,12 @@ def verify(
             from ceiling.verify import launchers, project
 
             entries, combos = 0, set()
-            groups = [(f"{e.name} ({e.module}.{e.kernel})", e.name, rs, cached)
-                      for e, rs, cached in project.verify_all(prop or None, int(timeout_s * 1000))]
+            # generators, so that each group prints as soon as it is answered
+            groups = ((f"{e.name} ({e.module}.{e.kernel})", e.name, rs, cached)
+                      for e, rs, cached in project.verify_all(prop or None, int(timeout_s * 1000)))
             if not prop or {"tma", "protocol"} & set(prop):
-                groups += [(g, g, [r for r in rs if not prop or r.property in prop], cached)
-                           for g, rs, cached in launchers.verify_all()]
+                groups = itertools.chain(groups, ((g, g, [r for r in rs if not prop or r.property in prop], cached)
+                                                  for g, rs, cached in launchers.verify_all()))
             for name, key, rs, cached in groups:
                 results += rs
                 entries += 1
