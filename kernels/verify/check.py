@@ -141,8 +141,10 @@ def verify(contract: Contract, properties=None, targets=None, timeout_ms=props.D
                 grid = [g.z3(venv) for g in contract.grid]
                 enc = Encoder(kernel, _args(kernel, contract, venv), grid, vcons)
                 bufs = {n: (b.extent(venv), dtype_info(b.dtype, n)[1], b) for n, b in contract.buffers.items()}
+                defined = {n: s.expr.z3(venv) for n, s in contract.domain_scalars().items()
+                           if s.expr is not None and n not in one}
                 problem = props.Problem(enc, venv, vcons + [g >= 0 for g in grid], grid, bufs, timeout_ms,
-                                        tuple(contract.domain_scalars()))
+                                        tuple(contract.domain_scalars()), defined)
                 setup = time.perf_counter() - t0
                 ovf = None
                 for p in properties:

@@ -8,7 +8,7 @@ assumed no wrap is proved only when ``overflow`` is."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import z3
 
@@ -37,6 +37,9 @@ class Problem:
     buffers: dict      # name -> (extent term, element bytes, Buffer)
     timeout_ms: int = DEFAULT_TIMEOUT_MS
     scalar_names: tuple = ()
+    # name -> z3 term of the scalars the contract defines by an expression (stride_cm = "N"): a buffer's
+    # stride written as that expression is the argument the kernel multiplies by
+    definitions: dict = field(default_factory=dict)
 
     def query(self, constraints):
         """Solve ``constraints`` within the per-query timeout."""
@@ -128,26 +131,47 @@ def overflow(p: Problem) -> Outcome:
     return Outcome("unknown", reason="; ".join(unknown)) if unknown else Outcome("proved")
 
 
+def _named_strides(p: Problem, strides: list, offset) -> list:
+    """The integer arguments the address multiplies by, for strides given as expressions (a contiguous
+    buffer's ``C * N * N`` is the kernel's ``stride_b``, which the contract defines as that product): per
+    dim, the first argument not yet taken that the address uses and whose definition is that stride; the
+    stride itself otherwise. Sound because the domain makes each argument equal to its definition (equal
+    strides taken in another order only make the decomposition fail, never wrong)."""
+    used, taken, out = free_consts(offset), set(), []
+    for stride in strides:
+        names = [n for n, d in p.definitions.items() if n not in taken and str(p.env[n]) in used
+                 and z3.simplify(d).eq(stride)]
+        if names:
+            taken.add(names[0])
+            out.append(p.env[names[0]])
+        else:
+            out.append(stride)
+    return out
+
+
 def indices(p: Problem, name: str, offset):
     """The element index per dim of an address into buffer ``name`` (``sum(index_k * stride_k)``, which z3
     compares dim by dim far faster than the products), when the buffer's strides are distinct integer
     arguments, except at most one that is 1, and the address is linear in them; None otherwise."""
     buf = p.buffers[name][2]
-    strides = [z3.simplify(s.z3(p.env)) for s in buf.strides]
-    var = [k for k, t in enumerate(strides) if z3.is_const(t) and not z3.is_int_value(t)]
-    one = [k for k, t in enumerate(strides) if z3.is_int_value(t) and t.as_long() == 1]
+    strides = _named_strides(p, [z3.simplify(s.z3(p.env)) for s in buf.strides], offset)
+    shape = [z3.simplify(s.z3(p.env)) for s in buf.shape]
+    used = free_consts(offset)
+    size_one = [k for k, n in enumerate(shape) if z3.is_int_value(n) and n.as_long() == 1]
+    # A dim of constant size 1 has index 0 inside the shape, whatever its stride: its stride need not be an
+    # argument the address uses (a channel count pinned to 1 leaves a stride the kernel never multiplies by).
+    flat = [k for k in size_one if not (z3.is_const(strides[k]) and str(strides[k]) in used)]
+    var = [k for k, t in enumerate(strides) if k not in flat and z3.is_const(t) and not z3.is_int_value(t)]
+    one = [k for k, t in enumerate(strides) if k not in flat and z3.is_int_value(t) and t.as_long() == 1]
     if len(one) > 1:
-        # Several unit strides (a size pinned to 1 makes its stride 1 too): a dim of constant size 1 has
-        # index 0 inside the shape, so all of the unit-stride part belongs to the one other dim.
-        shape = [z3.simplify(s.z3(p.env)) for s in buf.shape]
-        wide = [k for k in one if not (z3.is_int_value(shape[k]) and shape[k].as_long() == 1)]
+        # Several unit strides (a size pinned to 1 makes its stride 1 too): all of the unit-stride part
+        # belongs to the one dim that is not of size 1.
+        wide = [k for k in one if k not in size_one]
         if len(wide) > 1:
             return None
         keep = wide or one[-1:]
-        flat = [k for k in one if k not in keep]
+        flat += [k for k in one if k not in keep]
         one = keep
-    else:
-        flat = []
     if len(var) + len(one) + len(flat) != len(strides) or len({str(strides[k]) for k in var}) < len(var):
         return None
     zero = [(strides[k], z3.IntVal(0)) for k in var]
@@ -274,13 +298,32 @@ def _hits(p: Problem, writes, name, elem, model) -> bool:
     return False
 
 
+def _degenerate(p: Problem, acc: Access) -> Access:
+    """``acc`` with the program ids of grid dims of size 1 set to 0 and the lanes its mask keeps at 0 set to 0
+    (a size pinned to 1 leaves a 128-lane tile one lane wide): the box it really writes. Sound: under the
+    grid and the mask those variables take no other value."""
+    fix = [(PIDS[k], z3.IntVal(0)) for k, g in enumerate(p.grid)
+           if z3.is_int_value(z3.simplify(g)) and z3.simplify(g).as_long() == 1]
+    live = p.domain + p.pid_range() + lanes_in(acc.shape) + _conds(acc.ctx) + [acc.mask] + \
+        ([acc.ok] if acc.ok is not None else [])
+    fix += [(LANES[k], z3.IntVal(0)) for k, n in enumerate(acc.shape)
+            if n > 1 and p.query(live + [LANES[k] > 0])[0] == z3.unsat]
+    if not fix:
+        return acc
+    return replace(acc, offset=z3.substitute(acc.offset, *fix), mask=z3.substitute(acc.mask, *fix),
+                   ok=_ren(acc.ok, fix))
+
+
 def _tiles(p: Problem, acc: Access, name: str, writes) -> Outcome | None:
     """Coverage of a tile-shaped store without quantifiers: each program writes the box of lanes at its
     origin (every in-shape element of it, by the witness lane = element - origin), and the origins are a
     bijection onto the tile grid (on it, injective, and as many programs as tiles). None when the store is
     not of that shape."""
+    if acc.ctx.loops or acc.ctx.conds:
+        return None
+    acc = _degenerate(p, acc)
     d = indices(p, name, acc.offset)
-    if d is None or acc.ctx.loops or acc.ctx.conds:
+    if d is None:
         return None
     base, idx = d
     buf = p.buffers[name][2]
