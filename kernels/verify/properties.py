@@ -40,6 +40,7 @@ class Problem:
     # name -> z3 term of the scalars the contract defines by an expression (stride_cm = "N"): a buffer's
     # stride written as that expression is the argument the kernel multiplies by
     definitions: dict = field(default_factory=dict)
+    views: dict = field(default_factory=dict)  # buffer name -> its views (see ``views``), made once
 
     def query(self, constraints):
         """Solve ``constraints`` within the per-query timeout."""
@@ -149,13 +150,76 @@ def _named_strides(p: Problem, strides: list, offset) -> list:
     return out
 
 
-def indices(p: Problem, name: str, offset):
-    """The element index per dim of an address into buffer ``name`` (``sum(index_k * stride_k)``, which z3
-    compares dim by dim far faster than the products), when the buffer's strides are distinct integer
-    arguments, except at most one that is 1, and the address is linear in them; None otherwise."""
+@dataclass(frozen=True)
+class View:
+    """A buffer seen with runs of its dims merged where they are contiguous (stride_k = size_k+1 *
+    stride_k+1 over the whole domain): the same elements at the same addresses, one to one, so bounds, race
+    and coverage read the same on it; a kernel that flattens (batch, row, col) into one row index writes
+    the merged view dim by dim. ``groups``: the buffer dims of each view dim."""
+    shape: tuple
+    strides: tuple
+    groups: tuple
+
+    @property
+    def merged(self) -> bool:
+        return any(len(g) > 1 for g in self.groups)
+
+
+def views(p: Problem, name: str) -> list:
+    """The buffer's own view, then each merge of contiguous runs of its dims (fewest merges first)."""
+    if name not in p.views:
+        p.views[name] = list(_views(p, name))
+    return p.views[name]
+
+
+def _views(p: Problem, name: str):
+    import itertools
+
     buf = p.buffers[name][2]
-    strides = _named_strides(p, [z3.simplify(s.z3(p.env)) for s in buf.strides], offset)
     shape = [z3.simplify(s.z3(p.env)) for s in buf.shape]
+    strides = [z3.simplify(s.z3(p.env)) for s in buf.strides]
+    yield View(tuple(shape), tuple(strides), tuple((k,) for k in range(len(shape))))
+    joints = []
+    for k in range(len(shape) - 1):
+        gap = z3.simplify(strides[k] - shape[k + 1] * strides[k + 1], som=True)
+        if (z3.is_int_value(gap) and gap.as_long() == 0) or solve(p.domain + [gap != 0], p.timeout_ms)[0] == z3.unsat:
+            joints.append(k)
+    for n in range(1, len(joints) + 1):
+        for chosen in itertools.combinations(joints, n):
+            groups, cur = [], [0]
+            for k in range(1, len(shape)):
+                if k - 1 in chosen:
+                    cur.append(k)
+                else:
+                    groups.append(tuple(cur))
+                    cur = [k]
+            groups.append(tuple(cur))
+            size = [z3.simplify(_product([shape[k] for k in g])) for g in groups]
+            yield View(tuple(size), tuple(strides[g[-1]] for g in groups), tuple(groups))
+
+
+def _product(terms):
+    out = z3.IntVal(1)
+    for t in terms:
+        out = out * t
+    return out
+
+
+def indices(p: Problem, name: str, offset):
+    """(base, index per dim, view) of an address into buffer ``name`` (``sum(index_k * stride_k)``, which z3
+    compares dim by dim far faster than the products), on the first view of the buffer whose strides are
+    distinct integer arguments, except at most one that is 1, and in which the address is linear; None
+    when there is none."""
+    for view in views(p, name):
+        d = _indices(p, view, offset)
+        if d is not None:
+            return (*d, view)
+    return None
+
+
+def _indices(p: Problem, view: View, offset):
+    strides = _named_strides(p, list(view.strides), offset)
+    shape = list(view.shape)
     used = free_consts(offset)
     size_one = [k for k, n in enumerate(shape) if z3.is_int_value(n) and n.as_long() == 1]
     # A dim of constant size 1 has index 0 inside the shape, whatever its stride: its stride need not be an
@@ -174,11 +238,13 @@ def indices(p: Problem, name: str, offset):
         one = keep
     if len(var) + len(one) + len(flat) != len(strides) or len({str(strides[k]) for k in var}) < len(var):
         return None
-    zero = [(strides[k], z3.IntVal(0)) for k in var]
-    base = z3.substitute(offset, *zero) if zero else offset
+    split = _coefficients(offset, [strides[k] for k in var])
+    if split is None:
+        return None
+    base, coefficients = split
     idx = [None] * len(strides)
-    for k in var:
-        idx[k] = z3.substitute(offset, *[(strides[j], z3.IntVal(1 if j == k else 0)) for j in var]) - base
+    for k, c in zip(var, coefficients):
+        idx[k] = c
     if one:
         idx[one[0]], base = base, z3.IntVal(0)
     for k in flat:
@@ -189,12 +255,38 @@ def indices(p: Problem, name: str, offset):
     return base, idx
 
 
+def _coefficients(offset, factors):
+    """(rest, coefficient of each factor) of ``offset`` as a sum of monomials: the monomials holding one
+    factor (once) give its coefficient, those holding none the rest; None when a monomial holds two. A
+    factor may also appear inside an atom of another monomial (a stride the program id is divided by)."""
+    expanded = z3.simplify(offset, som=True)
+    terms = expanded.children() if z3.is_add(expanded) else [expanded]
+    rest, coef = [], [[] for _ in factors]
+    for t in terms:
+        parts, stack = [], [t]
+        while stack:  # the factors of a product, nested products flattened
+            x = stack.pop()
+            if z3.is_mul(x):
+                stack.extend(reversed(x.children()))
+            else:
+                parts.append(x)
+        hits = [(j, n) for n, x in enumerate(parts) for j, f in enumerate(factors) if x.eq(f)]
+        if not hits:
+            rest.append(t)
+        elif len(hits) == 1:
+            j, n = hits[0]
+            coef[j].append(_product(parts[:n] + parts[n + 1:]))
+        else:
+            return None
+    total = lambda ts: z3.simplify(sum(ts, z3.IntVal(0)))  # noqa: E731
+    return total(rest), [total(c) for c in coef]
+
+
 def in_shape(p: Problem, acc: Access, d) -> bool:
     """Whether every index of every access the mask lets through lies inside the buffer's shape (so that,
     on an injective view, equal addresses are equal indices)."""
-    base, idx = d
-    buf = p.buffers[acc.buffer][2]
-    shape = [s.z3(p.env) for s in buf.shape]
+    base, idx, view = d
+    shape = list(view.shape)
     q = p.domain + p.pid_range() + lanes_in(acc.shape) + _conds(acc.ctx) + [acc.mask, acc.ok] + \
         [z3.Or(base != 0, *[z3.Or(i < 0, i >= n) for i, n in zip(idx, shape)])]
     r, _, _ = p.query(q)
@@ -242,7 +334,8 @@ def race(p: Problem) -> Outcome:
             lanes_b = [z3.And(0 <= lanes2[k], lanes2[k] < n) for k, n in enumerate(s2.shape)]
             same = s1.offset * s1.esize == _ren(s2.offset, subs) * s2.esize
             d1, d2 = indices(p, s1.buffer, s1.offset), indices(p, s2.buffer, s2.offset)
-            by_index = (d1 is not None and d2 is not None and s1.esize == s2.esize and injective(p, s1.buffer)
+            by_index = (d1 is not None and d2 is not None and d1[2].groups == d2[2].groups
+                        and s1.esize == s2.esize and injective(p, s1.buffer)
                         and in_shape(p, s1, d1) and in_shape(p, s2, d2))
             if by_index:  # an injective view: the same element is the same index in every dim
                 same = z3.And(d1[0] == _ren(d2[0], subs), *[a == _ren(b, subs) for a, b in zip(d1[1], d2[1])])
@@ -268,6 +361,7 @@ def _hit(acc: Access, target, p: Problem, elem=None):
     offset ``target`` (or, by index, element ``elem``), with the variables to quantify."""
     loops = [lp.it for lp in acc.ctx.loops]
     d = indices(p, acc.buffer, acc.offset) if elem is not None else None
+    d = None if d is None or d[2].merged else d  # ``elem`` indexes the buffer's own dims
     at = [acc.offset == target] if d is None else [d[0] == 0] + [a == e for a, e in zip(d[1], elem)]
     body = z3.And(*(p.pid_range() + lanes_in(acc.shape) + _conds(acc.ctx) +
                     [acc.mask] + ([acc.ok] if acc.ok is not None else []) + at))
@@ -282,13 +376,12 @@ def _grid_size(p: Problem):
     return size
 
 
-def _hits(p: Problem, writes, name, elem, model) -> bool:
+def _hits(p: Problem, writes, name, elem, model, view: View) -> bool:
     """Whether, at the model's scalars, some write of ``writes`` stores element ``elem`` (a plain
     existential query: the scalars are numbers, so no quantifier is needed)."""
     fix = [p.env[k] == model.eval(p.env[k], model_completion=True) for k in p.scalar_names]
     esize = p.buffers[name][1]
-    buf = p.buffers[name][2]
-    target = sum((e * s.z3(p.env) for e, s in zip(elem, buf.strides)), z3.IntVal(0))
+    target = sum((e * s for e, s in zip(elem, view.strides)), z3.IntVal(0))
     for a in writes:
         q = p.domain + fix + p.pid_range() + lanes_in(a.shape) + _conds(a.ctx) + [a.mask, a.ok,
                                                                                    a.offset * a.esize == target * esize]
@@ -325,9 +418,10 @@ def _tiles(p: Problem, acc: Access, name: str, writes) -> Outcome | None:
     d = indices(p, name, acc.offset)
     if d is None:
         return None
-    base, idx = d
-    buf = p.buffers[name][2]
-    shape = [s.z3(p.env) for s in buf.shape]
+    if not in_shape(p, acc, d):  # a decomposition with an index outside its dim is not the element's own
+        return None
+    base, idx, view = d
+    shape = list(view.shape)
     zero = [(LANES[k], z3.IntVal(0)) for k in range(len(acc.shape))]
     origin = [z3.substitute(i, *zero) for i in idx]
     # Each dim's index is its origin plus a sum of lanes; the witness gives the element's offset in the box
@@ -358,7 +452,7 @@ def _tiles(p: Problem, acc: Access, name: str, writes) -> Outcome | None:
     r, m, why = p.query(p.domain + p.pid_range() + inside + [z3.substitute(hole, *witness)])
     if r == z3.sat:
         e = [_val(m, x) for x in elem]
-        if not _hits(p, writes, name, e, m):
+        if not _hits(p, writes, name, e, m, view):
             return Outcome("counterexample", {"buffer": name, "element": e, "scalars": _scalars(p, m),
                                               "program_id": [_val(m, x) for x in PIDS[:len(p.grid)]],
                                               "stored_by": "no program: its tile's program masks it off"})
@@ -387,6 +481,8 @@ def _tiles(p: Problem, acc: Access, name: str, writes) -> Outcome | None:
     m = m_out if r_out == z3.sat else m_few if r_few == z3.sat else None
     if m is None:
         return None
+    if r_out == z3.sat and not z3.is_true(m.eval(_grid_size(p) <= total, model_completion=True)):
+        return None  # more programs than tiles: one off the grid need not leave a tile without one
     cx = {"buffer": name, "scalars": _scalars(p, m), "stored_by": "no program (more tiles than programs on them)"}
     if r_out == z3.sat:
         cx["program_id"] = [_val(m, x) for x in PIDS[:len(p.grid)]]
@@ -457,7 +553,7 @@ def accumulate(p: Problem, contraction) -> Outcome:
             if a.reason or not a.mask_exact:
                 return Outcome("unknown", reason=f"{a.op} at {a.loc} not modelled ({a.reason or 'its mask'})")
         dl, dw = indices(p, name, ld.offset), indices(p, out, wr.offset)
-        if dl is None or dw is None or not in_shape(p, ld, dl) or not in_shape(p, wr, dw):
+        if dl is None or dw is None or dl[2].merged or not in_shape(p, ld, dl) or not in_shape(p, wr, dw):
             return Outcome("unknown", reason="the load or the write is not indexed dim by dim inside its buffer")
         # The tile dim of the load that walks the contracted buffer dim: the one lane in its index.
         kvars = free_consts(z3.simplify(dl[1][axis], som=True))
