@@ -36,6 +36,12 @@ ROWS = {"grid": ["rows"], "scalars": {"rows": [1, 65536], "cols": [1, 65536]}, "
         "buffers": {"x_ptr": {"shape": ["rows", "cols"], "dtype": "float16"},
                     "y_ptr": {"shape": ["rows", "cols"], "dtype": "float16", "output": True}}}
 
+# A contiguous (B, R, C) output written by rows of the flattened (B * R, C) view (M = B * R), the program
+# id split by division: proved on the merged view, which the planted bugs must not slip through.
+FLAT = {"grid": ["cdiv(M, BLOCK_M) * cdiv(C, BLOCK_N)"], "sizes": {"B": [1, 8], "R": [1, 4096]},
+        "scalars": {"M": "B * R", "C": [1, 512]}, "constexprs": {"BLOCK_M": [64], "BLOCK_N": [32]},
+        "buffers": {"y_ptr": {"shape": ["B", "R", "C"], "dtype": "float32", "output": True}}}
+
 
 def run(fn, spec, props):
     c = contract.from_dict({"kernel": fn.__name__, **spec}, fn=fn)
@@ -50,12 +56,14 @@ def run(fn, spec, props):
     (cases.rows_wrap, "overflow", ROWS),
     (cases.copy_overlap, "race", COPY),
     (cases.copy_hole, "coverage", COPY),
+    (cases.flat_rows_last_row_missed, "coverage", FLAT),
+    (cases.flat_rows_overlap, "race", FLAT),
 ])
 def test_planted_bug_gives_counterexample(fn, prop, spec):
     r = run(fn, spec, [prop])[prop]
     assert r.status is Status.COUNTEREXAMPLE, r
     assert r.counterexample["scalars"], r.counterexample
-    assert r.counterexample["constexprs"] == {"BLOCK": spec["constexprs"]["BLOCK"][0]}
+    assert r.counterexample["constexprs"] == {k: v[0] for k, v in spec["constexprs"].items()}
 
 
 def test_grid_stride_loop_wraps_near_the_top():
@@ -84,6 +92,7 @@ def test_off_by_one_counterexample_replays():
 @pytest.mark.parametrize("fn, spec, props", [
     (cases.copy_ok, COPY, ["bounds", "overflow", "race", "coverage"]),
     (cases.rows_wide, ROWS, ["bounds", "overflow"]),
+    (cases.flat_rows_ok, FLAT, ["bounds", "overflow", "race", "coverage"]),
     # the carried offset's last increment runs past n by up to a grid's span: n stays below 2**30 here
     (cases.strided_loop_ok, {**COPY, "grid": ["min(cdiv(n, BLOCK), 132)"], "scalars": {"n": [1, 2**30]}},
      ["bounds", "overflow", "race"]),

@@ -242,6 +242,9 @@ def _indices(p: Problem, view: View, offset):
     if split is None:
         return None
     base, coefficients = split
+    if any(z3.is_int_value(c) and c.as_long() == 0 and k not in size_one for k, c in zip(var, coefficients)):
+        # a stride the address never multiplies by: another view (the dims merged) may fit it
+        return None
     idx = [None] * len(strides)
     for k, c in zip(var, coefficients):
         idx[k] = c
@@ -361,7 +364,9 @@ def _hit(acc: Access, target, p: Problem, elem=None):
     offset ``target`` (or, by index, element ``elem``), with the variables to quantify."""
     loops = [lp.it for lp in acc.ctx.loops]
     d = indices(p, acc.buffer, acc.offset) if elem is not None else None
-    d = None if d is None or d[2].merged else d  # ``elem`` indexes the buffer's own dims
+    # By index only where it is the element's own index: ``elem`` indexes the buffer's own dims, and a
+    # decomposition with an index outside its dim (a unit stride absorbing a size-1 dim's rows) is not it
+    d = None if d is None or d[2].merged or not in_shape(p, acc, d) else d
     at = [acc.offset == target] if d is None else [d[0] == 0] + [a == e for a, e in zip(d[1], elem)]
     body = z3.And(*(p.pid_range() + lanes_in(acc.shape) + _conds(acc.ctx) +
                     [acc.mask] + ([acc.ok] if acc.ok is not None else []) + at))
@@ -403,7 +408,7 @@ def _degenerate(p: Problem, acc: Access) -> Access:
             if n > 1 and p.query(live + [LANES[k] > 0])[0] == z3.unsat]
     if not fix:
         return acc
-    return replace(acc, offset=z3.substitute(acc.offset, *fix), mask=z3.substitute(acc.mask, *fix),
+    return replace(acc, offset=z3.simplify(z3.substitute(acc.offset, *fix)), mask=z3.substitute(acc.mask, *fix),
                    ok=_ren(acc.ok, fix))
 
 

@@ -63,3 +63,32 @@ def strided_loop_ok(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
         m = offs < n
         tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=m), mask=m)
         offs += step
+
+
+@triton.jit
+def _flat_rows_tile(y_ptr, M, C, LAST_ROW: tl.constexpr, COL_STEP: tl.constexpr, BLOCK_M: tl.constexpr,
+                    BLOCK_N: tl.constexpr):
+    # (batch, row) flattened into one row index over a contiguous (B, R, C) output, the program id split
+    # into (row tile, column tile) by division, as the multiplicative update's output kernel does
+    pid = tl.program_id(0)
+    tiles_n = tl.cdiv(C, BLOCK_N)
+    rows = (pid // tiles_n) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = (pid % tiles_n) * COL_STEP + tl.arange(0, BLOCK_N)
+    mask = (rows[:, None] < M - LAST_ROW) & (cols[None, :] < C)
+    tl.store(y_ptr + rows[:, None] * C + cols[None, :], tl.zeros((BLOCK_M, BLOCK_N), tl.float32), mask=mask)
+
+
+@triton.jit
+def flat_rows_ok(y_ptr, M, C, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    _flat_rows_tile(y_ptr, M, C, 0, BLOCK_N, BLOCK_M, BLOCK_N)
+
+
+@triton.jit
+def flat_rows_last_row_missed(y_ptr, M, C, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    _flat_rows_tile(y_ptr, M, C, 1, BLOCK_N, BLOCK_M, BLOCK_N)
+
+
+@triton.jit
+def flat_rows_overlap(y_ptr, M, C, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # column tiles step by half a tile: neighbours store the same columns
+    _flat_rows_tile(y_ptr, M, C, 0, BLOCK_N // 2, BLOCK_M, BLOCK_N)
