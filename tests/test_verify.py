@@ -42,6 +42,15 @@ FLAT = {"grid": ["cdiv(M, BLOCK_M) * cdiv(C, BLOCK_N)"], "sizes": {"B": [1, 8], 
         "scalars": {"M": "B * R", "C": [1, 512]}, "constexprs": {"BLOCK_M": [64], "BLOCK_N": [32]},
         "buffers": {"y_ptr": {"shape": ["B", "R", "C"], "dtype": "float32", "output": True}}}
 
+# Rows per program, columns per loop iteration (R, C) stored in a loop over column blocks.
+SWEEP = {"grid": ["cdiv(R, BLOCK_R)"], "scalars": {"R": [1, 4096], "C": [1, 4096]},
+         "constexprs": {"BLOCK_R": [32], "BLOCK_C": [128]},
+         "buffers": {"y_ptr": {"shape": ["R", "C"], "dtype": "float32", "output": True}}}
+
+# A (G, 2, C) buffer of partials, each program's two halves stored by two stores.
+HALVES = {"grid": ["G"], "sizes": {"G": [1, 4096]}, "scalars": {"C": [1, 128]}, "constexprs": {"BLOCK": [128]},
+          "buffers": {"part_ptr": {"shape": ["G", 2, "C"], "dtype": "float32", "output": True}}}
+
 
 def run(fn, spec, props):
     c = contract.from_dict({"kernel": fn.__name__, **spec}, fn=fn)
@@ -58,6 +67,9 @@ def run(fn, spec, props):
     (cases.copy_hole, "coverage", COPY),
     (cases.flat_rows_last_row_missed, "coverage", FLAT),
     (cases.flat_rows_overlap, "race", FLAT),
+    (cases.row_sweep_first_block_skipped, "coverage", SWEEP),
+    (cases.row_sweep_stops_short, "coverage", SWEEP),
+    (cases.halves_second_short, "coverage", HALVES),
 ])
 def test_planted_bug_gives_counterexample(fn, prop, spec):
     r = run(fn, spec, [prop])[prop]
@@ -93,6 +105,8 @@ def test_off_by_one_counterexample_replays():
     (cases.copy_ok, COPY, ["bounds", "overflow", "race", "coverage"]),
     (cases.rows_wide, ROWS, ["bounds", "overflow"]),
     (cases.flat_rows_ok, FLAT, ["bounds", "overflow", "race", "coverage"]),
+    (cases.row_sweep_ok, SWEEP, ["bounds", "overflow", "race", "coverage"]),
+    (cases.halves_ok, HALVES, ["bounds", "overflow", "race", "coverage"]),
     # the carried offset's last increment runs past n by up to a grid's span: n stays below 2**30 here
     (cases.strided_loop_ok, {**COPY, "grid": ["min(cdiv(n, BLOCK), 132)"], "scalars": {"n": [1, 2**30]}},
      ["bounds", "overflow", "race"]),
@@ -198,3 +212,10 @@ def test_cli_bad_contract_is_one_line(tmp_path):
     out = subprocess.run([sys.executable, "-m", "ceiling.roofline.cli", "verify", str(bad)], capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 2 and out.stderr.strip().count("\n") == 0 and "kernel" in out.stderr
+
+
+def test_loop_coverage_counterexample_names_an_unwritten_element():
+    """A count argument (fewer (program, iteration) pairs than tiles) still names an element no one stores."""
+    cx = run(cases.row_sweep_first_block_skipped, SWEEP, ["coverage"])["coverage"].counterexample
+    row, col = cx["element"]
+    assert row < cx["scalars"]["R"] and col < min(128, cx["scalars"]["C"]), cx  # the skipped first block

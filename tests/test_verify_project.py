@@ -6,6 +6,7 @@ integer arguments, the constexprs and the buffers' dtypes, shapes and strides mu
 
 from __future__ import annotations
 
+import functools
 import importlib
 
 import pytest
@@ -44,22 +45,27 @@ def _quantize(granularity, transpose):
     return launch
 
 
-# The configs the trimul entries' constexprs name (the sm_90a table's forward kernels).
+# The configs the trimul entries' constexprs name (the sm_90a table's kernels).
 TRIMUL_CONFIG = {"ln_gate_proj": {"BLOCK_M": 64, "BLOCK_N": 64}, "contract": {"BLOCK_M": 128, "BLOCK_N": 128,
-                 "BLOCK_K": 32}, "ln_out_gate": {"BLOCK_M": 64, "BLOCK_N": 32}}
+                 "BLOCK_K": 32}, "ln_out_gate": {"BLOCK_M": 64, "BLOCK_N": 32},
+                 "out_gate_bwd": {"BLOCK_M": 64, "BLOCK_N": 64}, "ln_out_bwd": {"BLOCK_M": 32, "BLOCK_K": 32},
+                 "ln_gate_proj_bwd": {"BLOCK_M": 64, "BLOCK_N": 32}}
 
 
-def _trimul(direction, backend):
+@functools.cache
+def _trimul(direction, backend, backward=False):
     def launch():
         gen = torch.Generator().manual_seed(0)
         n, c_z, c = 5, 128, 96  # 25 pair rows; c_z and c inside the contracts' (64, 128] widths
-        x = torch.randn(1, n, n, c_z, generator=gen).to(torch.bfloat16)
+        x = torch.randn(1, n, n, c_z, generator=gen).to(torch.bfloat16).requires_grad_(backward)
         mask = (torch.rand(1, n, n, generator=gen) > 0.2).to(torch.bfloat16)
         w = lambda *shape: (torch.randn(*shape, generator=gen) / shape[-1] ** 0.5).to(torch.bfloat16)  # noqa: E731
-        ceiling.triangle_multiplicative_update(x, direction, mask, p_in_weight=w(2 * c, c_z),
-                                               g_in_weight=w(2 * c, c_z), p_out_weight=w(c_z, c),
-                                               g_out_weight=w(c_z, c_z),
-                                               backend=backend, config=TRIMUL_CONFIG)
+        out = ceiling.triangle_multiplicative_update(x, direction, mask, p_in_weight=w(2 * c, c_z),
+                                                     g_in_weight=w(2 * c, c_z), p_out_weight=w(c_z, c),
+                                                     g_out_weight=w(c_z, c_z),
+                                                     backend=backend, config=TRIMUL_CONFIG)
+        if backward:
+            out.backward(torch.randn(out.shape, generator=gen).to(out.dtype))
     return launch
 
 
@@ -108,7 +114,20 @@ LAUNCHES = {
        for kernel, direction in (("ln_gate_proj", "outgoing"), ("contract.outgoing", "outgoing"),
                                  ("contract.incoming", "incoming"), ("ln_out_gate", "incoming"))
        for target in ("sm_90a", "gfx942")},
+    **{f"trimul.{kernel}@{target}": ("ceiling.triton.triangle_multiplication",
+                                       _trimul(direction, BACKEND[target], backward=True),
+                                       {"BATCH": 1, "N": 5, "M": 25})
+       for kernel, direction in (("out_gate_bwd", "outgoing"), ("ln_out_bwd", "incoming"),
+                                 ("ln_gate_proj_bwd", "outgoing"), ("contract_bwd.outgoing.da", "outgoing"),
+                                 ("contract_bwd.outgoing.db", "outgoing"), ("contract_bwd.incoming.da", "incoming"),
+                                 ("contract_bwd.incoming.db", "incoming"))
+       for target in ("sm_90a", "gfx942")},
 }
+
+# Entries whose kernel the watched call launches more than once: (which launch the contract describes, how
+# many there are). The backward recomputes the forward's product, then runs da's and db's.
+NTH_LAUNCH = {f"trimul.contract_bwd.{d}.{g}@{t}": (2 + (g == "db"), 4) for d in ("outgoing", "incoming")
+              for g in ("da", "db") for t in ("sm_90a", "gfx942")}
 
 
 # Entries whose launcher is jax-triton's (no CPU interpreter there): the call is recorded, not run.
@@ -174,18 +193,35 @@ def _spy(module, monkeypatch):
     return calls
 
 
+_RECORDED: dict = {}
+
+
+def _launches(module_name, launch):
+    """What ``launch`` launches through ``module_name``'s launcher, recorded once per launch function (the
+    backward entries share one interpreted backward per direction and backend)."""
+    if (module_name, launch) not in _RECORDED:
+        patch = pytest.MonkeyPatch()
+        try:
+            calls = _spy(importlib.import_module(module_name), patch)
+            launch()
+        finally:
+            patch.undo()
+        _RECORDED[module_name, launch] = calls
+    return _RECORDED[module_name, launch]
+
+
 @pytest.mark.parametrize("key", sorted(LAUNCHES))
-def test_contract_matches_the_launch(key, monkeypatch):
+def test_contract_matches_the_launch(key):
     entry = ENTRIES[key]
     module_name, launch, sizes = LAUNCHES[key]
-    calls = _spy(importlib.import_module(module_name), monkeypatch)
-    launch()
+    calls = _launches(module_name, launch)
 
     contract = entry.contract()
     launched = [c for c in calls if getattr(c[0], "__name__", getattr(getattr(c[0], "fn", None), "__name__", ""))
                 == entry.kernel]
-    assert len(launched) == 1, [c[0] for c in calls]
-    fn, grid, args, kwargs = launched[0]
+    nth, count = NTH_LAUNCH.get(key, (0, 1))
+    assert len(launched) == count, [c[0] for c in calls]
+    fn, grid, args, kwargs = launched[nth]
     values = dict(zip(contract.fn.arg_names, args), **kwargs)
     env = {name: values[name] for name in list(contract.scalars) + list(contract.constexprs)}
     env.update(sizes)

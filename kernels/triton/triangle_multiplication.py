@@ -351,7 +351,7 @@ def _project_and_contract(problem, config, x, mask_rows, has_mask, weights, on_g
         CZ_BLOCK=triton.next_power_of_2(CZ), **_opts(cfg, on_gpu, options))
     y = torch.empty((B, C, N, N), device=x.device, dtype=x.dtype)
     a_s, b_s = forward_products(problem.direction, N, C)
-    _contract(ab, ab[:, C:], y, a_strides=a_s, b_strides=b_s, y_strides=(C * NN, NN, N, 1), n=N, c=C,
+    _contract(ab[:, :C], ab[:, C:], y, a_strides=a_s, b_strides=b_s, y_strides=(C * NN, NN, N, 1), n=N, c=C,
               cfg=config["contract"], on_gpu=on_gpu, options=options, prec=prec)
     return ab, y
 
@@ -424,7 +424,7 @@ def backward(problem, config, saved, grads, needs):
             row0, m_rows, NN, CZ, C, eps, PRECISION=prec, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
             CZ_BLOCK=czb, C_BLOCK=cb, **_opts(cfg, on_gpu, options))
         grid = (triton.cdiv(m_rows, lcfg["BLOCK_M"]),)
-        part = torch.empty((grid[0], 2 * C), device=dev, dtype=f32)
+        part = torch.empty((grid[0], 2, C), device=dev, dtype=f32)  # per program: (d weight, d bias) rows
         launcher(ln_out_bwd_kernel, on_gpu=on_gpu)[grid](
             y, du, lnw_o, lnb_o, wpo, dy, part, row0, m_rows, NN, CZ, C, eps, PRECISION=prec,
             BLOCK_M=lcfg["BLOCK_M"], BLOCK_K=lcfg["BLOCK_K"], C_BLOCK=cb, **_opts(lcfg, on_gpu, options))
@@ -432,7 +432,7 @@ def backward(problem, config, saved, grads, needs):
         dwgo += _wgrad(dgz[row0:row0 + m_rows], xn)
         dbpo += du.sum(0, dtype=f32)
         dbgo += dgz[row0:row0 + m_rows].sum(0, dtype=f32)
-        dlno += part.sum(0)
+        dlno += part.sum(0).flatten()
         del du, yn, xn
 
     del y  # (when recomputed, its memory is free from here)
@@ -446,14 +446,14 @@ def backward(problem, config, saved, grads, needs):
     out_a, out_b = (bstride, cstride, N, 1), (bstride, cstride, N, 1)
     ccfg = config["contract"]
     if problem.direction == "outgoing":  # y = a b^T:  da = dy b,  db = dy^T a
-        _contract(dy, ab[:, C:], dab, a_strides=dy_s, b_strides=b_rm, y_strides=out_a, n=N, c=C, cfg=ccfg,
+        _contract(dy, ab[:, C:], dab[:, :C], a_strides=dy_s, b_strides=b_rm, y_strides=out_a, n=N, c=C, cfg=ccfg,
                   on_gpu=on_gpu, options=options, prec=prec)
-        _contract(dy, ab, dab[:, C:], a_strides=dy_t, b_strides=a_rm, y_strides=out_b, n=N, c=C, cfg=ccfg,
+        _contract(dy, ab[:, :C], dab[:, C:], a_strides=dy_t, b_strides=a_rm, y_strides=out_b, n=N, c=C, cfg=ccfg,
                   on_gpu=on_gpu, options=options, prec=prec)
     else:  # y = a^T b:  da = b dy^T,  db = a dy
-        _contract(ab[:, C:], dy, dab, a_strides=b_rm, b_strides=dy_t, y_strides=out_a, n=N, c=C, cfg=ccfg,
+        _contract(ab[:, C:], dy, dab[:, :C], a_strides=b_rm, b_strides=dy_t, y_strides=out_a, n=N, c=C, cfg=ccfg,
                   on_gpu=on_gpu, options=options, prec=prec)
-        _contract(ab, dy, dab[:, C:], a_strides=a_rm, b_strides=dy_s, y_strides=out_b, n=N, c=C, cfg=ccfg,
+        _contract(ab[:, :C], dy, dab[:, C:], a_strides=a_rm, b_strides=dy_s, y_strides=out_b, n=N, c=C, cfg=ccfg,
                   on_gpu=on_gpu, options=options, prec=prec)
     del dy, ab
 
@@ -468,7 +468,7 @@ def backward(problem, config, saved, grads, needs):
         dp = torch.empty((m_rows, C2), device=dev, dtype=dt)
         dg = torch.empty((m_rows, C2), device=dev, dtype=dt)
         xn = torch.empty((m_rows, CZ), device=dev, dtype=dt)
-        part = torch.empty((grid[0], 2 * CZ), device=dev, dtype=f32)
+        part = torch.empty((grid[0], 2, CZ), device=dev, dtype=f32)
         launcher(ln_gate_proj_bwd_kernel, on_gpu=on_gpu)[grid](
             x, mask_rows, dab, dgz, lnw, lnb, wp, bp, wg, bg, wgo, dx, dp, dg, xn, part,
             row0, m_rows, NN, CZ, C2, eps, HAS_MASK=has_mask, PRECISION=prec,
@@ -477,7 +477,7 @@ def backward(problem, config, saved, grads, needs):
         dwg += _wgrad(dg, xn)
         dbp += dp.sum(0, dtype=f32)
         dbg += dg.sum(0, dtype=f32)
-        dlni += part.sum(0)
+        dlni += part.sum(0).flatten()
         del dp, dg, xn
 
     # (LayerNorm halves are cloned: a custom op's outputs may not alias each other.)

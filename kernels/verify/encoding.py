@@ -81,6 +81,7 @@ class Loop:
     it: object      # z3 Int: the iteration number, from 0
     iv: object      # z3 term: the induction variable's value
     name: str
+    ub: object = None  # z3 term: the bound the induction variable stays below
 
 
 @dataclass(frozen=True)
@@ -486,7 +487,7 @@ class Encoder:
         if bounds_ok:
             iv = lb.expr + it * step.expr
             inner = replace(ctx, conds=ctx.conds + (it >= 0, iv < ub.expr),
-                            loops=ctx.loops + (Loop(it, iv, f"loop {n} at {op.loc}"),),
+                            loops=ctx.loops + (Loop(it, iv, f"loop {n} at {op.loc}", ub.expr),),
                             obl=ctx.obl | lb.obl | ub.obl | step.obl, ok=conj(ctx.ok, lb.ok, ub.ok, step.ok))
             ivv = Val("int", (), iv, lb.bits or 32, obl=lb.obl | step.obl, ok=conj(lb.ok, step.ok))
         else:

@@ -412,13 +412,41 @@ def _degenerate(p: Problem, acc: Access) -> Access:
                    ok=_ren(acc.ok, fix))
 
 
-def _tiles(p: Problem, acc: Access, name: str, writes) -> Outcome | None:
-    """Coverage of a tile-shaped store without quantifiers: each program writes the box of lanes at its
-    origin (every in-shape element of it, by the witness lane = element - origin), and the origins are a
-    bijection onto the tile grid (on it, injective, and as many programs as tiles). None when the store is
-    not of that shape."""
-    if acc.ctx.loops or acc.ctx.conds:
+def _trips(p: Problem, acc: Access):
+    """(the conditions that bound the store's loop iterations, the number of (program, iteration) pairs),
+    or None when the store sits under a branch or a loop whose trip count depends on the program or on
+    an enclosing loop (the count is then not a product)."""
+    loops = acc.ctx.loops
+    bound = [c for lp in loops for c in (lp.it >= 0, lp.iv < lp.ub)] if all(lp.ub is not None for lp in loops) else None
+    if bound is None or len(bound) != len(acc.ctx.conds) or \
+            not all(a.eq(b) for a, b in zip(bound, acc.ctx.conds)):
         return None
+    count = _grid_size(p)
+    varying = {str(x) for x in PIDS} | {str(lp.it) for lp in loops}
+    for lp in loops:
+        lb = z3.simplify(z3.substitute(lp.iv, (lp.it, z3.IntVal(0))))
+        step = z3.simplify(z3.substitute(lp.iv, (lp.it, z3.IntVal(1))) - lb)
+        if (free_consts(lb) | free_consts(step) | free_consts(lp.ub)) & varying or \
+                p.query(p.domain + [step <= 0])[0] != z3.unsat:
+            return None
+        count = count * z3.If(lp.ub > lb, (lp.ub - lb + step - 1) / step, 0)
+    return bound, count
+
+
+def _iterations(model, acc: Access) -> dict:
+    return {"iterations": {lp.name: _val(model, lp.it) for lp in acc.ctx.loops}} if acc.ctx.loops else {}
+
+
+def _tiles(p: Problem, acc: Access, name: str, writes, fixed=None) -> Outcome | None:
+    """Coverage of a tile-shaped store without quantifiers: each (program, loop iteration) writes the box
+    of lanes at its origin (every in-shape element of it, by the witness lane = element - origin), and the
+    origins are a bijection onto the tile grid (on it, injective, and as many (program, iteration) pairs
+    as tiles). None when the store is not of that shape. With ``fixed`` = (dim, j), the slice of the
+    buffer at index j of that dim, which the store must never leave (only a proof is answered then)."""
+    trips = _trips(p, acc)
+    if trips is None:
+        return None
+    iters, count = trips
     acc = _degenerate(p, acc)
     d = indices(p, name, acc.offset)
     if d is None:
@@ -427,6 +455,13 @@ def _tiles(p: Problem, acc: Access, name: str, writes) -> Outcome | None:
         return None
     base, idx, view = d
     shape = list(view.shape)
+    if fixed is not None:
+        dim, j = fixed
+        if view.merged or p.query(p.domain + p.pid_range() + iters + lanes_in(acc.shape) + [acc.mask, acc.ok]
+                                  + [idx[dim] != j])[0] != z3.unsat:
+            return None
+        idx, shape = list(idx), list(shape)
+        idx[dim], shape[dim] = z3.IntVal(0), z3.IntVal(1)
     zero = [(LANES[k], z3.IntVal(0)) for k in range(len(acc.shape))]
     origin = [z3.substitute(i, *zero) for i in idx]
     # Each dim's index is its origin plus a sum of lanes; the witness gives the element's offset in the box
@@ -454,46 +489,89 @@ def _tiles(p: Problem, acc: Access, name: str, writes) -> Outcome | None:
     inside = [z3.And(0 <= e, e < n, o <= e, e < o + b) for e, n, o, b in zip(elem, shape, origin, box)]
     hole = z3.Not(z3.And(acc.mask, acc.ok if acc.ok is not None else z3.BoolVal(True),
                          base == 0))
-    r, m, why = p.query(p.domain + p.pid_range() + inside + [z3.substitute(hole, *witness)])
+    r, m, why = p.query(p.domain + p.pid_range() + iters + inside + [z3.substitute(hole, *witness)])
+    if r == z3.sat and fixed is not None:
+        return None
     if r == z3.sat:
         e = [_val(m, x) for x in elem]
         if not _hits(p, writes, name, e, m, view):
             return Outcome("counterexample", {"buffer": name, "element": e, "scalars": _scalars(p, m),
                                               "program_id": [_val(m, x) for x in PIDS[:len(p.grid)]],
+                                              **_iterations(m, acc),
                                               "stored_by": "no program: its tile's program masks it off"})
         return None
     if r == z3.unknown:
         return None
-    # The origins: multiples of the box, not negative, on the grid of tiles, one program each.
+    # The origins: multiples of the box, not negative, on the grid of tiles, one (program, iteration) each.
     pids2, _, subs = _second(p)
     ntiles = [(n + b - 1) / b for n, b in zip(shape, box)]
     aligned = [z3.Or(*[z3.Or(o < 0, o % b != 0) for o, b in zip(origin, box)])]
-    if p.query(p.domain + p.pid_range() + aligned)[0] != z3.unsat:
+    if p.query(p.domain + p.pid_range() + iters + aligned)[0] != z3.unsat:
         return None
-    distinct = z3.Or(*[a != b for a, b in zip(PIDS[:len(p.grid)], pids2)])
+    distinct = z3.Or(*[a != b for a, b in zip(PIDS[:len(p.grid)], pids2)],
+                     *[lp.it != _ren(lp.it, subs) for lp in acc.ctx.loops])
     same = [o == _ren(o, subs) for o in origin]
-    if p.query(p.domain + p.pid_range() + p.pid_range(pids2) + [distinct] + same)[0] != z3.unsat:
+    if p.query(p.domain + p.pid_range() + p.pid_range(pids2) + iters + [_ren(c, subs) for c in iters]
+               + [distinct] + same)[0] != z3.unsat:
         return None
     total = z3.IntVal(1)
     for t in ntiles:
         total = total * t
-    r_out, m_out, _ = p.query(p.domain + p.pid_range() + [z3.Or(*[o >= n for o, n in zip(origin, shape)])])
-    r_few, m_few, _ = p.query(p.domain + [_grid_size(p) < total])
+    r_out, m_out, _ = p.query(p.domain + p.pid_range() + iters + [z3.Or(*[o >= n for o, n in zip(origin, shape)])])
+    r_few, m_few, _ = p.query(p.domain + [count < total])
     if r_out == z3.unsat and r_few == z3.unsat:
         return Outcome("proved")
+    if fixed is not None:
+        return None
     # Injective onto the tiles but a program lands off the grid, or fewer programs than tiles: some tile
     # is written by no program (pigeonhole).
     m = m_out if r_out == z3.sat else m_few if r_few == z3.sat else None
     if m is None:
         return None
-    if r_out == z3.sat and not z3.is_true(m.eval(_grid_size(p) <= total, model_completion=True)):
+    if r_out == z3.sat and not z3.is_true(m.eval(count <= total, model_completion=True)):
         return None  # more programs than tiles: one off the grid need not leave a tile without one
-    cx = {"buffer": name, "scalars": _scalars(p, m), "stored_by": "no program (more tiles than programs on them)"}
+    writers = "(program, iteration) pairs" if acc.ctx.loops else "programs"
+    cx = {"buffer": name, "scalars": _scalars(p, m), "stored_by": f"no program (more tiles than {writers} on them)"}
     if r_out == z3.sat:
         cx["program_id"] = [_val(m, x) for x in PIDS[:len(p.grid)]]
+        cx.update(_iterations(m, acc))
         cx["tile_origin"] = [_val(m, o) for o in origin]
         cx["stored_by"] = "no program: this program's tile lies outside the buffer, so one tile has none"
     return Outcome("counterexample", cx)
+
+
+def _sliced(p: Problem, name, buf, writes) -> bool:
+    """Whether, along some dim of small constant size (the two halves of a partials row), each slice of the
+    buffer is covered by one store that never leaves it (several stores, one slice each)."""
+    for dim, n in enumerate(buf.shape):
+        size = z3.simplify(n.z3(p.env))
+        if not z3.is_int_value(size) or not 2 <= size.as_long() <= 8:
+            continue
+        if all(any(o is not None and o.status == "proved" for o in (_tiles(p, a, name, writes, (dim, j))
+                                                                      for a in writes))
+               for j in range(size.as_long())):
+            return True
+    return False
+
+
+def _unwritten(p: Problem, name, buf, writes, fix=()):
+    """(result, model or the solver's reason, element index terms, its offset) of the quantified query for
+    an element of ``name`` that no write stores (``fix`` pins scalars)."""
+    idx = [z3.Int(f"elem{k}") for k in range(len(buf.shape))]
+    shape = [s.z3(p.env) for s in buf.shape]
+    strides = [s.z3(p.env) for s in buf.strides]
+    target = sum((i * s for i, s in zip(idx, strides)), z3.IntVal(0))
+    esize = p.buffers[name][1]
+    not_hit = []
+    for a in writes:
+        # By index, a hit is only one way to write the element: sound for a proof; a counterexample
+        # then needs the view to be injective.
+        vs, body = _hit(a, target * esize // max(a.esize, 1) if a.esize != esize else target, p,
+                        idx if a.esize == esize else None)
+        not_hit.append(z3.ForAll(vs, z3.Not(body)))
+    r, m, why = solve(p.domain + list(fix) + [z3.And(0 <= i, i < n) for i, n in zip(idx, shape)] + not_hit,
+                      p.timeout_ms)
+    return r, (m if r == z3.sat else why), idx, target
 
 
 def coverage(p: Problem) -> Outcome:
@@ -508,24 +586,23 @@ def coverage(p: Problem) -> Outcome:
             unknown.append(f"{name}: {bad[0].op} at {bad[0].loc} not modelled ({bad[0].reason or 'its mask'})")
             continue
         tiled = [o for o in (_tiles(p, a, name, writes) for a in writes) if o is not None]
-        if any(o.status == "proved" for o in tiled):
+        if any(o.status == "proved" for o in tiled) or _sliced(p, name, buf, writes):
             continue
-        if tiled:
-            return tiled[0]
-        idx = [z3.Int(f"elem{k}") for k in range(len(buf.shape))]
-        shape = [s.z3(p.env) for s in buf.shape]
-        strides = [s.z3(p.env) for s in buf.strides]
-        target = sum((i * s for i, s in zip(idx, strides)), z3.IntVal(0))
-        esize = p.buffers[name][1]
-        not_hit = []
-        for a in writes:
-            # By index, a hit is only one way to write the element: sound for a proof; a counterexample
-            # then needs the view to be injective.
-            vs, body = _hit(a, target * esize // max(a.esize, 1) if a.esize != esize else target, p,
-                            idx if a.esize == esize else None)
-            not_hit.append(z3.ForAll(vs, z3.Not(body)))
-        q = p.domain + [z3.And(0 <= i, i < n) for i, n in zip(idx, shape)] + not_hit
-        r, m, why = solve(q, p.timeout_ms)
+        for o in tiled:
+            cx = o.counterexample
+            if "element" not in cx:
+                # A count argument over one store: the element it leaves may be another store's, so the
+                # counterexample stands only with an element that no write stores, at its scalars.
+                fix = [p.env[k] == cx["scalars"][k] for k in p.scalar_names if k in cx["scalars"]]
+                r, m, idx, _ = _unwritten(p, name, buf, writes, fix)
+                if r == z3.sat:
+                    cx["element"] = [_val(m, i) for i in idx]
+                    if len(writes) > 1:
+                        cx["stored_by"] = "no program: none of the stores reaches it"
+                elif len(writes) > 1:
+                    continue
+            return o
+        r, m, idx, target = _unwritten(p, name, buf, writes)
         if r == z3.sat and not injective(p, name):
             unknown.append(f"{name}: element {[_val(m, i) for i in idx]} not written by index, and the view may overlap")
             continue
@@ -534,7 +611,7 @@ def coverage(p: Problem) -> Outcome:
                                               "offset": _val(m, target), "scalars": _scalars(p, m),
                                               "stored_by": "no program"})
         if r == z3.unknown:
-            unknown.append(f"{name}: solver {why} on the quantified coverage query")
+            unknown.append(f"{name}: solver {m} on the quantified coverage query")
     return Outcome("unknown", reason="; ".join(unknown)) if unknown else Outcome("proved")
 
 

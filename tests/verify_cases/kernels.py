@@ -66,6 +66,54 @@ def strided_loop_ok(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def _row_sweep(y_ptr, R, C, START: tl.constexpr, STOP_SHORT: tl.constexpr, BLOCK_R: tl.constexpr,
+               BLOCK_C: tl.constexpr):
+    # a block of rows per program, stored one column block per loop iteration, as the FP8 row quantizer's
+    # second sweep does
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    for c0 in range(START, C - STOP_SHORT, BLOCK_C):
+        cols = c0 + tl.arange(0, BLOCK_C)
+        mask = (rows[:, None] < R) & (cols[None, :] < C)
+        tl.store(y_ptr + rows[:, None] * C + cols[None, :], tl.zeros((BLOCK_R, BLOCK_C), tl.float32), mask=mask)
+
+
+@triton.jit
+def row_sweep_ok(y_ptr, R, C, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    _row_sweep(y_ptr, R, C, 0, 0, BLOCK_R, BLOCK_C)
+
+
+@triton.jit
+def row_sweep_first_block_skipped(y_ptr, R, C, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    _row_sweep(y_ptr, R, C, BLOCK_C, 0, BLOCK_R, BLOCK_C)
+
+
+@triton.jit
+def row_sweep_stops_short(y_ptr, R, C, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    # the loop ends before C - 1: when C is one past a block boundary, the last column is never stored
+    _row_sweep(y_ptr, R, C, 0, 1, BLOCK_R, BLOCK_C)
+
+
+@triton.jit
+def _halves(part_ptr, C, SHORT: tl.constexpr, BLOCK: tl.constexpr):
+    # each program stores a (2, C) row of partials as two stores, one per half, as the multiplicative
+    # update's LayerNorm backward does; SHORT leaves the second half's last element unstored
+    offs = tl.arange(0, BLOCK)
+    row = part_ptr + tl.program_id(0) * 2 * C
+    tl.store(row + offs, tl.zeros((BLOCK,), tl.float32), mask=offs < C)
+    tl.store(row + C + offs, tl.zeros((BLOCK,), tl.float32), mask=offs < C - SHORT)
+
+
+@triton.jit
+def halves_ok(part_ptr, C, BLOCK: tl.constexpr):
+    _halves(part_ptr, C, 0, BLOCK)
+
+
+@triton.jit
+def halves_second_short(part_ptr, C, BLOCK: tl.constexpr):
+    _halves(part_ptr, C, 1, BLOCK)
+
+
+@triton.jit
 def _flat_rows_tile(y_ptr, M, C, LAST_ROW: tl.constexpr, COL_STEP: tl.constexpr, BLOCK_M: tl.constexpr,
                     BLOCK_N: tl.constexpr):
     # (batch, row) flattened into one row index over a contiguous (B, R, C) output, the program id split
