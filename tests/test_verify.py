@@ -51,6 +51,20 @@ SWEEP = {"grid": ["cdiv(R, BLOCK_R)"], "scalars": {"R": [1, 4096], "C": [1, 4096
 HALVES = {"grid": ["G"], "sizes": {"G": [1, 4096]}, "scalars": {"C": [1, 128]}, "constexprs": {"BLOCK": [128]},
           "buffers": {"part_ptr": {"shape": ["G", 2, "C"], "dtype": "float32", "output": True}}}
 
+# Pair rows of a contiguous (B, N, H, N, D) tensor, one (batch, i, head) per program on axis 1.
+PAIR = {"grid": ["cdiv(N, BLOCK_M)", "B * N * H"], "sizes": {"B": [1, 4]},
+        "scalars": {"N": [1, 1024], "H": [1, 8], "D": [33, 64]}, "constexprs": {"BLOCK_M": [64], "HEAD_DIM": [64]},
+        "buffers": {"o_ptr": {"shape": ["B", "N", "H", "N", "D"], "dtype": "float32", "output": True}}}
+# Grouped-query heads: H query heads over HK key heads, (B, S, HK, 64) read into (B, S, H, 64).
+GQA = {"grid": ["cdiv(S, BLOCK)", "B * H"], "sizes": {"B": [1, 64], "HK": [1, 16]},
+       "scalars": {"S": [1, 2**17], "H": [1, 128], "group": "H // HK", "stride_kb": "S * HK * 64",
+                   "stride_ks": "HK * 64", "stride_ob": "S * H * 64", "stride_os": "H * 64"},
+       "assume": {"conditions": ["HK <= H", "H % HK == 0"]}, "constexprs": {"BLOCK": [128], "HEAD_DIM": [64]},
+       "buffers": {"k_ptr": {"shape": ["B", "S", "HK", 64], "dtype": "bfloat16"},
+                   "o_ptr": {"shape": ["B", "S", "H", 64], "dtype": "bfloat16", "output": True}}}
+# A copy whose mask also reads a loaded flag per element.
+KEYED = {**COPY, "buffers": {**COPY["buffers"], "keep_ptr": {"shape": ["n"], "dtype": "int8"}}}
+
 
 def run(fn, spec, props):
     c = contract.from_dict({"kernel": fn.__name__, **spec}, fn=fn)
@@ -70,6 +84,9 @@ def run(fn, spec, props):
     (cases.row_sweep_first_block_skipped, "coverage", SWEEP),
     (cases.row_sweep_stops_short, "coverage", SWEEP),
     (cases.halves_second_short, "coverage", HALVES),
+    (cases.pair_rows_head_dropped, "race", PAIR),
+    (cases.pair_rows_last_query_missed, "coverage", PAIR),
+    (cases.grouped_heads_shifted, "bounds", GQA),
 ])
 def test_planted_bug_gives_counterexample(fn, prop, spec):
     r = run(fn, spec, [prop])[prop]
@@ -107,6 +124,9 @@ def test_off_by_one_counterexample_replays():
     (cases.flat_rows_ok, FLAT, ["bounds", "overflow", "race", "coverage"]),
     (cases.row_sweep_ok, SWEEP, ["bounds", "overflow", "race", "coverage"]),
     (cases.halves_ok, HALVES, ["bounds", "overflow", "race", "coverage"]),
+    (cases.pair_rows_ok, PAIR, ["bounds", "overflow", "race", "coverage"]),
+    (cases.grouped_heads_ok, GQA, ["bounds", "overflow", "race", "coverage"]),
+    (cases.key_masked_copy_ok, KEYED, ["bounds", "overflow", "race"]),
     # the carried offset's last increment runs past n by up to a grid's span: n stays below 2**30 here
     (cases.strided_loop_ok, {**COPY, "grid": ["min(cdiv(n, BLOCK), 132)"], "scalars": {"n": [1, 2**30]}},
      ["bounds", "overflow", "race"]),
@@ -219,3 +239,12 @@ def test_loop_coverage_counterexample_names_an_unwritten_element():
     cx = run(cases.row_sweep_first_block_skipped, SWEEP, ["coverage"])["coverage"].counterexample
     row, col = cx["element"]
     assert row < cx["scalars"]["R"] and col < min(128, cx["scalars"]["C"]), cx  # the skipped first block
+
+
+def test_a_mask_known_only_in_part_proves_nothing_it_cannot():
+    """A bound past the end beside a loaded flag: the flag may let the lane through, so bounds is not
+    proved (unknown: the mask is not modelled in full), and coverage never is (the flag may drop a lane)."""
+    bad = run(cases.key_masked_copy_past_end, KEYED, ["bounds"])["bounds"]
+    assert bad.status is Status.UNKNOWN and "mask" in bad.reason, bad
+    cov = run(cases.key_masked_copy_ok, KEYED, ["coverage"])["coverage"]
+    assert cov.status is Status.UNKNOWN and "mask" in cov.reason, cov

@@ -1,6 +1,5 @@
 """The project's contracts (ceiling.verify.project): every entry proved except the properties it names as
-unknown (the split-K reduction's, the GEMM pointer path's and the CDNA3 GEMM's 32-bit offsets wrapped before
-they were widened), and each contract matches what its launcher really launches: the launcher runs under
+unknown, and each contract matches what its launcher really launches: the launcher runs under
 the interpreter with a spy on its launches (jax-triton's call is recorded instead), and the grid, the
 integer arguments, the constexprs and the buffers' dtypes, shapes and strides must fit the contract."""
 
@@ -8,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 
 import pytest
 import torch
@@ -91,6 +91,36 @@ def _triangle_attention(backend):
     return launch
 
 
+@functools.cache
+def _attention_bwd(kv_heads):
+    def launch():
+        from ceiling.triton import attention
+
+        gen = torch.Generator().manual_seed(0)
+        q = torch.randn(2, 70, 4, 64, generator=gen).to(torch.bfloat16)
+        k, v = (torch.randn(2, 90, kv_heads, 64, generator=gen).to(torch.bfloat16) for _ in range(2))
+        cfg = {"fwd": {"block_m": 128, "block_n": 64}, "dkdv": {"block_m": 64, "block_n": 128},
+               "dq": {"block_m": 128, "block_n": 64}}
+        o, lse = attention.forward(q, k, v, None, None, True, 0.125, cfg, False)
+        attention.backward(torch.randn(o.shape, generator=gen).to(o.dtype), q, k, v, o, lse, None, None, True, 0.125,
+                           False, cfg, False)
+    return launch
+
+
+@functools.cache
+def _triangle_attention_bwd(backend, dq_atomic):
+    def launch():
+        gen = torch.Generator().manual_seed(0)
+        q, k, v = (torch.randn(1, 9, 2, 9, 64, generator=gen).to(torch.bfloat16).requires_grad_() for _ in range(3))
+        bias = torch.randn(1, 1, 2, 9, 9, generator=gen).to(torch.bfloat16).requires_grad_()
+        mask = torch.rand(1, 9, 1, 1, 9, generator=gen) > 0.2
+        out = ceiling.triangle_attention(q, k, v, bias, mask, backend=backend, config={
+            "bwd_dkdv": {"BLOCK_M": 32, "BLOCK_N": 64, "DQ_ATOMIC": dq_atomic}, "bwd_dq": {"BLOCK_M": 64, "BLOCK_N": 32},
+            "bwd_dbias": {"BLOCK_M": 32, "BLOCK_N": 32, "ROW_SPLIT": 4}})
+        out.backward(torch.randn(out.shape, generator=gen).to(out.dtype))
+    return launch
+
+
 # Each entry's launcher on the CPU: (the module whose launches are watched, the launch, its sizes that are
 # not kernel arguments).
 LAUNCHES = {
@@ -123,6 +153,17 @@ LAUNCHES = {
                                  ("contract_bwd.incoming.db", "incoming"))
        for target in ("sm_90a", "gfx942")},
 }
+
+LAUNCHES.update({
+    f"attention.{kernel}@{t}": ("ceiling.triton.attention", _attention_bwd(4 if kernel == "bwd_dkdv" else 2),
+                                {"B": 2, "SQ": 70, "SK": 90, "H": 4, "HK": 4 if kernel == "bwd_dkdv" else 2})
+    for kernel in ("bwd_preprocess", "bwd_dkdv", "bwd_dkdv.gqa", "bwd_dq") for t in ("sm_90a", "gfx942")})
+LAUNCHES.update({
+    f"triangle_attention.{kernel}@{t}": ("ceiling.triton.triangle_attention",
+                                         _triangle_attention_bwd(BACKEND[t], kernel.endswith("dq_atomic")),
+                                         {"BATCH": 1, "H": 2} if kernel == "bwd_preprocess" else {"BATCH": 1})
+    for kernel in ("bwd_preprocess", "bwd_dkdv", "bwd_dkdv.dq_atomic", "bwd_dq", "bwd_dbias")
+    for t in ("sm_90a", "gfx942")})
 
 # Entries whose kernel the watched call launches more than once: (which launch the contract describes, how
 # many there are). The backward recomputes the forward's product, then runs da's and db's.
@@ -222,7 +263,9 @@ def test_contract_matches_the_launch(key):
     nth, count = NTH_LAUNCH.get(key, (0, 1))
     assert len(launched) == count, [c[0] for c in calls]
     fn, grid, args, kwargs = launched[nth]
-    values = dict(zip(contract.fn.arg_names, args), **kwargs)
+    defaults = {n: p.default for n, p in inspect.signature(contract.fn.fn).parameters.items()
+                if p.default is not inspect.Parameter.empty}
+    values = {**defaults, **dict(zip(contract.fn.arg_names, args)), **kwargs}
     env = {name: values[name] for name in list(contract.scalars) + list(contract.constexprs)}
     env.update(sizes)
     for name, values_allowed in contract.constexprs.items():

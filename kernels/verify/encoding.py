@@ -29,6 +29,8 @@ _DATA_PREFIXES = ("math.", "tt.dot", "tt.reduce", "tt.scan", "tt.fp_to_fp", "tt.
                   "tt.ptr_to_int", "tt.unsplat")
 _FLOAT_ARITH = re.compile(r"arith\.(add|sub|mul|div|rem|neg|max|min|cmp|trunc|ext)f|arith\.(si|ui)tofp|arith\.fpto|"
                           r"arith\.(maximumf|minimumf|maxnumf|minnumf|bitcast)")
+# The ops that only move a value between lanes (a bool known from above stays so through them).
+_LANE_OPS = ("tt.splat", "tt.expand_dims", "tt.broadcast", "tt.reshape", "tt.trans")
 _IGNORED = {"tt.return", "tt.assert", "tt.print", "gpu.barrier", "tt.func", "scf.yield"}
 _ESIZE = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "i16": 2, "i8": 1, "i1": 1}
 
@@ -70,6 +72,9 @@ class Val:
     reason: str | None = None
     desc: tuple | None = None  # (shape terms, stride terms, block shape) of a tensor descriptor
     ok: object = None          # z3 Bool: no operation in its cone wrapped (None: nothing to assume)
+    # A bool known only from above: the value implies ``expr`` (a conjunct the encoder cannot read, a loaded
+    # key mask, is dropped); why. Sound for the masks of bounds and race, never exact.
+    upper: str | None = None
 
 
 def opaque(reason: str, shape=()) -> Val:
@@ -290,6 +295,14 @@ class Encoder:
             return Val("int", (), self.num_programs[op.attrs["axis"]], 32)
         if name == "tt.make_range":
             return Val("int", shape, op.attrs["start"] + LANES[0], 32)
+        if elem == "i1" and name == "arith.andi" and any(v.kind == "bool" for v in ins) and \
+                any(v.kind == "opaque" or v.upper for v in ins):
+            known = [v.expr for v in ins if v.kind == "bool"]
+            why = next(v.reason or v.upper for v in ins if v.kind == "opaque" or v.upper)
+            return Val("bool", shape, z3.And(*known) if len(known) > 1 else known[0], 1, obl=cone, ok=cok, upper=why)
+        bounded = next((v for v in ins if v.upper), None)
+        if bounded is not None and name not in _LANE_OPS:
+            return opaque(f"{name} of a mask known only in part ({bounded.upper})", shape)
         if any(v.kind == "opaque" for v in ins) and name not in ("arith.select",):
             bad = next(v for v in ins if v.kind == "opaque")
             return replace(bad, shape=shape)
@@ -438,6 +451,7 @@ class Encoder:
         if mask is not None:
             if mask.kind == "bool":
                 m_expr, obl, ok = mask.expr, obl | mask.obl, conj(ok, mask.ok)
+                exact = mask.upper is None
             else:
                 exact = False
         self._access(Access(kind, name, op.loc, ptr.buffer, ptr.esize, ptr.expr if ptr.kind == "ptr" else None,
@@ -539,6 +553,8 @@ class Encoder:
 
     def _if(self, op: Op, ctx: Ctx, ins):
         c = ins[0]
+        if c.upper:
+            c = opaque(c.upper)
         if c.kind == "bool":
             then_ctx = replace(ctx, conds=ctx.conds + (c.expr,), obl=ctx.obl | c.obl, ok=conj(ctx.ok, c.ok))
             else_ctx = replace(ctx, conds=ctx.conds + (z3.Not(c.expr),), obl=ctx.obl | c.obl, ok=conj(ctx.ok, c.ok))

@@ -31,6 +31,8 @@ class Entry:
     point_keys: tuple = ()
     # Properties the verifier cannot decide for this kernel (answered unknown, with the reason), by name.
     unknown: tuple = ()
+    # Properties whose queries need more than the default time (SLOW_TIMEOUT_MS each).
+    slow: tuple = ()
 
     @property
     def target(self) -> str:
@@ -142,10 +144,9 @@ def _trimul(target: str) -> tuple:
     pair = {"shape": ["BATCH", "N", "N", "CZ"], "dtype": "bfloat16"}
     vec = lambda n: {"shape": [n], "dtype": "bfloat16"}  # noqa: E731
     common = {"PRECISION": ["tf32"], "eps": [1e-5]}
-    # race and coverage: the row index is a division of the program id by the column blocks, and the stored
-    # offset splits it again into (batch, pair); z3 times out on the pairwise and quantified queries
-    gate = Entry("trimul.ln_gate_proj", _TRIMUL_MODULE, "ln_gate_proj_kernel",
-                 unknown=("race", "coverage"), body={
+    # coverage: the stored offset splits the row index into (batch, pair) by a division, so the tile
+    # argument does not apply; z3 times out on the quantified query
+    gate = Entry("trimul.ln_gate_proj", _TRIMUL_MODULE, "ln_gate_proj_kernel", unknown=("coverage",), body={
         "targets": [target],
         "grid": ["cdiv(M, BLOCK_M) * cdiv(C2, BLOCK_N)"],
         "sizes": _TRIMUL_SIZES,
@@ -326,10 +327,7 @@ def _attention(target: str) -> Entry:
     kv = {"shape": ["B", "SK", "HK", 64], "dtype": "bfloat16"}
     zero = {name: 0 for name in ("stride_bb", "stride_bh", "stride_bm", "stride_bn", "stride_mb", "stride_mh",
                                  "stride_mm", "stride_mn")}
-    # bounds, race and coverage: the (batch, head) split of the program id and the key loops' bounds (the
-    # causal diagonal) time out in z3
     return Entry("attention.forward.pointer", "ceiling.triton.attention", "_attn_fwd",
-                 unknown=("bounds", "race", "coverage"),
                  body={
         "targets": [target],
         "grid": ["cdiv(SQ, BLOCK_M)", "B * H"],
@@ -348,6 +346,56 @@ def _attention(target: str) -> Entry:
                     "desc_q": q, "desc_k": kv, "desc_v": kv}})
 
 
+def _attention_bwd(target: str) -> tuple:
+    """The backward's kernels of kernels/triton/attention.py as ``backward`` launches them on the pointer path
+    with no bias or mask (those arguments are q itself, their strides 0), at the sm_90a table's tiles for
+    head dim 64: the preprocess (delta (B, H, SQ)); dK and dV per key block, written as k and v
+    (B, SK, HK, 64) when every query head has its own key head, else one float32 slice per query head
+    (B, SK, H, 64) that the host sums over each group; dQ per query block. The scale only scales values:
+    compiled as 1/sqrt(64)."""
+    q = {"shape": ["B", "SQ", "H", 64], "dtype": "bfloat16"}
+    kv = {"shape": ["B", "SK", "HK", 64], "dtype": "bfloat16"}
+    rows = {"shape": ["B", "H", "SQ"], "dtype": "float32"}
+    bshd = lambda name, s, h: {f"stride_{name}b": f"{s} * {h} * 64", f"stride_{name}s": f"{h} * 64",  # noqa: E731
+                               f"stride_{name}h": 64}
+    zero = {f"stride_{x}": 0 for x in ("bb", "bh", "bm", "bn", "mb", "mh", "mm", "mn")}
+    sizes = {"B": [1, 64], "H": [1, 128], "HK": [1, 128], "SQ": [1, 2**17], "SK": [1, 2**17]}
+    lengths = {"n_heads": "H", "group": "H // HK", "seqlen_q": "SQ", "seqlen_k": "SK"}
+    flags = {"sm_scale": [0.125], "HEAD_DIM": [64], "HEAD_DIM_PAD": [64], "CAUSAL": [False, True],
+             "HAS_BIAS": [False], "HAS_MASK": [False], "USE_TMA": [False]}
+    inputs = {"Q": q, "K": kv, "V": kv, "DO": q, "LSE": rows, "Delta": rows, "Bias": q, "Mask": q,
+              "desc_q": q, "desc_k": kv, "desc_v": kv, "desc_do": q}
+    module = "ceiling.triton.attention"
+    pre = Entry("attention.bwd_preprocess", module, "_attn_bwd_preprocess", body={
+        "targets": [target], "grid": ["cdiv(SQ, BLOCK_M)", "B * n_heads"], "sizes": {"B": [1, 64], "SQ": [1, 2**17]},
+        "scalars": {**bshd("o", "SQ", "n_heads"), **bshd("do", "SQ", "n_heads"), "n_heads": [1, 128],
+                    "seqlen_q": "SQ"},
+        "constexprs": {"HEAD_DIM": [64], "HEAD_DIM_PAD": [64], "BLOCK_M": [64]},
+        "buffers": {"O": {"shape": ["B", "SQ", "n_heads", 64], "dtype": "bfloat16"},
+                    "DO": {"shape": ["B", "SQ", "n_heads", 64], "dtype": "bfloat16"},
+                    "Delta": {"shape": ["B", "n_heads", "SQ"], "dtype": "float32", "output": True}}})
+    dkdv = []
+    for gqa in (False, True):
+        heads, dtype = ("H", "float32") if gqa else ("HK", "bfloat16")
+        grad = {"shape": ["B", "SK", heads, 64], "dtype": dtype, "output": True}
+        dkdv.append(Entry("attention.bwd_dkdv" + (".gqa" if gqa else ""), module, "_attn_bwd_dkdv", body={
+            "targets": [target], "grid": ["cdiv(SK, BLOCK_N)", "B * H"], "sizes": sizes,
+            "scalars": {**bshd("q", "SQ", "H"), **bshd("k", "SK", "HK"), **bshd("v", "SK", "HK"),
+                        **bshd("do", "SQ", "H"), **bshd("dk", "SK", heads), **bshd("dv", "SK", heads), **zero,
+                        **lengths, "stride_dq32b": 0, "stride_dq32s": 0, "stride_dq32h": 0},
+            "constexprs": {**flags, "BLOCK_M": [64], "BLOCK_N": [128], "DQ_ATOMIC": [False], "DQ32": [None]},
+            "assume": {"conditions": ["HK < H" if gqa else "HK == H", "H % HK == 0"]},
+            "buffers": {**inputs, "DK": grad, "DV": grad}}))
+    dq = Entry("attention.bwd_dq", module, "_attn_bwd_dq", body={
+        "targets": [target], "grid": ["cdiv(SQ, BLOCK_M)", "B * H"], "sizes": sizes,
+        "scalars": {**bshd("q", "SQ", "H"), **bshd("k", "SK", "HK"), **bshd("v", "SK", "HK"), **bshd("do", "SQ", "H"),
+                    **bshd("dq", "SQ", "H"), **zero, **{f"stride_db{x}": 0 for x in "bhmn"}, **lengths},
+        "constexprs": {**flags, "BLOCK_M": [128], "BLOCK_N": [64], "DBIAS": [0]},
+        "assume": {"conditions": ["HK <= H", "H % HK == 0"]},
+        "buffers": {**inputs, "DQ": {**q, "output": True}, "DBias": q}})
+    return pre, *dkdv, dq
+
+
 def _triangle_attention(target: str) -> Entry:
     """kernels/triton/triangle_attention.py's fwd_kernel as ``forward`` launches it with a key mask: q, k,
     v and out (BATCH, N, H, N, D) contiguous, the bias (BATCH, 1, H, N, N), the key-mask rows
@@ -356,9 +404,10 @@ def _triangle_attention(target: str) -> Entry:
     from ceiling.triton.triangle_attention import KEY_PAD, LOG2E
 
     pair = {"shape": ["BATCH", "N", "H", "N", "D"], "dtype": "bfloat16"}
-    # bounds, race and coverage: the three-way split of the second program id times out in z3
-    return Entry("triangle_attention.forward", "ceiling.triton.triangle_attention", "fwd_kernel",
-                 unknown=("bounds", "race", "coverage"), body={
+    # race: the pair row is rebuilt from three divisions of the program id; equal rows for distinct programs
+    # take the solver 10 to 20 s to refute
+    return Entry("triangle_attention.forward", "ceiling.triton.triangle_attention", "fwd_kernel", slow=("race",),
+                 body={
         "targets": [target],
         "grid": ["cdiv(N, BLOCK_M)", "BATCH * N * H"],
         "sizes": {"BATCH": [1, 4]},
@@ -369,6 +418,56 @@ def _triangle_attention(target: str) -> Entry:
                     "KeyBias": {"shape": ["BATCH * N", "kb_row_stride"], "dtype": "float32"},
                     "O": {**pair, "output": True},
                     "LSE": {"shape": ["BATCH", "N", "H", "N"], "dtype": "float32", "output": True}}})
+
+
+def _triangle_attention_bwd(target: str) -> tuple:
+    """The backward's kernels as ``backward`` launches them with a key mask, at the sm_90a table's tiles for
+    head dims in (32, 64]: the preprocess (delta = rowsum(o * do), (BATCH, N, H, N)); dK and dV per key block,
+    with ``DQ_ATOMIC`` also adding dQ into a zeroed float32 buffer with atomics; dQ per query block; and
+    dbias per (query, key) tile summed over the pair rows, ``ROW_SPLIT`` runs of rows each into its own
+    slice of a (ROW_SPLIT, BATCH, 1, H, N, N) buffer. The scales only scale values: compiled as the default
+    scale's (D = 64)."""
+    from ceiling.triton.triangle_attention import KEY_PAD, LOG2E
+
+    pair = {"shape": ["BATCH", "N", "H", "N", "D"], "dtype": "bfloat16"}
+    rows = {"shape": ["BATCH", "N", "H", "N"], "dtype": "float32"}
+    base = {"targets": [target], "sizes": {"BATCH": [1, 4]},
+            "scalars": {"N": [1, 1024], "H": [1, 8], "D": [33, 64],
+                        "kb_row_stride": f"cdiv(N, {KEY_PAD}) * {KEY_PAD}"}}
+    inputs = {"Q": pair, "K": pair, "V": pair, "DO": pair, "LSE": rows, "Delta": rows,
+              "Bias": {"shape": ["BATCH", 1, "H", "N", "N"], "dtype": "bfloat16"},
+              "KeyBias": {"shape": ["BATCH * N", "kb_row_stride"], "dtype": "float32"}}
+    scales = {"qk_scale": [0.125 * LOG2E], "PRECISION": ["tf32"], "HEAD_DIM": [64]}
+    module = "ceiling.triton.triangle_attention"
+    pre = Entry("triangle_attention.bwd_preprocess", module, "bwd_preprocess_kernel", body={
+        "targets": [target], "sizes": {"BATCH": [1, 4], "H": [1, 8]}, "grid": ["cdiv(N, BLOCK_M)", "BATCH * N * H"],
+        "scalars": {"N": [1, 1024], "D": [33, 64]},
+        "constexprs": {"BLOCK_M": [64], "HEAD_DIM": [64]},
+        "buffers": {"O": pair, "DO": pair, "Delta": {**rows, "output": True}}})
+    dkdv = Entry("triangle_attention.bwd_dkdv", module, "bwd_dkdv_kernel", body={
+        **base, "grid": ["cdiv(N, BLOCK_N)", "BATCH * N * H"],
+        "constexprs": {**scales, "scale": [0.125], "BLOCK_M": [32], "BLOCK_N": [64], "DQ_ATOMIC": [False],
+                       "DQ32": [None]},
+        "buffers": {**inputs, "DK": {**pair, "output": True}, "DV": {**pair, "output": True}}})
+    # coverage: each key block's program adds into every query block of dQ, starting at its own block and
+    # wrapping around (a rotation modulo the block count), which only the quantified query sees, and it
+    # times out
+    dkdv_atomic = Entry("triangle_attention.bwd_dkdv.dq_atomic", module, "bwd_dkdv_kernel", unknown=("coverage",),
+                        body={
+        **base, "grid": ["cdiv(N, BLOCK_N)", "BATCH * N * H"],
+        "constexprs": {**scales, "scale": [0.125], "BLOCK_M": [32], "BLOCK_N": [64], "DQ_ATOMIC": [True]},
+        "buffers": {**inputs, "DK": {**pair, "output": True}, "DV": {**pair, "output": True},
+                    "DQ32": {**pair, "dtype": "float32", "output": True}}})
+    dq = Entry("triangle_attention.bwd_dq", module, "bwd_dq_kernel", body={
+        **base, "grid": ["cdiv(N, BLOCK_M)", "BATCH * N * H"],
+        "constexprs": {**scales, "scale": [0.125], "BLOCK_M": [64], "BLOCK_N": [32]},
+        "buffers": {**inputs, "DQ": {**pair, "output": True}}})
+    dbias = Entry("triangle_attention.bwd_dbias", module, "bwd_dbias_kernel", body={
+        **base, "grid": ["cdiv(N, BLOCK_M)", "cdiv(N, BLOCK_N)", "BATCH * H * ROW_SPLIT"],
+        "constexprs": {**scales, "BLOCK_M": [32], "BLOCK_N": [32], "ROW_SPLIT": [1, 4]},
+        "buffers": {**inputs, "DBias": {"shape": ["ROW_SPLIT", "BATCH", 1, "H", "N", "N"], "dtype": "float32",
+                                        "output": True}}})
+    return pre, dkdv, dkdv_atomic, dq, dbias
 
 
 ENTRIES = (
@@ -412,12 +511,16 @@ ENTRIES = (
     _gemm_pointer(False),
     _amd_gemm(),
     *(_attention(t) for t in ("sm_90a", "gfx942")),
+    *(e for t in ("sm_90a", "gfx942") for e in _attention_bwd(t)),
     *(_triangle_attention(t) for t in ("sm_90a", "gfx942")),
+    *(e for t in ("sm_90a", "gfx942") for e in _triangle_attention_bwd(t)),
 )
 
 
-# Seconds per solver query for the properties an entry names as unknown (its own budget, not --timeout's).
+# Milliseconds per solver query for the properties an entry names as unknown, and for those it names as slow
+# (their own budgets, not --timeout's).
 UNKNOWN_TIMEOUT_MS = 2000
+SLOW_TIMEOUT_MS = 60000
 
 
 def cache_dir():
@@ -441,7 +544,7 @@ def digest(entry: Entry, properties, point=None) -> str:
 
     fn = getattr(importlib.import_module(entry.module), entry.kernel)
     key = json.dumps([entry.name, entry.module, entry.kernel, fn.cache_key, entry.body, list(properties or []),
-                      list(entry.unknown), UNKNOWN_TIMEOUT_MS,
+                      list(entry.unknown), list(entry.slow), UNKNOWN_TIMEOUT_MS, SLOW_TIMEOUT_MS,
                       {k: point[k] for k in entry.point_keys if k in point} if point else None,
                       triton.__version__, z3.get_version_string()], sort_keys=True, default=str)
     return hashlib.sha256(key.encode()).hexdigest()
@@ -465,8 +568,10 @@ def results(entry: Entry, properties=None, point=None, timeout_ms=None, use_cach
     # What the entry names as beyond the verifier gets a short budget: it answers unknown either way (a
     # counterexample found in time still stands), and the sweep stays minutes long.
     hard = [p for p in wanted if p in entry.unknown]
-    easy = [p for p in wanted if p not in hard]
+    slow = [p for p in wanted if p in entry.slow and p not in hard]
+    easy = [p for p in wanted if p not in hard and p not in slow]
     out = check.verify(contract, easy, timeout_ms=timeout_ms) if easy else []
+    out += check.verify(contract, slow, timeout_ms=max(timeout_ms, SLOW_TIMEOUT_MS)) if slow else []
     out += check.verify(contract, hard, timeout_ms=min(timeout_ms, UNKNOWN_TIMEOUT_MS)) if hard else []
     combos = list(contract.combinations())
     out.sort(key=lambda r: (contract.targets.index(r.kernel.rsplit("@", 1)[1]), combos.index(r.constexprs),
@@ -484,9 +589,14 @@ def verify_all(properties=None, timeout_ms=None, use_cache=True, entries=None):
 
 
 def decided() -> tuple:
-    """The entries the solver decides in full (no property known to be unknown): what ``ceiling run``
-    proves for its report; ``ceiling verify --all`` runs every entry."""
-    return tuple(e for e in ENTRIES if not e.unknown)
+    """What ``ceiling run`` proves for its report: per kernel function and target, the first entry the
+    solver decides in full (no property known to be unknown); ``ceiling verify --all`` runs every entry."""
+    seen, out = set(), []
+    for e in ENTRIES:
+        if not e.unknown and (e.module, e.kernel, e.target) not in seen:
+            seen.add((e.module, e.kernel, e.target))
+            out.append(e)
+    return tuple(out)
 
 
 def check_point(family: str, target: str, point: dict) -> list:

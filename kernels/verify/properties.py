@@ -89,6 +89,11 @@ def bounds(p: Problem) -> Outcome:
             unknown.append(f"{acc.op} at {acc.loc}: buffer {acc.buffer!r} has no extent in the contract")
             continue
         extent, esize, _ = p.buffers[acc.buffer]
+        if acc.esize == esize and _nonnegative_strides(p, acc.buffer) and \
+                indices(p, acc.buffer, acc.offset, acc) is not None:
+            # An element's own index on a view of the buffer, every dim inside its size: an element of the
+            # buffer (a query per dim, where the whole address against the extent can be a hard product).
+            continue
         byte = acc.offset * acc.esize
         outside = z3.Not(z3.And(byte >= 0, byte + acc.esize <= extent * esize))
         r, m, why = p.query(p.domain + p.pid_range() + lanes_in(acc.shape) + _conds(acc.ctx) +
@@ -104,6 +109,12 @@ def bounds(p: Problem) -> Outcome:
         if r == z3.unknown:
             unknown.append(f"{acc.op} at {acc.loc}: solver {why}")
     return Outcome("unknown", reason="; ".join(unknown)) if unknown else Outcome("proved")
+
+
+def _nonnegative_strides(p: Problem, name: str) -> bool:
+    buf = p.buffers[name][2]
+    return p.query(p.domain + [z3.Or(*[st.z3(p.env) < 0 for st in buf.strides])])[0] == z3.unsat \
+        if buf.strides else True
 
 
 def overflow(p: Problem) -> Outcome:
@@ -205,14 +216,15 @@ def _product(terms):
     return out
 
 
-def indices(p: Problem, name: str, offset):
+def indices(p: Problem, name: str, offset, acc: Access | None = None):
     """(base, index per dim, view) of an address into buffer ``name`` (``sum(index_k * stride_k)``, which z3
     compares dim by dim far faster than the products), on the first view of the buffer whose strides are
-    distinct integer arguments, except at most one that is 1, and in which the address is linear; None
-    when there is none."""
+    distinct integer arguments or products of them, except at most one that is 1, and in which the address
+    is linear; with ``acc``, the first such view on which every index the access reaches lies inside its
+    dim (the element's own index). None when there is none."""
     for view in views(p, name):
         d = _indices(p, view, offset)
-        if d is not None:
+        if d is not None and (acc is None or in_shape(p, acc, (*d, view))):
             return (*d, view)
     return None
 
@@ -225,7 +237,7 @@ def _indices(p: Problem, view: View, offset):
     # A dim of constant size 1 has index 0 inside the shape, whatever its stride: its stride need not be an
     # argument the address uses (a channel count pinned to 1 leaves a stride the kernel never multiplies by).
     flat = [k for k in size_one if not (z3.is_const(strides[k]) and str(strides[k]) in used)]
-    var = [k for k, t in enumerate(strides) if k not in flat and z3.is_const(t) and not z3.is_int_value(t)]
+    var = [k for k, t in enumerate(strides) if k not in flat and not z3.is_int_value(t) and _monomial(t)]
     one = [k for k, t in enumerate(strides) if k not in flat and z3.is_int_value(t) and t.as_long() == 1]
     if len(one) > 1:
         # Several unit strides (a size pinned to 1 makes its stride 1 too): all of the unit-stride part
@@ -258,29 +270,53 @@ def _indices(p: Problem, view: View, offset):
     return base, idx
 
 
+def _atoms(t) -> list:
+    """The factors of a product, nested products flattened."""
+    parts, stack = [], [t]
+    while stack:
+        x = stack.pop()
+        if z3.is_mul(x):
+            stack.extend(reversed(x.children()))
+        else:
+            parts.append(x)
+    return parts
+
+
+def _monomial(t) -> bool:
+    """A product of one or more integer arguments (a stride such as ``D * N``), no constant factor."""
+    return all(z3.is_const(x) and not z3.is_int_value(x) for x in _atoms(t))
+
+
 def _coefficients(offset, factors):
-    """(rest, coefficient of each factor) of ``offset`` as a sum of monomials: the monomials holding one
-    factor (once) give its coefficient, those holding none the rest; None when a monomial holds two. A
-    factor may also appear inside an atom of another monomial (a stride the program id is divided by)."""
+    """(rest, coefficient of each factor) of ``offset`` as a sum of monomials: each monomial holding a factor
+    gives that factor its coefficient (a factor that is itself a product, ``D * N``, needs all its atoms;
+    the monomial goes to the largest factor it holds), those holding none the rest; None when a monomial
+    holds two factors of the same size. A factor may also appear inside an atom of another monomial (a
+    stride the program id is divided by)."""
     expanded = z3.simplify(offset, som=True)
     terms = expanded.children() if z3.is_add(expanded) else [expanded]
     rest, coef = [], [[] for _ in factors]
+    atoms = [_atoms(f) for f in factors]
     for t in terms:
-        parts, stack = [], [t]
-        while stack:  # the factors of a product, nested products flattened
-            x = stack.pop()
-            if z3.is_mul(x):
-                stack.extend(reversed(x.children()))
+        parts = _atoms(t)
+        hits = []
+        for j, fa in enumerate(atoms):
+            left = list(parts)
+            for a in fa:
+                k = next((n for n, x in enumerate(left) if x.eq(a)), None)
+                if k is None:
+                    break
+                left.pop(k)
             else:
-                parts.append(x)
-        hits = [(j, n) for n, x in enumerate(parts) for j, f in enumerate(factors) if x.eq(f)]
+                hits.append((len(fa), j, left))
         if not hits:
             rest.append(t)
-        elif len(hits) == 1:
-            j, n = hits[0]
-            coef[j].append(_product(parts[:n] + parts[n + 1:]))
-        else:
+            continue
+        hits.sort(key=lambda h: -h[0])
+        if len(hits) > 1 and hits[1][0] == hits[0][0]:
             return None
+        _, j, left = hits[0]
+        coef[j].append(_product(left))
     total = lambda ts: z3.simplify(sum(ts, z3.IntVal(0)))  # noqa: E731
     return total(rest), [total(c) for c in coef]
 
@@ -336,7 +372,7 @@ def race(p: Problem) -> Outcome:
             distinct = z3.Or(*[a != b for a, b in zip(PIDS[:len(p.grid)], pids2)])
             lanes_b = [z3.And(0 <= lanes2[k], lanes2[k] < n) for k, n in enumerate(s2.shape)]
             same = s1.offset * s1.esize == _ren(s2.offset, subs) * s2.esize
-            d1, d2 = indices(p, s1.buffer, s1.offset), indices(p, s2.buffer, s2.offset)
+            d1, d2 = indices(p, s1.buffer, s1.offset, s1), indices(p, s2.buffer, s2.offset, s2)
             by_index = (d1 is not None and d2 is not None and d1[2].groups == d2[2].groups
                         and s1.esize == s2.esize and injective(p, s1.buffer)
                         and in_shape(p, s1, d1) and in_shape(p, s2, d2))
@@ -363,7 +399,7 @@ def _hit(acc: Access, target, p: Problem, elem=None):
     """The conditions under which access ``acc`` (its program, lanes, iterations free) writes element
     offset ``target`` (or, by index, element ``elem``), with the variables to quantify."""
     loops = [lp.it for lp in acc.ctx.loops]
-    d = indices(p, acc.buffer, acc.offset) if elem is not None else None
+    d = indices(p, acc.buffer, acc.offset, acc) if elem is not None else None
     # By index only where it is the element's own index: ``elem`` indexes the buffer's own dims, and a
     # decomposition with an index outside its dim (a unit stride absorbing a size-1 dim's rows) is not it
     d = None if d is None or d[2].merged or not in_shape(p, acc, d) else d
@@ -433,6 +469,17 @@ def _trips(p: Problem, acc: Access):
     return bound, count
 
 
+def _unmerged(p: Problem, name: str, view: View, elem: list, model) -> list:
+    """An element's index on a view of merged dims, as the buffer's own index (at the model's sizes)."""
+    shape = [s.z3(p.env) for s in p.buffers[name][2].shape]
+    out = [0] * len(shape)
+    for g, v in zip(view.groups, elem):
+        for k in reversed(g):
+            n = max(_val(model, shape[k]), 1)
+            out[k], v = v % n, v // n
+    return out
+
+
 def _iterations(model, acc: Access) -> dict:
     return {"iterations": {lp.name: _val(model, lp.it) for lp in acc.ctx.loops}} if acc.ctx.loops else {}
 
@@ -448,7 +495,7 @@ def _tiles(p: Problem, acc: Access, name: str, writes, fixed=None) -> Outcome | 
         return None
     iters, count = trips
     acc = _degenerate(p, acc)
-    d = indices(p, name, acc.offset)
+    d = indices(p, name, acc.offset, acc)
     if d is None:
         return None
     if not in_shape(p, acc, d):  # a decomposition with an index outside its dim is not the element's own
@@ -495,7 +542,8 @@ def _tiles(p: Problem, acc: Access, name: str, writes, fixed=None) -> Outcome | 
     if r == z3.sat:
         e = [_val(m, x) for x in elem]
         if not _hits(p, writes, name, e, m, view):
-            return Outcome("counterexample", {"buffer": name, "element": e, "scalars": _scalars(p, m),
+            return Outcome("counterexample", {"buffer": name, "element": _unmerged(p, name, view, e, m),
+                                              "scalars": _scalars(p, m),
                                               "program_id": [_val(m, x) for x in PIDS[:len(p.grid)]],
                                               **_iterations(m, acc),
                                               "stored_by": "no program: its tile's program masks it off"})
@@ -634,7 +682,7 @@ def accumulate(p: Problem, contraction) -> Outcome:
         for a in (ld, wr):
             if a.reason or not a.mask_exact:
                 return Outcome("unknown", reason=f"{a.op} at {a.loc} not modelled ({a.reason or 'its mask'})")
-        dl, dw = indices(p, name, ld.offset), indices(p, out, wr.offset)
+        dl, dw = indices(p, name, ld.offset, ld), indices(p, out, wr.offset, wr)
         if dl is None or dw is None or dl[2].merged or not in_shape(p, ld, dl) or not in_shape(p, wr, dw):
             return Outcome("unknown", reason="the load or the write is not indexed dim by dim inside its buffer")
         # The tile dim of the load that walks the contracted buffer dim: the one lane in its index.

@@ -114,6 +114,88 @@ def halves_second_short(part_ptr, C, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def _pair_rows(o_ptr, N, H, D, DROP_HEAD: tl.constexpr, LAST_QUERY: tl.constexpr, BLOCK_M: tl.constexpr,
+               HEAD_DIM: tl.constexpr):
+    # one (batch, i, head) pair row of a contiguous (B, N, H, N, D) tensor per program on axis 1, BLOCK_M of
+    # its queries on axis 0, addressed as triangle attention's kernels do (row * N * D: a product stride);
+    # DROP_HEAD writes every head's row into head 0's, LAST_QUERY leaves the last query unstored
+    r = tl.program_id(1).to(tl.int64)
+    if DROP_HEAD:
+        r = r // H * H
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    mask = (offs_m < N - LAST_QUERY)[:, None] & (offs_d < D)[None, :]
+    tl.store(o_ptr + r * N * D + offs_m[:, None] * D + offs_d[None, :], tl.zeros((BLOCK_M, HEAD_DIM), tl.float32),
+             mask=mask)
+
+
+@triton.jit
+def pair_rows_ok(o_ptr, N, H, D, BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr):
+    _pair_rows(o_ptr, N, H, D, False, 0, BLOCK_M, HEAD_DIM)
+
+
+@triton.jit
+def pair_rows_head_dropped(o_ptr, N, H, D, BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr):
+    _pair_rows(o_ptr, N, H, D, True, 0, BLOCK_M, HEAD_DIM)
+
+
+@triton.jit
+def pair_rows_last_query_missed(o_ptr, N, H, D, BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr):
+    _pair_rows(o_ptr, N, H, D, False, 1, BLOCK_M, HEAD_DIM)
+
+
+@triton.jit
+def _grouped_heads(k_ptr, o_ptr, S, H, group, stride_kb, stride_ks, stride_ob, stride_os, SHIFT: tl.constexpr,
+                   BLOCK: tl.constexpr, HEAD_DIM: tl.constexpr):
+    # grouped-query heads as attention's kernels address them: program (row block, batch * H + head) reads
+    # the rows of key head h // group from (B, S, HK, D) and writes them to (B, S, H, D); SHIFT maps
+    # head h to (h + 1) // group, past the last key head when group is 1
+    pid = tl.program_id(1)
+    b = pid // H
+    h = pid % H
+    hk = (h + SHIFT) // group
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    offs_d = tl.arange(0, HEAD_DIM)
+    mask = rows[:, None] < S
+    x = tl.load(k_ptr + b.to(tl.int64) * stride_kb + hk * HEAD_DIM + rows[:, None] * stride_ks + offs_d[None, :],
+                mask=mask)
+    tl.store(o_ptr + b.to(tl.int64) * stride_ob + h * HEAD_DIM + rows[:, None] * stride_os + offs_d[None, :], x,
+             mask=mask)
+
+
+@triton.jit
+def grouped_heads_ok(k_ptr, o_ptr, S, H, group, stride_kb, stride_ks, stride_ob, stride_os, BLOCK: tl.constexpr,
+                     HEAD_DIM: tl.constexpr):
+    _grouped_heads(k_ptr, o_ptr, S, H, group, stride_kb, stride_ks, stride_ob, stride_os, 0, BLOCK, HEAD_DIM)
+
+
+@triton.jit
+def grouped_heads_shifted(k_ptr, o_ptr, S, H, group, stride_kb, stride_ks, stride_ob, stride_os, BLOCK: tl.constexpr,
+                          HEAD_DIM: tl.constexpr):
+    _grouped_heads(k_ptr, o_ptr, S, H, group, stride_kb, stride_ks, stride_ob, stride_os, 1, BLOCK, HEAD_DIM)
+
+
+@triton.jit
+def _key_masked_copy(x_ptr, keep_ptr, y_ptr, n, PAST_END: tl.constexpr, BLOCK: tl.constexpr):
+    # the mask ANDs a bound with a loaded flag (a key mask), which the encoder cannot read: the bound alone
+    # bounds it from above, enough for bounds and race; PAST_END lets the bound run one past the end
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    keep = tl.load(keep_ptr + offs, mask=offs < n, other=0) != 0
+    m = (offs < n + PAST_END) & keep
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=m), mask=m)
+
+
+@triton.jit
+def key_masked_copy_ok(x_ptr, keep_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    _key_masked_copy(x_ptr, keep_ptr, y_ptr, n, 0, BLOCK)
+
+
+@triton.jit
+def key_masked_copy_past_end(x_ptr, keep_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    _key_masked_copy(x_ptr, keep_ptr, y_ptr, n, 1, BLOCK)
+
+
+@triton.jit
 def _flat_rows_tile(y_ptr, M, C, LAST_ROW: tl.constexpr, COL_STEP: tl.constexpr, BLOCK_M: tl.constexpr,
                     BLOCK_N: tl.constexpr):
     # (batch, row) flattened into one row index over a contiguous (B, R, C) output, the program id split
