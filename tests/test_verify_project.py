@@ -333,8 +333,9 @@ def test_contract_matches_the_jax_launch(key, monkeypatch):
 
 # --- the proofs' consumers: import-point, the adapters, the exported certificate ------------------------
 
-def _planted(monkeypatch, cache):
-    """A gemm/gfx942 entry whose kernel has an off-by-one load mask, launched when GROUP_M > 4."""
+def _planted(monkeypatch, cache, **fields):
+    """A gemm/gfx942 entry whose kernel has an off-by-one load mask, launched when GROUP_M > 4 (``fields``
+    replace the entry's)."""
     import importlib.util
     import sys
     from pathlib import Path
@@ -345,13 +346,50 @@ def _planted(monkeypatch, cache):
     spec.loader.exec_module(module)
     monkeypatch.setitem(sys.modules, "ceiling_verify_planted", module)
     monkeypatch.setattr(project, "cache_dir", lambda: cache)
-    entry = project.Entry("planted.copy", "ceiling_verify_planted", "copy_off_by_one", family="gemm",
-                          applies="GROUP_M > 4", point_keys=(), body={
-                              "targets": ["gfx942"], "grid": ["cdiv(n, BLOCK)"], "scalars": {"n": [1, 2**20]},
-                              "constexprs": {"BLOCK": [128]},
-                              "buffers": {"x_ptr": {"shape": ["n"], "dtype": "float32"},
-                                          "y_ptr": {"shape": ["n"], "dtype": "float32", "output": True}}})
+    entry = project.Entry("planted.copy", "ceiling_verify_planted", "copy_off_by_one", **{
+        "family": "gemm", "applies": "GROUP_M > 4", "point_keys": (), **fields, "body": {
+            "targets": ["gfx942"], "grid": ["cdiv(n, BLOCK)"], "scalars": {"n": [1, 2**20]},
+            "constexprs": {"BLOCK": [128]},
+            "buffers": {"x_ptr": {"shape": ["n"], "dtype": "float32"},
+                        "y_ptr": {"shape": ["n"], "dtype": "float32", "output": True}}}})
     monkeypatch.setattr(project, "ENTRIES", (entry,))
+
+
+def test_a_sectioned_entry_reads_its_own_section(tmp_path, monkeypatch):
+    """A kernel of a sectioned family (one config section per kernel) is checked when a point sets its
+    section, flat ("section.KEY", the adapters' points) or nested (import-point's), with that section's
+    values as its constexprs; a point of other sections does not launch it."""
+    from ceiling.roofline.templates import adapters, export
+
+    _planted(monkeypatch, tmp_path, family="triangle_multiplication", section="ln_gate_proj", applies="",
+             point_keys=("BLOCK",))
+    family = "triangle_multiplication"
+    for point in ({"ln_gate_proj.BLOCK": 64}, {"ln_gate_proj": {"BLOCK": 64}}):
+        (bad, *_) = project.failures(family, "gfx942", point)
+        assert bad.status is Status.COUNTEREXAMPLE and bad.constexprs == {"BLOCK": 64}, bad
+    assert not project.failures(family, "gfx942", {"contract.BLOCK_M": 64, "bwd_rows": 65536})
+    template = export.build(family, "gfx942", [])
+    assert not adapters.proved(template, {"ln_gate_proj.BLOCK": 64})
+    assert adapters.proved(template, {"contract.BLOCK_M": 64})
+
+
+def test_a_known_unknown_does_not_refuse_a_point(tmp_path, monkeypatch):
+    """A property the entry names as unknown is a known limit (the certificate records it as not proved), not
+    a failure; the same unknown where the entry expects a proof is one. The kernel: a copy whose mask reads a
+    loaded flag, so its coverage is unknown."""
+    _planted(monkeypatch, tmp_path)
+    body = {"targets": ["gfx942"], "grid": ["cdiv(n, BLOCK)"], "scalars": {"n": [1, 2**20]},
+            "constexprs": {"BLOCK": [128]},
+            "buffers": {"x_ptr": {"shape": ["n"], "dtype": "float32"}, "keep_ptr": {"shape": ["n"], "dtype": "int8"},
+                        "y_ptr": {"shape": ["n"], "dtype": "float32", "output": True}}}
+    for unknown in (("coverage",), ()):
+        entry = project.Entry("planted.keyed", "ceiling_verify_planted", "key_masked_copy_ok", body=body,
+                              family="gemm", unknown=unknown)
+        monkeypatch.setattr(project, "ENTRIES", (entry,))
+        (_, rs), = project.check_point("gemm", "gfx942", {"GROUP_M": 8})
+        assert {r.property: r.status for r in rs}["coverage"] is Status.UNKNOWN
+        failed = [r.property for r in project.failures("gemm", "gfx942", {"GROUP_M": 8})]
+        assert failed == ([] if unknown else ["coverage"])
 
 
 def test_import_point_refuses_a_point_whose_proof_fails(tmp_path, monkeypatch):

@@ -16,6 +16,9 @@ from ceiling.verify.encoding import LANES, PIDS, Access, Encoder, free_consts, l
 
 PROPERTIES = ("bounds", "overflow", "race", "coverage", "accumulate")
 DEFAULT_TIMEOUT_MS = 10_000
+# The query that names an element a one-store count argument leaves unwritten (the counterexample stands
+# without it).
+NAMING_TIMEOUT_MS = 3_000
 
 
 @dataclass
@@ -602,7 +605,7 @@ def _sliced(p: Problem, name, buf, writes) -> bool:
     return False
 
 
-def _unwritten(p: Problem, name, buf, writes, fix=()):
+def _unwritten(p: Problem, name, buf, writes, fix=(), timeout_ms=None):
     """(result, model or the solver's reason, element index terms, its offset) of the quantified query for
     an element of ``name`` that no write stores (``fix`` pins scalars)."""
     idx = [z3.Int(f"elem{k}") for k in range(len(buf.shape))]
@@ -618,7 +621,7 @@ def _unwritten(p: Problem, name, buf, writes, fix=()):
                         idx if a.esize == esize else None)
         not_hit.append(z3.ForAll(vs, z3.Not(body)))
     r, m, why = solve(p.domain + list(fix) + [z3.And(0 <= i, i < n) for i, n in zip(idx, shape)] + not_hit,
-                      p.timeout_ms)
+                      timeout_ms or p.timeout_ms)
     return r, (m if r == z3.sat else why), idx, target
 
 
@@ -642,7 +645,9 @@ def coverage(p: Problem) -> Outcome:
                 # A count argument over one store: the element it leaves may be another store's, so the
                 # counterexample stands only with an element that no write stores, at its scalars.
                 fix = [p.env[k] == cx["scalars"][k] for k in p.scalar_names if k in cx["scalars"]]
-                r, m, idx, _ = _unwritten(p, name, buf, writes, fix)
+                # over one store the count alone stands, and the element is a courtesy: a short budget
+                budget = p.timeout_ms if len(writes) > 1 else min(p.timeout_ms, NAMING_TIMEOUT_MS)
+                r, m, idx, _ = _unwritten(p, name, buf, writes, fix, budget)
                 if r == z3.sat:
                     cx["element"] = [_val(m, i) for i in idx]
                     if len(writes) > 1:

@@ -63,7 +63,7 @@ def proved(template: Template, point: dict[str, Any]) -> bool:
     without a contract has nothing to hold). The adapters offer only such points."""
     from ceiling.verify import project
 
-    return not project.failures(template.family, template.target, {_local(k): v for k, v in point.items()})
+    return not project.failures(template.family, template.target, point)
 
 
 def _proved_values(template: Template, names: list[str]) -> dict[str, list]:
@@ -71,14 +71,13 @@ def _proved_values(template: Template, names: list[str]) -> dict[str, list]:
     contract reads as a constexpr is checked value by value; every other value passes through)."""
     from ceiling.verify import project
 
-    keys = {k for e in project.ENTRIES if e.family == template.family and e.target == template.target
-            for k in e.point_keys}
+    keys = {f"{e.section}.{k}" if e.section else k for e in project.ENTRIES
+            if e.family == template.family and e.target == template.target for k in e.point_keys}
     out = {}
     for n in names:
         values = list(template.parameter(n).values)
-        if _local(n) in keys:
-            values = [v for v in values if not project.failures(template.family, template.target,
-                                                                 {_local(n): v})]
+        if n in keys:
+            values = [v for v in values if not project.failures(template.family, template.target, {n: v})]
         out[n] = values
     return out
 
