@@ -439,6 +439,18 @@ def test_exported_template_carries_its_certificate(tmp_path):
     assert cert["triton"] and cert["z3"] and cert["level"] == "TTIR" and len(kernel["digest"]) == 64
 
 
+def test_a_certificate_without_proving_reads_the_cache(tmp_path, monkeypatch):
+    """``ceiling run``'s templates: the certificate holds the proofs its proofs step cached, and marks a kernel
+    with none as not verified instead of proving it."""
+    monkeypatch.setattr(project, "cache_dir", lambda: tmp_path)
+    monkeypatch.setattr(project, "ENTRIES", (ENTRIES["gemm.splitk_reduce@gfx942"],))
+    (kernel,) = project.certificate("gemm", "gfx942", prove=False)["kernels"]
+    assert kernel["not_verified"] and "points_proved" not in kernel and not list(tmp_path.glob("*.json"))
+    project.results(ENTRIES["gemm.splitk_reduce@gfx942"])
+    (kernel,) = project.certificate("gemm", "gfx942", prove=False)["kernels"]
+    assert [p["SPLIT_K"] for p in kernel["points_proved"]] == [2, 4] and "not_verified" not in kernel
+
+
 def test_verify_all_cli_and_its_cache(tmp_path, monkeypatch):
     """`ceiling verify --all`: every entry's results, exit 0 when all are proved, the second run from the cache."""
     import json

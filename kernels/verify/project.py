@@ -671,17 +671,28 @@ def failures(family: str, target: str, point: dict) -> list:
             if not r.proved and not (r.status.value == "unknown" and r.property in e.unknown)]
 
 
-def certificate(family: str, target: str) -> dict:
+def certificate(family: str, target: str, prove: bool = True) -> dict:
     """What the proofs of a family's kernels on a target cover: the properties, each kernel's domain and
-    digest, the constexpr points proved and those not, and the Triton and z3 versions."""
+    digest, the constexpr points proved and those not, and the Triton and z3 versions. With ``prove``
+    False only the proofs already in the cache are read; a kernel without one is listed as not verified
+    (``ceiling run``'s templates: ``ceiling export-templates`` and ``ceiling verify --all`` prove them)."""
+    import json
+
     import triton
     import z3
+
+    from ceiling.verify.result import Result
 
     kernels = []
     for entry in ENTRIES:
         if entry.family != family or entry.target != target:
             continue
-        rs, _ = results(entry)
+        cached = cache_dir() / f"{digest(entry, None)}.json"
+        if not prove and not cached.is_file():
+            kernels.append({"name": entry.name, "kernel": f"{entry.module}.{entry.kernel}",
+                            "digest": digest(entry, None), "not_verified": "no proof in this run's cache"})
+            continue
+        rs = [Result.from_dict(d) for d in json.loads(cached.read_text())] if not prove else results(entry)[0]
         combos: dict = {}
         for r in rs:
             combos.setdefault(tuple(sorted(r.constexprs.items())), []).append(r)

@@ -279,8 +279,9 @@ def _baselines(records: list[Record], op: str, axes: list[str], spec: devices.De
     return out
 
 
-def write(template: Template, records: list[Record], out: str | Path) -> Path:
-    """Write the template folder; returns it."""
+def write(template: Template, records: list[Record], out: str | Path, prove: bool = True) -> Path:
+    """Write the template folder; returns it. ``prove`` False: the certificate holds the proofs already
+    cached (``ceiling.verify.project.certificate``)."""
     from ceiling.roofline.templates.adapters import kernel_tuner_cache
 
     folder = Path(out) / template.family / template.target
@@ -289,7 +290,8 @@ def write(template: Template, records: list[Record], out: str | Path) -> Path:
     from ceiling.verify import project
 
     # The proofs that travel with the template: its kernels' contracts, the points proved, the versions.
-    (folder / "certificate.json").write_text(json.dumps(project.certificate(template.family, template.target), indent=1))
+    (folder / "certificate.json").write_text(json.dumps(project.certificate(template.family, template.target, prove),
+                                                        indent=1))
     mine = [r for r in _records_for(records, template.op, template.backend, template.dtype)
             if devices.match(r.provenance.device) in (devices.get(template.device), None)]
     # the caches replay device times only: the timings the model's selection admits
@@ -311,8 +313,8 @@ def write(template: Template, records: list[Record], out: str | Path) -> Path:
 
 def export(out: str | Path, records: list[Record], families_: list[str] | None = None,
            targets_: list[str] | None = None, perf: _model.PerfModel | None = None,
-           accuracy: dict[str, dict] | None = None) -> list[Path]:
-    """Export every requested (family, target); returns the template folders."""
+           accuracy: dict[str, dict] | None = None, prove: bool = True) -> list[Path]:
+    """Export every requested (family, target); returns the template folders (``prove``: see ``write``)."""
     folders = []
     for family in families_ or families():
         for target in targets(family):
@@ -321,5 +323,5 @@ def export(out: str | Path, records: list[Record], families_: list[str] | None =
             sp = spaces.get(family, target)
             acc = (accuracy or {}).get(f"{devices.get(sp.device).key}|{spaces.family(family).op}")
             template = build(family, target, records, perf, accuracy=acc)
-            folders.append(write(template, records, out))
+            folders.append(write(template, records, out, prove))
     return folders
