@@ -240,7 +240,7 @@ def indices(p: Problem, name: str, offset, acc: Access | None = None):
     return None
 
 
-def _indices(p: Problem, view: View, offset):
+def _indices(p: Problem, view: View, offset, zeros_ok: bool = False):
     strides = _named_strides(p, list(view.strides), offset)
     shape = list(view.shape)
     used = free_consts(offset)
@@ -265,7 +265,8 @@ def _indices(p: Problem, view: View, offset):
     if split is None:
         return None
     base, coefficients = split
-    if any(z3.is_int_value(c) and c.as_long() == 0 and k not in size_one for k, c in zip(var, coefficients)):
+    if not zeros_ok and any(z3.is_int_value(c) and c.as_long() == 0 and k not in size_one
+                            for k, c in zip(var, coefficients)):
         # a stride the address never multiplies by: another view (the dims merged) may fit it
         return None
     idx = [None] * len(strides)
@@ -294,8 +295,12 @@ def _atoms(t) -> list:
 
 
 def _monomial(t) -> bool:
-    """A product of one or more integer arguments (a stride such as ``D * N``), no constant factor."""
-    return all(z3.is_const(x) and not z3.is_int_value(x) for x in _atoms(t))
+    """A product of one or more integer arguments, with at most one positive integer factor (a stride such
+    as ``D * N`` or ``2 * C``, the row of a (rows, 2, C) buffer)."""
+    atoms = _atoms(t)
+    numbers = [x for x in atoms if z3.is_int_value(x)]
+    return (all(z3.is_const(x) for x in atoms) and len(numbers) <= 1 and len(numbers) < len(atoms)
+            and all(x.as_long() > 0 for x in numbers))
 
 
 def _coefficients(offset, factors):
@@ -506,7 +511,12 @@ def _tiles(p: Problem, acc: Access, name: str, writes, fixed=None) -> Outcome | 
         return None
     iters, count = trips
     acc = _degenerate(p, acc)
-    d = indices(p, name, acc.offset, acc)
+    if fixed is None:
+        d = indices(p, name, acc.offset, acc)
+    else:  # a slice of the buffer's own dims, where index 0 of the sliced dim is the first slice
+        own = views(p, name)[0]
+        d = _indices(p, own, acc.offset, zeros_ok=True)
+        d = None if d is None else (*d, own)
     if d is None:
         return None
     if not in_shape(p, acc, d):  # a decomposition with an index outside its dim is not the element's own
