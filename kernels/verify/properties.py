@@ -45,6 +45,7 @@ class Problem:
     # stride written as that expression is the argument the kernel multiplies by
     definitions: dict = field(default_factory=dict)
     views: dict = field(default_factory=dict)  # buffer name -> its views (see ``views``), made once
+    nonnegative: dict = field(default_factory=dict)  # buffer name -> whether its strides are >= 0
 
     def query(self, constraints):
         """Solve ``constraints`` within the per-query timeout."""
@@ -123,9 +124,12 @@ def bounds(p: Problem) -> Outcome:
 
 
 def _nonnegative_strides(p: Problem, name: str) -> bool:
-    buf = p.buffers[name][2]
-    return p.query(p.domain + [z3.Or(*[st.z3(p.env) < 0 for st in buf.strides])])[0] == z3.unsat \
-        if buf.strides else True
+    """Whether every stride of the buffer is >= 0 over the domain (asked once per buffer)."""
+    if name not in p.nonnegative:
+        buf = p.buffers[name][2]
+        p.nonnegative[name] = not buf.strides or \
+            p.query(p.domain + [z3.Or(*[st.z3(p.env) < 0 for st in buf.strides])])[0] == z3.unsat
+    return p.nonnegative[name]
 
 
 def overflow(p: Problem) -> Outcome:
@@ -389,9 +393,9 @@ def race(p: Problem) -> Outcome:
             lanes_b = [z3.And(0 <= lanes2[k], lanes2[k] < n) for k, n in enumerate(s2.shape)]
             same = s1.offset * s1.esize == _ren(s2.offset, subs) * s2.esize
             d1, d2 = indices(p, s1.buffer, s1.offset, s1), indices(p, s2.buffer, s2.offset, s2)
+            # indices(..., access) is the in-shape split: equal elements are equal indices on an injective view
             by_index = (d1 is not None and d2 is not None and d1[2].groups == d2[2].groups
-                        and s1.esize == s2.esize and injective(p, s1.buffer)
-                        and in_shape(p, s1, d1) and in_shape(p, s2, d2))
+                        and s1.esize == s2.esize and injective(p, s1.buffer))
             if by_index:  # an injective view: the same element is the same index in every dim
                 same = z3.And(d1[0] == _ren(d2[0], subs), *[a == _ren(b, subs) for a, b in zip(d1[1], d2[1])])
             q = (p.domain + p.pid_range() + p.pid_range(pids2) + lanes_in(s1.shape) + lanes_b + _conds(s1.ctx)
@@ -418,7 +422,7 @@ def _hit(acc: Access, target, p: Problem, elem=None):
     d = indices(p, acc.buffer, acc.offset, acc) if elem is not None else None
     # By index only where it is the element's own index: ``elem`` indexes the buffer's own dims, and a
     # decomposition with an index outside its dim (a unit stride absorbing a size-1 dim's rows) is not it
-    d = None if d is None or d[2].merged or not in_shape(p, acc, d) else d
+    d = None if d is None or d[2].merged else d
     at = [acc.offset == target] if d is None else [d[0] == 0] + [a == e for a, e in zip(d[1], elem)]
     body = z3.And(*(p.pid_range() + lanes_in(acc.shape) + _conds(acc.ctx) +
                     [acc.mask] + ([acc.ok] if acc.ok is not None else []) + at))
@@ -517,9 +521,8 @@ def _tiles(p: Problem, acc: Access, name: str, writes, fixed=None) -> Outcome | 
         own = views(p, name)[0]
         d = _indices(p, own, acc.offset, zeros_ok=True)
         d = None if d is None else (*d, own)
-    if d is None:
-        return None
-    if not in_shape(p, acc, d):  # a decomposition with an index outside its dim is not the element's own
+    # a decomposition with an index outside its dim is not the element's own (indices checks it for acc)
+    if d is None or (fixed is not None and not in_shape(p, acc, d)):
         return None
     base, idx, view = d
     shape = list(view.shape)
@@ -706,7 +709,7 @@ def accumulate(p: Problem, contraction) -> Outcome:
             if a.reason or not a.mask_exact:
                 return Outcome("unknown", reason=f"{a.op} at {a.loc} not modelled ({a.reason or 'its mask'})")
         dl, dw = indices(p, name, ld.offset, ld), indices(p, out, wr.offset, wr)
-        if dl is None or dw is None or dl[2].merged or not in_shape(p, ld, dl) or not in_shape(p, wr, dw):
+        if dl is None or dw is None or dl[2].merged:
             return Outcome("unknown", reason="the load or the write is not indexed dim by dim inside its buffer")
         # The tile dim of the load that walks the contracted buffer dim: the one lane in its index.
         kvars = free_consts(z3.simplify(dl[1][axis], som=True))
